@@ -1,0 +1,569 @@
+/*
+ * batch.c - Kafka RecordBatch v2 encode / validate / decode, and legacy
+ * (magic 0 and 1) message decode.
+ *
+ * RecordBatch v2, big-endian (Kafka DefaultRecordBatch):
+ *
+ *   off size field
+ *     0    8 baseOffset
+ *     8    4 batchLength            bytes after this field: total = 12 + batchLength
+ *    12    4 partitionLeaderEpoch   outside the CRC
+ *    16    1 magic (2)
+ *    17    4 crc                    CRC-32C over [21, end)
+ *    21    2 attributes             bits 0-2 codec, 3 log-append-time, 4 txn, 5 control
+ *    23    4 lastOffsetDelta
+ *    27    8 baseTimestamp
+ *    35    8 maxTimestamp
+ *    43    8 producerId
+ *    51    2 producerEpoch
+ *    53    4 baseSequence
+ *    57    4 recordsCount
+ *    61    - records (compressed from here when the codec is not 0)
+ *
+ * Record v2: length varint (bytes after itself), attributes i8, timestampDelta
+ * varlong, offsetDelta varint, keyLength varint (-1 null), key, valueLength
+ * varint (-1 null), value, headerCount varint, then per header keyLength varint
+ * (>= 0), key, valueLength varint (-1 null), value. Varints are zig-zag then
+ * base-128 little-endian groups (protobuf); at most 5 bytes (varint) or 10
+ * (varlong).
+ *
+ * Legacy message (magic 0 / 1), big-endian: offset i64, size i32, crc u32
+ * (CRC-32 IEEE over magic..end), magic i8, attributes i8, [timestamp i64, v1],
+ * keyLength i32 (-1 null), key, valueLength i32 (-1 null), value.
+ *
+ * Every reader treats its input as untrusted: positions are uint64_t, every
+ * read is preceded by a `need > end - pos` check, and a short buffer yields
+ * PLG_ETRUNCATED (torn tail) while an impossible field yields PLG_ECORRUPT /
+ * PLG_ECRC / PLG_EMAGIC. Nothing here allocates or keeps a caller's pointer.
+ * All functions are thread-safe (they touch only their arguments).
+ */
+#include "plg.h"
+
+#include <string.h>
+
+/* ---- big-endian helpers (callers have checked bounds) ------------------ */
+static inline uint16_t be16_unchecked(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t be32_unchecked(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+static inline uint64_t be64_unchecked(const uint8_t *p) {
+    return (uint64_t)be32_unchecked(p) << 32 | be32_unchecked(p + 4);
+}
+static inline void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+static inline void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+/* ---- varints ------------------------------------------------------------ */
+static inline uint64_t zigzag64(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static inline int64_t unzigzag64(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+static inline uint32_t varint_size_u(uint64_t u) {
+    uint32_t n = 1;
+    while (u >= 0x80) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+static inline uint32_t varint_size(int64_t v) { return varint_size_u(zigzag64(v)); }
+
+static inline uint8_t *put_varint(uint8_t *p, int64_t v) {
+    uint64_t u = zigzag64(v);
+    while (u >= 0x80) {
+        *p++ = (uint8_t)(u | 0x80);
+        u >>= 7;
+    }
+    *p++ = (uint8_t)u;
+    return p;
+}
+
+/* Reads a zig-zag varint of at most max_bytes (5 or 10) from [*pos, end).
+ * Returns PLG_OK, PLG_ETRUNCATED when the bytes run out, or PLG_ECORRUPT when
+ * the varint is longer than max_bytes or overflows its width. */
+static int get_varint(const uint8_t *buf, uint64_t end, uint64_t *pos, uint32_t max_bytes,
+                      int64_t *out) {
+    uint64_t u = 0;
+    uint32_t shift = 0;
+    for (uint32_t i = 0; i < max_bytes; i++) {
+        if (*pos >= end) return PLG_ETRUNCATED;
+        uint8_t b = buf[(*pos)++];
+        u |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            if (max_bytes == 5 && u > 0xffffffffu) return PLG_ECORRUPT;
+            int64_t v = unzigzag64(u);
+            if (max_bytes == 5) v = (int32_t)(((uint32_t)u >> 1) ^ -(int32_t)(u & 1));
+            *out = v;
+            return PLG_OK;
+        }
+        shift += 7;
+    }
+    return PLG_ECORRUPT;
+}
+
+int plg_varint_decode(const uint8_t *buf, uint64_t len, int64_t *value_out, uint64_t *used_out) {
+    if (!buf || !value_out || !used_out) return PLG_EINVAL;
+    uint64_t pos = 0;
+    int rc = get_varint(buf, len, &pos, 10, value_out);
+    if (rc == PLG_OK) *used_out = pos;
+    return rc;
+}
+
+int plg_varint_encode(int64_t value, uint8_t *out, uint64_t cap, uint64_t *used_out) {
+    if (!out || !used_out) return PLG_EINVAL;
+    uint32_t n = varint_size(value);
+    if (n > cap) return PLG_EOVERFLOW;
+    put_varint(out, value);
+    *used_out = n;
+    return PLG_OK;
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+/* Size of the records section and checks on the columns. Returns PLG_EINVAL
+ * for a length below -1 (keys, header values), below 0 (header keys) or a
+ * record whose size does not fit Kafka's int32 fields. */
+static int records_size(const plg_record_columns_t *c, int64_t base_ts, uint64_t *out) {
+    uint64_t total = 0;
+    uint64_t h = 0; /* running header index */
+    if (!c || c->count == 0 || !c->value_lens) return PLG_EINVAL;
+    for (uint32_t i = 0; i < c->count; i++) {
+        int64_t ts_delta = c->timestamps ? c->timestamps[i] - base_ts : 0;
+        int32_t kl = c->key_lens ? c->key_lens[i] : -1;
+        int32_t vl = c->value_lens[i];
+        int32_t hc = c->header_counts ? c->header_counts[i] : 0;
+        if (kl < -1 || vl < -1 || hc < 0) return PLG_EINVAL;
+        uint64_t body = 1 + varint_size(ts_delta) + varint_size((int64_t)i) + varint_size(kl) +
+                        (kl > 0 ? (uint64_t)kl : 0) + varint_size(vl) + (vl > 0 ? (uint64_t)vl : 0) +
+                        varint_size(hc);
+        for (int32_t j = 0; j < hc; j++, h++) {
+            int32_t hk = c->header_key_lens[h];
+            int32_t hv = c->header_value_lens[h];
+            if (hk < 0 || hv < -1) return PLG_EINVAL;
+            body += varint_size(hk) + (uint64_t)hk + varint_size(hv) + (hv > 0 ? (uint64_t)hv : 0);
+        }
+        if (body > 0x7fffffffu) return PLG_EINVAL;
+        total += varint_size((int64_t)body) + body;
+        if (total > 0x7fffffffu) return PLG_EINVAL;
+    }
+    *out = total;
+    return PLG_OK;
+}
+
+int plg_batch_size(const plg_record_columns_t *cols, int64_t base_timestamp, uint64_t *size_out) {
+    uint64_t rs;
+    if (!size_out) return PLG_EINVAL;
+    int rc = records_size(cols, base_timestamp, &rs);
+    if (rc != PLG_OK) return rc;
+    if (rs > 0x7fffffffu - PLG_BATCH_OVERHEAD) return PLG_EINVAL;
+    *size_out = PLG_BATCH_OVERHEAD + rs;
+    return PLG_OK;
+}
+
+/* Sets batchLength and the CRC of one v2 batch occupying exactly buf[0, len).
+ * Returns PLG_EINVAL when len is below the header size or above INT32_MAX. */
+int plg_batch_seal(uint8_t *batch, uint64_t len) {
+    uint32_t crc;
+    if (!batch || len < PLG_BATCH_OVERHEAD || len > 0x7fffffffu) return PLG_EINVAL;
+    put32(batch + 8, (uint32_t)(len - PLG_LOG_OVERHEAD));
+    plg_crc32c(batch + PLG_ATTRIBUTES_OFFSET, len - PLG_ATTRIBUTES_OFFSET, 0, &crc);
+    put32(batch + PLG_CRC_OFFSET, crc);
+    return PLG_OK;
+}
+
+/* Encodes one uncompressed v2 batch of cols->count records into out[0, cap).
+ * The caller owns out; *len_out receives the bytes written. Returns PLG_OK,
+ * PLG_EINVAL (bad columns), or PLG_EOVERFLOW (cap too small). */
+int plg_batch_encode(const plg_batch_header_t *hdr, const plg_record_columns_t *c,
+                     uint8_t *out, uint64_t cap, uint64_t *len_out) {
+    uint64_t size;
+    if (!hdr || !out || !len_out) return PLG_EINVAL;
+    int rc = plg_batch_size(c, hdr->base_timestamp, &size);
+    if (rc != PLG_OK) return rc;
+    if (size > cap) return PLG_EOVERFLOW;
+
+    put64(out, (uint64_t)hdr->base_offset);
+    put32(out + 12, (uint32_t)hdr->partition_leader_epoch);
+    out[16] = 2;
+    put16(out + 21, (uint16_t)hdr->attributes);
+    put32(out + 23, c->count - 1);
+    put64(out + 27, (uint64_t)hdr->base_timestamp);
+    put64(out + 35, (uint64_t)hdr->max_timestamp);
+    put64(out + 43, (uint64_t)hdr->producer_id);
+    put16(out + 51, (uint16_t)hdr->producer_epoch);
+    put32(out + 53, (uint32_t)hdr->base_sequence);
+    put32(out + 57, c->count);
+
+    uint8_t *p = out + PLG_BATCH_OVERHEAD;
+    const uint8_t *key = c->keys, *val = c->values, *hkey = c->header_keys, *hval = c->header_values;
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < c->count; i++) {
+        int64_t ts_delta = c->timestamps ? c->timestamps[i] - hdr->base_timestamp : 0;
+        int32_t kl = c->key_lens ? c->key_lens[i] : -1;
+        int32_t vl = c->value_lens[i];
+        int32_t hc = c->header_counts ? c->header_counts[i] : 0;
+        uint64_t body = 1 + varint_size(ts_delta) + varint_size((int64_t)i) + varint_size(kl) +
+                        (kl > 0 ? (uint64_t)kl : 0) + varint_size(vl) + (vl > 0 ? (uint64_t)vl : 0) +
+                        varint_size(hc);
+        for (int32_t j = 0; j < hc; j++) {
+            int32_t hk = c->header_key_lens[h + (uint64_t)j];
+            int32_t hv = c->header_value_lens[h + (uint64_t)j];
+            body += varint_size(hk) + (uint64_t)hk + varint_size(hv) + (hv > 0 ? (uint64_t)hv : 0);
+        }
+        p = put_varint(p, (int64_t)body);
+        *p++ = 0;
+        p = put_varint(p, ts_delta);
+        p = put_varint(p, (int64_t)i);
+        p = put_varint(p, kl);
+        if (kl > 0) {
+            memcpy(p, key, (size_t)kl);
+            p += kl;
+            key += kl;
+        }
+        p = put_varint(p, vl);
+        if (vl > 0) {
+            memcpy(p, val, (size_t)vl);
+            p += vl;
+            val += vl;
+        }
+        p = put_varint(p, hc);
+        for (int32_t j = 0; j < hc; j++, h++) {
+            int32_t hk = c->header_key_lens[h];
+            int32_t hv = c->header_value_lens[h];
+            p = put_varint(p, hk);
+            memcpy(p, hkey, (size_t)hk);
+            p += hk;
+            hkey += hk;
+            p = put_varint(p, hv);
+            if (hv > 0) {
+                memcpy(p, hval, (size_t)hv);
+                p += hv;
+                hval += hv;
+            }
+        }
+    }
+    *len_out = (uint64_t)(p - out);
+    if (*len_out != size) return PLG_EINVAL; /* cannot happen: sizes computed above */
+    return plg_batch_seal(out, size);
+}
+
+/* ---- scanning ----------------------------------------------------------- */
+
+/* Validates the entry at buf[pos, end) and fills *info. Returns PLG_OK,
+ * PLG_ETRUNCATED (the entry runs past end), PLG_ECORRUPT, PLG_EMAGIC or
+ * PLG_ECRC. With verify_crc == 0 only the framing is checked. */
+static int parse_entry(const uint8_t *buf, uint64_t end, uint64_t pos, int verify_crc,
+                       plg_batch_info_t *info) {
+    uint64_t left = end - pos;
+    const uint8_t *p = buf + pos;
+    if (left < PLG_MAGIC_OFFSET + 1) return PLG_ETRUNCATED;
+    int64_t size = (int32_t)be32_unchecked(p + 8);
+    int8_t magic = (int8_t)p[PLG_MAGIC_OFFSET];
+    if (magic < 0 || magic > 2) return PLG_EMAGIC;
+    int64_t min_size = magic == 2   ? PLG_BATCH_OVERHEAD - PLG_LOG_OVERHEAD
+                       : magic == 1 ? PLG_LEGACY_V1_OVERHEAD
+                                    : PLG_LEGACY_V0_OVERHEAD;
+    if (size < min_size) return PLG_ECORRUPT;
+    if ((uint64_t)size > left - PLG_LOG_OVERHEAD) return PLG_ETRUNCATED;
+    uint64_t total = (uint64_t)size + PLG_LOG_OVERHEAD;
+    int64_t offset = (int64_t)be64_unchecked(p);
+    if (offset < 0) return PLG_ECORRUPT;
+    uint32_t stored = be32_unchecked(p + (magic == 2 ? PLG_CRC_OFFSET : 12));
+
+    memset(info, 0, sizeof(*info));
+    info->position = pos;
+    info->size = (uint32_t)total;
+    info->magic = magic;
+    info->crc = stored;
+    if (magic == 2) {
+        if (verify_crc) {
+            uint32_t crc;
+            plg_crc32c(p + PLG_ATTRIBUTES_OFFSET, total - PLG_ATTRIBUTES_OFFSET, 0, &crc);
+            if (crc != stored) return PLG_ECRC;
+        }
+        int32_t last_delta = (int32_t)be32_unchecked(p + 23);
+        int32_t count = (int32_t)be32_unchecked(p + 57);
+        uint16_t attrs = be16_unchecked(p + 21);
+        if (last_delta < 0 || count < 0) return PLG_ECORRUPT;
+        if ((uint64_t)offset > (uint64_t)INT64_MAX - (uint64_t)last_delta) return PLG_ECORRUPT;
+        if ((attrs & PLG_ATTR_COMPRESSION_MASK) == 0 &&
+            (uint64_t)count > (total - PLG_BATCH_OVERHEAD) / 7)
+            return PLG_ECORRUPT; /* an uncompressed record is at least 7 bytes */
+        info->partition_leader_epoch = (int32_t)be32_unchecked(p + 12);
+        info->attributes = (int16_t)attrs;
+        info->base_offset = offset;
+        info->last_offset = offset + last_delta;
+        info->base_timestamp = (int64_t)be64_unchecked(p + 27);
+        info->max_timestamp = (int64_t)be64_unchecked(p + 35);
+        info->producer_id = (int64_t)be64_unchecked(p + 43);
+        info->producer_epoch = (int16_t)be16_unchecked(p + 51);
+        info->base_sequence = (int32_t)be32_unchecked(p + 53);
+        info->records_count = count;
+    } else {
+        if (verify_crc) {
+            uint32_t crc;
+            plg_crc32(p + PLG_MAGIC_OFFSET, total - PLG_MAGIC_OFFSET, 0, &crc);
+            if (crc != stored) return PLG_ECRC;
+        }
+        info->partition_leader_epoch = -1;
+        info->attributes = p[17];
+        info->base_offset = offset;
+        info->last_offset = offset;
+        info->base_timestamp = magic == 1 ? (int64_t)be64_unchecked(p + 18) : -1;
+        info->max_timestamp = info->base_timestamp;
+        info->producer_id = -1;
+        info->producer_epoch = -1;
+        info->base_sequence = -1;
+        info->records_count = 1;
+    }
+    return PLG_OK;
+}
+
+/* Walks consecutive batches in buf[0, len), filling up to max_out infos.
+ * Stops with PLG_OK at the end of the buffer or when max_out infos are full;
+ * otherwise returns the first entry's error. *n_out is the number of valid
+ * entries returned and *valid_bytes_out where the next (or bad) entry starts.
+ * Offsets must strictly increase from one entry to the next (PLG_ECORRUPT).
+ * The caller owns buf and out; nothing is kept. */
+int plg_scan(const uint8_t *buf, uint64_t len, uint32_t flags, plg_batch_info_t *out,
+             uint64_t max_out, uint64_t *n_out, uint64_t *valid_bytes_out) {
+    if (!n_out || !valid_bytes_out || (!buf && len) || (!out && max_out)) return PLG_EINVAL;
+    uint64_t pos = 0, n = 0;
+    int64_t prev_last = -1;
+    int rc = PLG_OK;
+    while (pos < len && n < max_out) {
+        rc = parse_entry(buf, len, pos, (flags & PLG_SCAN_VERIFY_CRC) != 0, &out[n]);
+        if (rc != PLG_OK) break;
+        if (out[n].base_offset <= prev_last && out[n].magic == 2) {
+            rc = PLG_ECORRUPT;
+            break;
+        }
+        if (out[n].magic != 2 && out[n].last_offset <= prev_last) {
+            rc = PLG_ECORRUPT;
+            break;
+        }
+        prev_last = out[n].last_offset;
+        pos += out[n].size;
+        n++;
+    }
+    *n_out = n;
+    *valid_bytes_out = pos;
+    return rc;
+}
+
+/* Returns in *position_out the start of the first batch in buf whose last
+ * offset is >= target (framing checked, CRC not), with its last offset in
+ * *last_offset_out; when there is none, *position_out is where the walk
+ * stopped and *last_offset_out is -1. PLG_OK unless an entry is corrupt. */
+int plg_find_batch(const uint8_t *buf, uint64_t len, int64_t target_offset,
+                   uint64_t *position_out, int64_t *last_offset_out) {
+    if (!position_out || !last_offset_out || (!buf && len)) return PLG_EINVAL;
+    uint64_t pos = 0;
+    plg_batch_info_t info;
+    while (pos < len) {
+        int rc = parse_entry(buf, len, pos, 0, &info);
+        if (rc == PLG_ETRUNCATED) break;
+        if (rc != PLG_OK) {
+            *position_out = pos;
+            *last_offset_out = -1;
+            return rc;
+        }
+        if (info.last_offset >= target_offset) {
+            *position_out = pos;
+            *last_offset_out = info.last_offset;
+            return PLG_OK;
+        }
+        pos += info.size;
+    }
+    *position_out = pos;
+    *last_offset_out = -1;
+    return PLG_OK;
+}
+
+/* ---- decoding records --------------------------------------------------- */
+
+/* Decodes `count` v2 records from the (uncompressed) records section
+ * buf[0, len) into the caller's column arrays (each at least `count` long).
+ * Every field is bounds-checked; each record must end exactly where its
+ * length says and the section must be consumed exactly. Returns PLG_OK or
+ * PLG_ECORRUPT (never PLG_ETRUNCATED: the batch framing already fixed the
+ * section's length). */
+int plg_decode_records(const uint8_t *buf, uint64_t len, uint32_t count,
+                       const plg_decoded_records_t *out) {
+    if ((!buf && len) || !out || len > 0xffffffffu) return PLG_EINVAL;
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t rlen, v, tsd;
+        if (get_varint(buf, len, &pos, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
+        if (rlen < 1 || (uint64_t)rlen > len - pos) return PLG_ECORRUPT;
+        uint64_t rend = pos + (uint64_t)rlen;
+        pos++; /* attributes, unused */
+        if (get_varint(buf, rend, &pos, 10, &tsd) != PLG_OK) return PLG_ECORRUPT;
+        out->timestamp_delta[i] = tsd;
+        if (get_varint(buf, rend, &pos, 5, &v) != PLG_OK || v < 0) return PLG_ECORRUPT;
+        out->offset_delta[i] = (int32_t)v;
+        if (get_varint(buf, rend, &pos, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+        out->key_len[i] = (int32_t)v;
+        out->key_pos[i] = (uint32_t)pos;
+        if (v > 0) {
+            if ((uint64_t)v > rend - pos) return PLG_ECORRUPT;
+            pos += (uint64_t)v;
+        }
+        if (get_varint(buf, rend, &pos, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+        out->value_len[i] = (int32_t)v;
+        out->value_pos[i] = (uint32_t)pos;
+        if (v > 0) {
+            if ((uint64_t)v > rend - pos) return PLG_ECORRUPT;
+            pos += (uint64_t)v;
+        }
+        if (get_varint(buf, rend, &pos, 5, &v) != PLG_OK || v < 0) return PLG_ECORRUPT;
+        if ((uint64_t)v > (rend - pos) / 2) return PLG_ECORRUPT; /* a header is >= 2 bytes */
+        int32_t hc = (int32_t)v;
+        uint64_t hstart = pos;
+        for (int32_t j = 0; j < hc; j++) {
+            int64_t hk, hv;
+            if (get_varint(buf, rend, &pos, 5, &hk) != PLG_OK || hk < 0) return PLG_ECORRUPT;
+            if ((uint64_t)hk > rend - pos) return PLG_ECORRUPT;
+            pos += (uint64_t)hk;
+            if (get_varint(buf, rend, &pos, 5, &hv) != PLG_OK || hv < -1) return PLG_ECORRUPT;
+            if (hv > 0) {
+                if ((uint64_t)hv > rend - pos) return PLG_ECORRUPT;
+                pos += (uint64_t)hv;
+            }
+        }
+        out->header_count[i] = hc;
+        out->headers_pos[i] = (uint32_t)hstart;
+        out->headers_len[i] = (uint32_t)(pos - hstart);
+        if (pos != rend) return PLG_ECORRUPT;
+    }
+    if (pos != len) return PLG_ECORRUPT;
+    return PLG_OK;
+}
+
+/* Copies `count` spans buf[pos[i], pos[i] + max(lens[i], 0)) back to back into
+ * out[0, cap) and writes Arrow-style offsets (count + 1 entries, starting at
+ * 0; a null span adds nothing) to offsets_out. Every span is bounds-checked
+ * against len. *used_out gets the bytes written. Returns PLG_OK, PLG_ECORRUPT
+ * (a span outside buf) or PLG_EOVERFLOW. */
+int plg_gather(const uint8_t *buf, uint64_t len, const uint32_t *pos, const int32_t *lens,
+               uint32_t count, uint8_t *out, uint64_t cap, int32_t *offsets_out, uint64_t *used_out) {
+    if ((!buf && len) || (!out && cap) || !pos || !lens || !offsets_out || !used_out) return PLG_EINVAL;
+    uint64_t w = 0;
+    offsets_out[0] = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        int32_t n = lens[i];
+        if (n > 0) {
+            if (pos[i] > len || (uint64_t)n > len - pos[i]) return PLG_ECORRUPT;
+            if ((uint64_t)n > cap - w) return PLG_EOVERFLOW;
+            memcpy(out + w, buf + pos[i], (size_t)n);
+            w += (uint64_t)n;
+            if (w > INT32_MAX) return PLG_EOVERFLOW;
+        }
+        offsets_out[i + 1] = (int32_t)w;
+    }
+    *used_out = w;
+    return PLG_OK;
+}
+
+/* Decodes `count` headers from buf[0, len) (a record's headers_pos/len span,
+ * already validated by plg_decode_records; checked again here because the
+ * caller may pass any bytes). Positions are relative to buf. */
+int plg_decode_headers(const uint8_t *buf, uint64_t len, uint32_t count, plg_header_t *out) {
+    if ((!buf && len) || (!out && count) || len > 0xffffffffu) return PLG_EINVAL;
+    uint64_t pos = 0;
+    for (uint32_t j = 0; j < count; j++) {
+        int64_t hk, hv;
+        if (get_varint(buf, len, &pos, 5, &hk) != PLG_OK || hk < 0) return PLG_ECORRUPT;
+        if ((uint64_t)hk > len - pos) return PLG_ECORRUPT;
+        out[j].key_pos = (uint32_t)pos;
+        out[j].key_len = (int32_t)hk;
+        pos += (uint64_t)hk;
+        if (get_varint(buf, len, &pos, 5, &hv) != PLG_OK || hv < -1) return PLG_ECORRUPT;
+        out[j].value_pos = (uint32_t)pos;
+        out[j].value_len = (int32_t)hv;
+        if (hv > 0) {
+            if ((uint64_t)hv > len - pos) return PLG_ECORRUPT;
+            pos += (uint64_t)hv;
+        }
+    }
+    return pos == len ? PLG_OK : PLG_ECORRUPT;
+}
+
+/* Decodes the legacy message at buf[0, len) (12-byte log header included;
+ * len must be exactly the entry's size as plg_scan reported). Positions are
+ * relative to buf. Returns PLG_OK, PLG_ETRUNCATED or PLG_ECORRUPT. */
+int plg_decode_legacy(const uint8_t *buf, uint64_t len, plg_legacy_message_t *out) {
+    if (!buf || !out) return PLG_EINVAL;
+    if (len < PLG_LOG_OVERHEAD + PLG_LEGACY_V0_OVERHEAD) return PLG_ETRUNCATED;
+    int8_t magic = (int8_t)buf[16];
+    if (magic != 0 && magic != 1) return PLG_EMAGIC;
+    int64_t size = (int32_t)be32_unchecked(buf + 8);
+    if (size < 0 || (uint64_t)size != len - PLG_LOG_OVERHEAD) return PLG_ECORRUPT;
+    uint64_t pos = 18;
+    out->offset = (int64_t)be64_unchecked(buf);
+    out->magic = magic;
+    out->attributes = (int8_t)buf[17];
+    out->timestamp = -1;
+    if (magic == 1) {
+        if (8 > len - pos) return PLG_ECORRUPT;
+        out->timestamp = (int64_t)be64_unchecked(buf + pos);
+        pos += 8;
+    }
+    if (4 > len - pos) return PLG_ECORRUPT;
+    int32_t kl = (int32_t)be32_unchecked(buf + pos);
+    pos += 4;
+    if (kl < -1 || (kl > 0 && (uint64_t)kl > len - pos)) return PLG_ECORRUPT;
+    out->key_len = kl;
+    out->key_pos = (uint32_t)pos;
+    if (kl > 0) pos += (uint64_t)kl;
+    if (4 > len - pos) return PLG_ECORRUPT;
+    int32_t vl = (int32_t)be32_unchecked(buf + pos);
+    pos += 4;
+    if (vl < -1 || (vl > 0 && (uint64_t)vl > len - pos)) return PLG_ECORRUPT;
+    out->value_len = vl;
+    out->value_pos = (uint32_t)pos;
+    if (vl > 0) pos += (uint64_t)vl;
+    return pos == len ? PLG_OK : PLG_ECORRUPT;
+}
+
+/* Re-stamps baseOffset and partitionLeaderEpoch of every v2 batch in
+ * buf[0, len) with consecutive offsets starting at base_offset (neither field
+ * is covered by the CRC). The framing of every batch is checked first, so on
+ * error nothing has been modified. Returns PLG_OK, PLG_ECORRUPT, PLG_EMAGIC
+ * (legacy entries cannot be re-stamped) or PLG_ETRUNCATED. */
+int plg_batch_set_offsets(uint8_t *buf, uint64_t len, int64_t base_offset,
+                          int32_t partition_leader_epoch, uint64_t *n_batches_out,
+                          int64_t *next_offset_out) {
+    if (!buf || !n_batches_out || !next_offset_out || base_offset < 0) return PLG_EINVAL;
+    plg_batch_info_t info;
+    uint64_t pos = 0, n = 0;
+    while (pos < len) { /* validate first */
+        int rc = parse_entry(buf, len, pos, 0, &info);
+        if (rc != PLG_OK) return rc;
+        if (info.magic != 2) return PLG_EMAGIC;
+        pos += info.size;
+        n++;
+    }
+    int64_t next = base_offset;
+    pos = 0;
+    while (pos < len) {
+        parse_entry(buf, len, pos, 0, &info);
+        put64(buf + pos, (uint64_t)next);
+        put32(buf + pos + 12, (uint32_t)partition_leader_epoch);
+        next += info.last_offset - info.base_offset + 1;
+        pos += info.size;
+    }
+    *n_batches_out = n;
+    *next_offset_out = next;
+    return PLG_OK;
+}

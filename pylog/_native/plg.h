@@ -1,0 +1,187 @@
+/*
+ * plg.h - the pylog C core: CRC32C, Kafka RecordBatch v2 encode/decode,
+ * legacy (magic 0/1) message-set decode, sparse index bookkeeping and lookup.
+ *
+ * Conventions (STYLE.md):
+ *   - every entry point returns int: PLG_OK (0) or a negative PLG_E* code;
+ *     results come back through out-pointers;
+ *   - C never does file I/O and never keeps a pointer to a caller's buffer
+ *     after returning (cffi releases the GIL during calls);
+ *   - every byte handed in is untrusted: positions are uint64_t and bounds are
+ *     checked as `n > end - pos`, never `pos + n > end`.
+ */
+#ifndef PLG_H
+#define PLG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PLG_VERSION "0.1.0"
+
+/* ---- status codes ------------------------------------------------------ */
+#define PLG_OK 0
+#define PLG_ETRUNCATED (-1) /* bytes end inside a header or body: a torn tail   */
+#define PLG_ECORRUPT (-2)   /* a length, count or varint is out of range        */
+#define PLG_ECRC (-3)       /* checksum mismatch                                */
+#define PLG_EMAGIC (-4)     /* magic byte is not 0, 1 or 2                      */
+#define PLG_EOVERFLOW (-5)  /* caller's output buffer is too small              */
+#define PLG_EINVAL (-6)     /* bad argument (caller bug or bad user input)      */
+#define PLG_EORDER (-7)     /* offsets/timestamps out of order (index, append)  */
+
+/* ---- RecordBatch v2 layout (all big-endian) ----------------------------- */
+#define PLG_LOG_OVERHEAD 12           /* baseOffset i64 + batchLength i32       */
+#define PLG_BATCH_OVERHEAD 61         /* full v2 header                         */
+#define PLG_MAGIC_OFFSET 16
+#define PLG_CRC_OFFSET 17
+#define PLG_ATTRIBUTES_OFFSET 21
+#define PLG_LEGACY_V0_OVERHEAD 14     /* crc4 magic1 attr1 keylen4 vallen4      */
+#define PLG_LEGACY_V1_OVERHEAD 22     /* v0 + timestamp8                        */
+
+#define PLG_ATTR_COMPRESSION_MASK 0x07
+#define PLG_ATTR_LOG_APPEND_TIME 0x08
+#define PLG_ATTR_TRANSACTIONAL 0x10
+#define PLG_ATTR_CONTROL 0x20
+#define PLG_ATTR_DELETE_HORIZON 0x40
+
+/* scan flags */
+#define PLG_SCAN_VERIFY_CRC 1u
+
+/* ---- info about one batch (v2) or one legacy message (v0/v1) ----------- */
+typedef struct {
+    uint64_t position;          /* byte position of the batch in the scanned buffer */
+    uint32_t size;              /* total bytes, including the 12-byte log header    */
+    int32_t partition_leader_epoch; /* v2 only; -1 for legacy                       */
+    int8_t magic;
+    int16_t attributes;
+    int64_t base_offset;        /* legacy: the message's own offset                 */
+    int64_t last_offset;
+    int64_t base_timestamp;     /* legacy v1: the message timestamp; v0: -1         */
+    int64_t max_timestamp;
+    int64_t producer_id;
+    int16_t producer_epoch;
+    int32_t base_sequence;
+    int32_t records_count;      /* legacy: 1                                        */
+    uint32_t crc;               /* stored checksum                                  */
+} plg_batch_info_t;
+
+/* ---- decoded v2 records, column-wise: caller-owned arrays of `count` ---- */
+/* Positions are relative to the records buffer; a length of -1 means null.
+ * Columns let Python turn each into a list with one ffi.unpack call, and give
+ * Arrow its offsets without a per-record loop. */
+typedef struct {
+    int64_t *timestamp_delta;
+    int32_t *offset_delta;
+    uint32_t *key_pos;
+    int32_t *key_len;
+    uint32_t *value_pos;
+    int32_t *value_len;
+    uint32_t *headers_pos;      /* first header byte                                */
+    uint32_t *headers_len;      /* bytes of all the record's headers                */
+    int32_t *header_count;
+} plg_decoded_records_t;
+
+typedef struct {
+    uint32_t key_pos;
+    int32_t key_len;
+    uint32_t value_pos;
+    int32_t value_len;          /* -1: null                                         */
+} plg_header_t;
+
+/* ---- one legacy (v0/v1) message, positions relative to the message ---- */
+typedef struct {
+    int64_t offset;
+    int8_t magic;
+    int8_t attributes;
+    int64_t timestamp;          /* -1 for v0                                        */
+    int32_t key_len;
+    uint32_t key_pos;
+    int32_t value_len;
+    uint32_t value_pos;
+} plg_legacy_message_t;
+
+/* ---- batch header fields supplied by the encoder's caller -------------- */
+typedef struct {
+    int64_t base_offset;
+    int32_t partition_leader_epoch;
+    int16_t attributes;
+    int64_t base_timestamp;     /* record timestamps are stored as deltas from this */
+    int64_t max_timestamp;
+    int64_t producer_id;
+    int16_t producer_epoch;
+    int32_t base_sequence;
+} plg_batch_header_t;
+
+/* Record columns for one batch: n records, each field a concatenated buffer
+ * plus a length array. A NULL *_lens array means "all null" (keys) or
+ * "no headers" (header_counts); timestamps NULL means every record has
+ * base_timestamp. Header keys/values are concatenated across all records. */
+typedef struct {
+    uint32_t count;
+    const int64_t *timestamps;
+    const uint8_t *keys;
+    const int32_t *key_lens;
+    const uint8_t *values;
+    const int32_t *value_lens;
+    const int32_t *header_counts;
+    const uint8_t *header_keys;
+    const int32_t *header_key_lens;
+    const uint8_t *header_values;
+    const int32_t *header_value_lens;
+} plg_record_columns_t;
+
+/* ---- sparse index bookkeeping of one segment (Kafka's LogSegment.append) */
+typedef struct {
+    int64_t base_offset;
+    uint64_t size;                      /* bytes in the .log                        */
+    uint64_t bytes_since_last_index_entry;
+    uint32_t index_interval_bytes;
+    int64_t max_timestamp_so_far;       /* -1 until a batch with a timestamp        */
+    int64_t offset_of_max_timestamp;
+    int64_t last_index_offset;          /* absolute; base_offset-1 when empty        */
+    int64_t last_time_index_timestamp;  /* -1 when empty                             */
+    int64_t last_time_index_offset;
+} plg_segment_state_t;
+
+/* ---- API ---------------------------------------------------------------- */
+const char *plg_version(void);
+const char *plg_strerror(int rc);
+int plg_crc32c_hardware(void);
+
+int plg_crc32c(const uint8_t *buf, uint64_t len, uint32_t crc_in, uint32_t *crc_out);
+int plg_crc32c_table(const uint8_t *buf, uint64_t len, uint32_t crc_in, uint32_t *crc_out);
+int plg_crc32(const uint8_t *buf, uint64_t len, uint32_t crc_in, uint32_t *crc_out);
+
+int plg_batch_size(const plg_record_columns_t *cols, int64_t base_timestamp, uint64_t *size_out);
+int plg_batch_encode(const plg_batch_header_t *hdr, const plg_record_columns_t *cols,
+                     uint8_t *out, uint64_t cap, uint64_t *len_out);
+int plg_batch_seal(uint8_t *batch, uint64_t len);
+int plg_batch_set_offsets(uint8_t *buf, uint64_t len, int64_t base_offset,
+                          int32_t partition_leader_epoch, uint64_t *n_batches_out,
+                          int64_t *next_offset_out);
+
+int plg_scan(const uint8_t *buf, uint64_t len, uint32_t flags, plg_batch_info_t *out,
+             uint64_t max_out, uint64_t *n_out, uint64_t *valid_bytes_out);
+int plg_find_batch(const uint8_t *buf, uint64_t len, int64_t target_offset,
+                   uint64_t *position_out, int64_t *last_offset_out);
+
+int plg_decode_records(const uint8_t *buf, uint64_t len, uint32_t count,
+                       const plg_decoded_records_t *out);
+int plg_gather(const uint8_t *buf, uint64_t len, const uint32_t *pos, const int32_t *lens,
+               uint32_t count, uint8_t *out, uint64_t cap, int32_t *offsets_out, uint64_t *used_out);
+int plg_decode_headers(const uint8_t *buf, uint64_t len, uint32_t count, plg_header_t *out);
+int plg_decode_legacy(const uint8_t *buf, uint64_t len, plg_legacy_message_t *out);
+int plg_varint_decode(const uint8_t *buf, uint64_t len, int64_t *value_out, uint64_t *used_out);
+int plg_varint_encode(int64_t value, uint8_t *out, uint64_t cap, uint64_t *used_out);
+
+int plg_segment_after_append(plg_segment_state_t *st, uint64_t append_bytes,
+                             int64_t last_offset, int64_t max_timestamp,
+                             int64_t offset_of_max_timestamp, uint8_t *index_entry_out,
+                             uint8_t *time_entry_out, uint32_t *entries_out);
+int plg_index_check(const uint8_t *idx, uint64_t len, int is_time_index, uint64_t log_size,
+                    uint64_t *entries_out);
+int plg_offset_index_lookup(const uint8_t *idx, uint64_t len, int32_t target_rel,
+                            int32_t *rel_out, int32_t *pos_out);
+int plg_time_index_lookup(const uint8_t *idx, uint64_t len, int64_t target_ts,
+                          int64_t *ts_out, int32_t *rel_out);
+
+#endif /* PLG_H */

@@ -1,0 +1,213 @@
+"""The pylog exception tree, named after Kafka's errors.
+
+Every exception pylog raises on purpose is a :class:`PylogError`. Errors about
+bad arguments also subclass :class:`ValueError` or :class:`TypeError`, so code
+that already catches those keeps working. Messages name what was wrong and
+where: the file and byte position, or the topic, partition and offset.
+
+This module also holds the one table that maps the C core's status codes to
+exceptions (:func:`native_error`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class PylogError(Exception):
+    """Base class of every error pylog raises on purpose."""
+
+    #: Kafka's protocol error name, when there is one.
+    kafka_name: str = ""
+    #: True when a client may retry the operation as is (Kafka's RetriableException).
+    retriable: bool = False
+
+
+# ---- storage ---------------------------------------------------------------
+
+
+class KafkaStorageError(PylogError, OSError):
+    """An I/O error in a log directory (Kafka's KafkaStorageException)."""
+
+    kafka_name = "KAFKA_STORAGE_ERROR"
+
+
+class LogDirLockedError(KafkaStorageError):
+    """Another writer (a process, or another object in this one) holds the log directory."""
+
+
+class LogClosedError(PylogError):
+    """The log, segment or cluster was used after close()."""
+
+
+class CorruptRecordError(PylogError):
+    """Bytes on disk (or in a buffer) fail validation: size, magic, CRC or a record field.
+
+    Attributes:
+        path: the file concerned, when known.
+        position: byte position of the bad batch in that file, when known.
+    """
+
+    kafka_name = "CORRUPT_MESSAGE"
+
+    def __init__(self, message: str, path: Optional[str] = None, position: Optional[int] = None):
+        where = []
+        if path is not None:
+            where.append(f"file {path}")
+        if position is not None:
+            where.append(f"byte position {position}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.path = path
+        self.position = position
+
+
+class CorruptIndexError(CorruptRecordError):
+    """An index or time index file is invalid; recovery rebuilds it from the log."""
+
+
+class CorruptCheckpointError(CorruptRecordError):
+    """A checkpoint file does not follow Kafka's checkpoint text format."""
+
+
+class InvalidRecordError(PylogError, TypeError):
+    """A record given to append() is not valid (wrong type, bad header, ...)."""
+
+    kafka_name = "INVALID_RECORD"
+
+
+class RecordTooLargeError(PylogError, ValueError):
+    """A batch is larger than ``max_message_bytes`` (or a segment can hold)."""
+
+    kafka_name = "MESSAGE_TOO_LARGE"
+
+
+class InvalidConfigurationError(PylogError, ValueError):
+    """A configuration value is out of range, of the wrong type, or unknown."""
+
+    kafka_name = "INVALID_CONFIG"
+
+
+class InvalidTopicError(PylogError, ValueError):
+    """A topic name breaks Kafka's rules: [a-zA-Z0-9._-], 1..249 chars, not '.' or '..'."""
+
+    kafka_name = "INVALID_TOPIC_EXCEPTION"
+
+
+class OffsetOutOfRangeError(PylogError, ValueError):
+    """An offset is below the log start offset or above the log end offset."""
+
+    kafka_name = "OFFSET_OUT_OF_RANGE"
+
+
+class InvalidOffsetError(PylogError, ValueError):
+    """An append or index entry would not keep offsets strictly increasing."""
+
+
+# ---- replication and clients ------------------------------------------------
+
+
+class UnknownTopicOrPartitionError(PylogError, KeyError):
+    """The topic or partition does not exist."""
+
+    kafka_name = "UNKNOWN_TOPIC_OR_PARTITION"
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicAlreadyExistsError(PylogError, ValueError):
+    kafka_name = "TOPIC_ALREADY_EXISTS"
+
+
+class NotLeaderError(PylogError):
+    """The broker is not the leader of the partition (NOT_LEADER_OR_FOLLOWER)."""
+
+    kafka_name = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
+class LeaderNotAvailableError(PylogError):
+    kafka_name = "LEADER_NOT_AVAILABLE"
+    retriable = True
+
+
+class NotEnoughReplicasError(PylogError):
+    """acks=all and the ISR is smaller than min_insync_replicas: nothing was appended."""
+
+    kafka_name = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(PylogError):
+    """acks=all: appended, but the ISR shrank below min_insync_replicas before it was committed."""
+
+    kafka_name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    retriable = True
+
+
+class RequestTimedOutError(PylogError):
+    kafka_name = "REQUEST_TIMED_OUT"
+    retriable = True
+
+
+class FencedLeaderEpochError(PylogError):
+    """A request carried a leader epoch older than the partition's current one."""
+
+    kafka_name = "FENCED_LEADER_EPOCH"
+    retriable = True
+
+
+class UnknownLeaderEpochError(PylogError):
+    kafka_name = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
+
+
+class StaleControllerEpochError(PylogError):
+    kafka_name = "STALE_CONTROLLER_EPOCH"
+
+
+class BrokerNotAvailableError(PylogError):
+    kafka_name = "BROKER_NOT_AVAILABLE"
+    retriable = True
+
+
+class OutOfOrderSequenceError(PylogError):
+    kafka_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(PylogError):
+    kafka_name = "INVALID_PRODUCER_EPOCH"
+
+
+class NativeError(PylogError):
+    """The C core reported a status that is a bug in pylog, not in the input."""
+
+
+# ---- the one table from C status codes to exceptions ------------------------
+
+#: C status code -> (exception class, description). Filled from the compiled
+#: constants by :mod:`pylog._native` (the header is the only source of the
+#: numbers); descriptions come from ``plg_strerror``.
+_CORRUPT_CODES = ("PLG_ETRUNCATED", "PLG_ECORRUPT", "PLG_ECRC", "PLG_EMAGIC")
+
+
+def native_error(
+    rc: int,
+    lib: object,
+    what: str,
+    path: Optional[str] = None,
+    position: Optional[int] = None,
+) -> PylogError:
+    """Return the exception for C status ``rc`` raised while doing ``what``.
+
+    Corrupt or truncated input becomes :class:`CorruptRecordError` naming
+    ``path`` and ``position``; out-of-order offsets :class:`InvalidOffsetError`;
+    anything else :class:`NativeError` (a pylog bug).
+    """
+    from pylog._native import strerror
+
+    reason = strerror(rc)
+    if rc in {getattr(lib, name) for name in _CORRUPT_CODES}:
+        return CorruptRecordError(f"{what}: {reason}", path=path, position=position)
+    if rc == getattr(lib, "PLG_EORDER"):
+        return InvalidOffsetError(f"{what}: {reason}")
+    return NativeError(f"{what}: {reason} (status {rc})")
