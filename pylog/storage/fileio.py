@@ -1,0 +1,255 @@
+"""The file layer every storage write goes through, and its crash simulation.
+
+:class:`FileIO` is the real thing: thin wrappers over ``os`` file-descriptor
+calls. :class:`SimulatedDiskIO` sits on the same files but remembers, per file,
+how many bytes were fsynced; :meth:`SimulatedDiskIO.crash` then throws away
+everything that was not - exactly what a power loss does to a page cache -
+and it can inject ``ENOSPC``/``EIO`` on the Nth write or fsync. The storage
+layer never calls ``os`` directly for its files, so the same code runs on
+either, and the cluster simulator gives each broker its own
+:class:`SimulatedDiskIO`.
+
+Model of what survives (documented in docs/durability.md):
+
+* bytes written past a file's last fsync are lost on crash (files are
+  append-mostly: logs, indexes);
+* a truncation is kept (it can only remove bytes);
+* a file created, or renamed into place, is lost on crash unless its
+  directory was fsynced after the create/rename (POSIX: a new directory
+  entry is durable only after fsync of the directory).
+
+Thread-safety: :class:`FileIO` is stateless. :class:`SimulatedDiskIO` guards
+its bookkeeping with a lock.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from typing import Dict, List, Optional, Set
+
+
+class FileIO:
+    """Real file I/O on file descriptors (the default)."""
+
+    def open(self, path: str, *, create: bool = True, read_only: bool = False) -> int:
+        """Open ``path`` for positional reads and writes; returns an fd."""
+        flags = os.O_RDONLY if read_only else os.O_RDWR | (os.O_CREAT if create else 0)
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def pread(self, fd: int, n: int, offset: int) -> bytes:
+        """Read up to ``n`` bytes at ``offset`` (short only at end of file)."""
+        chunks = []
+        while n > 0:
+            b = os.pread(fd, n, offset)
+            if not b:
+                break
+            chunks.append(b)
+            n -= len(b)
+            offset += len(b)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def pwrite(self, fd: int, data: object, offset: int) -> None:
+        """Write all of ``data`` at ``offset``."""
+        view = memoryview(data)  # type: ignore[arg-type]
+        while len(view):
+            n = os.pwrite(fd, view, offset)
+            view = view[n:]
+            offset += n
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def listdir(self, path: str) -> List[str]:
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def read_file(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def write_file_atomic(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory.
+
+        Durability: after return the new content survives power loss; a crash
+        in between leaves either the old or the new file, never a mix.
+        """
+        tmp = path + ".tmp"
+        fd = self.open(tmp)
+        try:
+            self.truncate(fd, 0)
+            self.pwrite(fd, data, 0)
+            self.fsync(fd)
+        finally:
+            self.close(fd)
+        self.replace(tmp, path)
+        self.fsync_dir(os.path.dirname(path) or ".")
+
+
+class _FileState:
+    __slots__ = ("synced_size", "durable_name")
+
+    def __init__(self, synced_size: int, durable_name: bool):
+        self.synced_size = synced_size
+        self.durable_name = durable_name
+
+
+class SimulatedDiskIO(FileIO):
+    """Real files plus a model of the page cache: :meth:`crash` drops unsynced bytes.
+
+    Files that existed before this object saw them count as fully synced.
+    ``fail_write_after=N`` makes the (N+1)th write raise ``OSError(fail_errno)``;
+    ``fail_fsync_after`` does the same for fsync.
+    """
+
+    def __init__(self, *, fail_write_after: Optional[int] = None, fail_fsync_after: Optional[int] = None,
+                 fail_errno: int = errno.ENOSPC):
+        self._lock = threading.Lock()
+        self._files: Dict[str, _FileState] = {}
+        self._fd_paths: Dict[int, str] = {}
+        self._pending_names: Dict[str, Set[str]] = {}  # dir -> names created/renamed since its fsync
+        self._removed: Dict[str, bytes] = {}  # unlinked (not yet dir-synced) files: name -> content
+        self.fail_write_after = fail_write_after
+        self.fail_fsync_after = fail_fsync_after
+        self.fail_errno = fail_errno
+        self.writes = 0
+        self.fsyncs = 0
+
+    def _state(self, path: str) -> _FileState:
+        st = self._files.get(path)
+        if st is None:
+            size = os.path.getsize(path) if os.path.exists(path) else 0
+            st = self._files[path] = _FileState(size, True)
+        return st
+
+    def open(self, path: str, *, create: bool = True, read_only: bool = False) -> int:
+        path = os.path.abspath(path)
+        with self._lock:
+            existed = os.path.exists(path)
+            fd = super().open(path, create=create, read_only=read_only)
+            if not existed:
+                self._files[path] = _FileState(0, False)
+                self._pending_names.setdefault(os.path.dirname(path), set()).add(path)
+            else:
+                self._state(path)
+            self._fd_paths[fd] = path
+        return fd
+
+    def close(self, fd: int) -> None:
+        with self._lock:
+            self._fd_paths.pop(fd, None)
+        super().close(fd)
+
+    def pwrite(self, fd: int, data: object, offset: int) -> None:
+        with self._lock:
+            self.writes += 1
+            if self.fail_write_after is not None and self.writes > self.fail_write_after:
+                raise OSError(self.fail_errno, os.strerror(self.fail_errno), self._fd_paths.get(fd))
+        super().pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        with self._lock:
+            self.fsyncs += 1
+            if self.fail_fsync_after is not None and self.fsyncs > self.fail_fsync_after:
+                raise OSError(self.fail_errno, os.strerror(self.fail_errno), self._fd_paths.get(fd))
+            super().fsync(fd)
+            path = self._fd_paths.get(fd)
+            if path is not None:
+                self._state(path).synced_size = os.fstat(fd).st_size
+
+    def truncate(self, fd: int, size: int) -> None:
+        with self._lock:
+            super().truncate(fd, size)
+            path = self._fd_paths.get(fd)
+            if path is not None:
+                st = self._state(path)
+                st.synced_size = min(st.synced_size, size)
+
+    def replace(self, src: str, dst: str) -> None:
+        src, dst = os.path.abspath(src), os.path.abspath(dst)
+        with self._lock:
+            st = self._state(src)
+            if os.path.exists(dst) and dst not in self._removed:
+                self._removed[dst] = open(dst, "rb").read()[: self._state(dst).synced_size]
+            super().replace(src, dst)
+            self._files[dst] = _FileState(st.synced_size, False)
+            self._files.pop(src, None)
+            self._pending_names.setdefault(os.path.dirname(dst), set()).add(dst)
+            for fd, p in self._fd_paths.items():
+                if p == src:
+                    self._fd_paths[fd] = dst
+
+    def unlink(self, path: str) -> None:
+        path = os.path.abspath(path)
+        with self._lock:
+            st = self._state(path)
+            if st.durable_name and path not in self._removed:
+                with open(path, "rb") as f:
+                    self._removed[path] = f.read()[: st.synced_size]
+            super().unlink(path)
+            self._files.pop(path, None)
+            self._pending_names.setdefault(os.path.dirname(path), set()).add(path)
+
+    def fsync_dir(self, path: str) -> None:
+        path = os.path.abspath(path)
+        with self._lock:
+            super().fsync_dir(path)
+            for name in self._pending_names.pop(path, set()):
+                if name in self._files:
+                    self._files[name].durable_name = True
+                self._removed.pop(name, None)
+
+    def crash(self) -> None:
+        """Lose every byte and directory entry that was not made durable.
+
+        Call with every fd of this disk closed or abandoned (the process "died").
+        """
+        with self._lock:
+            for fd in list(self._fd_paths):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._fd_paths.clear()
+            for path, st in list(self._files.items()):
+                if not os.path.exists(path):
+                    continue
+                if not st.durable_name:
+                    os.unlink(path)
+                    continue
+                if os.path.getsize(path) > st.synced_size:
+                    os.truncate(path, st.synced_size)
+            for path, content in self._removed.items():
+                with open(path, "wb") as f:  # an unlink that never reached the disk
+                    f.write(content)
+            self._files.clear()
+            self._removed.clear()
+            self._pending_names.clear()
+            self.writes = self.fsyncs = 0

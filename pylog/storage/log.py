@@ -1,0 +1,814 @@
+"""One partition's log: a sorted map of segments (Kafka's UnifiedLog/LocalLog).
+
+>>> import tempfile, os, pylog
+>>> d = tempfile.mkdtemp()
+>>> log = pylog.Log.open(os.path.join(d, "orders-0"))
+>>> log.append([b"a", b"b"]).last_offset
+1
+>>> [r.value for r in log.read(0)]
+[b'a', b'b']
+>>> log.close()
+
+Offsets are dense and strictly increasing; every append is one batch (or the
+caller's batches), written whole or not at all. Segments roll on
+``segment_bytes``/``segment_ms``; the log start offset moves with retention
+and :meth:`Log.delete_records_before`; :meth:`Log.truncate_to` removes a
+suffix (replicas use it to drop a divergent tail).
+
+Durability (see docs/durability.md):
+
+* after :meth:`append` returns, the batch is in the OS page cache: it survives
+  a crash of this process, not a power loss or OS crash;
+* after :meth:`flush` returns (or an append under ``flush_messages=1``),
+  everything up to :attr:`log_end_offset` survives power loss;
+* ``flush_messages=N`` / ``flush_ms=T`` flush after N records / T ms, so a
+  power loss can cost at most the records since the last flush;
+* a clean :meth:`close` flushes, checkpoints and writes the clean-shutdown
+  marker, so reopening scans nothing; after a crash, reopening validates the
+  segments past the recovery point and truncates a torn tail.
+
+Thread-safety: every public method takes the log's lock, so one Log may be
+shared by threads. Another process may open the same partition with
+``read_only=True`` and read while this one appends; it never sees a torn
+batch (framing and CRC are checked on every read).
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Union
+
+from sortedcontainers import SortedDict
+
+from pylog import _native
+from pylog.errors import (
+    CorruptCheckpointError,
+    CorruptRecordError,
+    InvalidConfigurationError,
+    InvalidOffsetError,
+    InvalidTopicError,
+    KafkaStorageError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from pylog.storage import checkpoint
+from pylog.storage.epoch_cache import LeaderEpochCache
+from pylog.storage.fileio import FileIO
+from pylog.storage.loader import RecoveryResult, load_segments, recover
+from pylog.storage.logdir import LogDir, parse_partition_dir
+from pylog.storage.record import (
+    NO_PARTITION_LEADER_EPOCH,
+    BatchInfo,
+    Record,
+    RecordBatch,
+    RecordInput,
+    encode_batch,
+    scan,
+    set_base_offset,
+)
+from pylog.storage.segment import LogSegment
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_DAY_MS = 24 * 3600 * 1000
+
+
+def validate_topic(topic: object) -> str:
+    """Return ``topic`` if it is a legal Kafka topic name, else raise InvalidTopicError."""
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic name must be a str, not {type(topic).__name__}")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
+    if not _TOPIC_RE.match(topic):
+        raise InvalidTopicError(
+            f"topic name {topic!r} is invalid: use 1 to 249 characters from [a-zA-Z0-9._-]"
+        )
+    return topic
+
+
+class AppendResult(NamedTuple):
+    """Where an append landed: ``base_offset``..``last_offset`` inclusive."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    position: int
+    records_count: int
+
+
+class LogConfig(NamedTuple):
+    """Per-partition settings, with Kafka's defaults and snake_case names."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * _DAY_MS
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    flush_messages: Optional[int] = None  # None: never by count; 1: fsync every append
+    flush_ms: Optional[int] = None  # None: never by time
+    retention_bytes: int = -1  # -1: unlimited
+    retention_ms: int = 7 * _DAY_MS  # -1: unlimited
+    recovery_checkpoint_interval_ms: int = 60_000
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: object) -> "LogConfig":
+        unknown = set(kwargs) - set(cls._fields)
+        if unknown:
+            raise InvalidConfigurationError(
+                f"unknown log config {', '.join(sorted(unknown))}; known: {', '.join(cls._fields)}"
+            )
+        cfg = cls(**kwargs)  # type: ignore[arg-type]
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        def need_int(name: str, lo: int, allow_none: bool = False) -> None:
+            v = getattr(self, name)
+            if v is None and allow_none:
+                return
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise InvalidConfigurationError(f"{name} must be an int, not {type(v).__name__} ({v!r})")
+            if v < lo:
+                raise InvalidConfigurationError(f"{name} must be >= {lo}, got {v}")
+
+        need_int("segment_bytes", 14 + 61)
+        need_int("segment_ms", 1)
+        need_int("index_interval_bytes", 0)
+        need_int("max_message_bytes", 61)
+        need_int("flush_messages", 1, allow_none=True)
+        need_int("flush_ms", 0, allow_none=True)
+        need_int("retention_bytes", -1)
+        need_int("retention_ms", -1)
+        need_int("recovery_checkpoint_interval_ms", 0)
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log:
+    """One partition: append, read by offset or time, truncate, retain, recover."""
+
+    def __init__(self) -> None:  # use Log.open()
+        raise TypeError("use pylog.Log.open(path, ...) to open a log")
+
+    # ------------------------------------------------------------------ open
+    @classmethod
+    def open(
+        cls,
+        path: Union[str, os.PathLike],
+        *,
+        read_only: bool = False,
+        file_io: Optional[FileIO] = None,
+        clock_ms: Optional[Callable[[], int]] = None,
+        **config: object,
+    ) -> "Log":
+        """Open (creating when needed) the partition directory ``path``.
+
+        ``path`` must be named ``<topic>-<partition>`` as in a Kafka log dir
+        (e.g. ``/data/orders-0``); its parent is the log directory holding the
+        checkpoints and the lock. Settings are those of :class:`LogConfig`.
+
+        Raises :class:`LogDirLockedError` when another writer has the log
+        directory, :class:`InvalidTopicError` for a bad directory name and
+        :class:`InvalidConfigurationError` for a bad setting.
+
+        Complexity: O(segments) after a clean shutdown; otherwise plus a scan
+        of the bytes past the recovery point.
+        """
+        self = object.__new__(cls)
+        self._init(os.fspath(path), read_only, file_io or FileIO(), clock_ms or _wall_clock_ms, LogConfig.from_kwargs(**config))
+        return self
+
+    def _init(self, path: str, read_only: bool, io: FileIO, clock: Callable[[], int], config: LogConfig) -> None:
+        tp = parse_partition_dir(path)
+        if tp is None:
+            raise InvalidTopicError(
+                f"{path!r}: a partition directory must be named <topic>-<partition> "
+                "(Kafka's layout), e.g. /data/orders-0"
+            )
+        validate_topic(tp[0])
+        self.dir = os.path.abspath(path)
+        self.topic, self.partition = tp
+        self.config = config
+        self.read_only = read_only
+        self.io = io
+        self.clock_ms = clock
+        self._lock = threading.RLock()
+        self._closed = False
+        self._logdir: Optional[LogDir] = None
+        self.recovery: Optional[RecoveryResult] = None
+        parent = os.path.dirname(self.dir)
+        if read_only:
+            if not os.path.isdir(self.dir):
+                raise KafkaStorageError(f"partition directory {self.dir} does not exist")
+            self._load_read_only()
+            return
+        if os.path.exists(self.dir) and not os.path.isdir(self.dir):
+            raise KafkaStorageError(f"partition path {self.dir} is a file, not a directory")
+        self._logdir = LogDir.acquire(parent, io)
+        try:
+            needs_recovery = self._logdir.register(tp)
+            try:
+                self._load(needs_recovery)
+            except BaseException:
+                self._logdir.unregister(tp)
+                raise
+        except BaseException:
+            self._logdir.release()
+            raise
+
+    def _load(self, needs_recovery: bool) -> None:
+        io, tp, ld = self.io, (self.topic, self.partition), self._logdir
+        assert ld is not None
+        try:
+            io.makedirs(self.dir)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot create partition directory {self.dir}: {exc.strerror}") from exc
+        now = self.clock_ms()
+        self.segments: SortedDict = load_segments(
+            io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=False, now_ms=now
+        )
+        recovery_point = ld.recovery_points.get(tp, 0)
+        self.recovery = RecoveryResult(self.dir, clean_shutdown=not needs_recovery, recovery_point=recovery_point)
+        epoch_path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
+        try:
+            self.epochs = LeaderEpochCache(checkpoint.read_epochs(io, epoch_path))
+        except CorruptCheckpointError:
+            self.epochs = LeaderEpochCache()
+            needs_recovery = True
+            recovery_point = 0
+        if needs_recovery and self.segments:
+            rebuilt = LeaderEpochCache([(e, s) for e, s in self.epochs.entries if s < recovery_point])
+            self.epochs = rebuilt
+
+            def on_batches(batches: List[BatchInfo]) -> None:
+                for b in batches:
+                    if b.magic == 2:
+                        self.epochs.assign(b.partition_leader_epoch, b.base_offset)
+
+            recover(self.segments, self.recovery, on_batches)
+        if not self.segments:
+            start = ld.log_start_offsets.get(tp, 0)
+            self.segments[start] = self._new_segment(start)
+        self.log_end_offset = self.active_segment.next_offset()
+        self.log_start_offset = max(ld.log_start_offsets.get(tp, 0), self.segments.keys()[0])
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.recovery_point = min(recovery_point, self.log_end_offset) if needs_recovery else self.log_end_offset
+        if self.epochs.truncate_from_end(self.log_end_offset) or needs_recovery:
+            self._write_epochs()
+        ld.recovery_points[tp] = self.recovery_point
+        ld.log_start_offsets[tp] = self.log_start_offset
+        ld.recovered(tp)
+        self._unflushed_messages = 0
+        self._last_flush_ms = now
+        self._last_checkpoint_ms = now
+
+    def _load_read_only(self) -> None:
+        self.segments = load_segments(
+            self.io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=True, now_ms=self.clock_ms()
+        )
+        self.epochs = LeaderEpochCache()
+        ld_path = os.path.dirname(self.dir)
+        try:
+            starts = checkpoint.read_offsets(self.io, os.path.join(ld_path, "log-start-offset-checkpoint"))
+        except CorruptCheckpointError:
+            starts = {}
+        if self.segments:
+            self.log_end_offset = self.active_segment.next_offset()
+            first = self.segments.keys()[0]
+        else:
+            self.log_end_offset = first = 0
+        self.log_start_offset = min(max(starts.get((self.topic, self.partition), 0), first), self.log_end_offset)
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._last_checkpoint_ms = 0
+
+    def refresh(self) -> None:
+        """Read-only logs: pick up segments and batches another process appended since."""
+        with self._lock:
+            self._ensure_open()
+            if not self.read_only:
+                return
+            for seg in self.segments.values():
+                seg.close()
+            self._load_read_only()
+
+    # ------------------------------------------------------------ properties
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments.peekitem(-1)[1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments.values())
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs.latest_epoch
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.dir} is closed")
+
+    def _ensure_writable(self) -> None:
+        self._ensure_open()
+        if self.read_only:
+            raise KafkaStorageError(f"log {self.dir} was opened read_only")
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms()
+        )
+
+    # ---------------------------------------------------------------- append
+    def append(
+        self,
+        records: Sequence[RecordInput],
+        *,
+        leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+        compression: Union[str, int, None] = None,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+    ) -> AppendResult:
+        """Append ``records`` as one batch at the log end; returns its offsets.
+
+        Items are bytes-like values or :class:`Record` objects. Raises
+        :class:`InvalidRecordError` for a bad item and
+        :class:`RecordTooLargeError` when the batch exceeds
+        ``max_message_bytes``; in both cases nothing is written.
+
+        Complexity: O(bytes). Durability: see the module docstring.
+        """
+        if isinstance(records, (bytes, bytearray, memoryview, Record)) or records is None:
+            raise InvalidConfigurationError("append() takes a list of records; wrap a single record in a list")
+        records = list(records)
+        with self._lock:
+            self._ensure_writable()
+            batch = encode_batch(
+                records,
+                now_ms=self.clock_ms(),
+                base_offset=self.log_end_offset,
+                partition_leader_epoch=leader_epoch,
+                compression=compression,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
+                transactional=transactional,
+            )
+            found = scan(batch, verify_crc=False)
+            return self._append_validated(batch, found.batches)
+
+    def append_batches(
+        self, data: Union[bytes, bytearray, memoryview], *, assign_offsets: bool = True, leader_epoch: Optional[int] = None
+    ) -> AppendResult:
+        """Append already-encoded RecordBatch v2 bytes (from a producer or a leader).
+
+        With ``assign_offsets`` (a leader appending a producer's batches) the
+        batches get consecutive offsets from the log end and, when given,
+        ``leader_epoch``. Without it (a follower copying the leader) their
+        offsets are kept and must start at or after the log end. Every batch
+        is CRC-checked first; an invalid one raises CorruptRecordError and
+        nothing is written.
+        """
+        buf = bytearray(data)
+        found = scan(buf, verify_crc=True)
+        if found.status != _native.OK or found.valid_bytes != len(buf) or not found.batches:
+            raise CorruptRecordError(
+                f"append to {self.topic}-{self.partition}: invalid batch ({found.reason})", position=found.valid_bytes
+            )
+        if any(b.magic != 2 for b in found.batches):
+            raise CorruptRecordError(f"append to {self.topic}-{self.partition}: only magic 2 batches can be appended")
+        with self._lock:
+            self._ensure_writable()
+            if assign_offsets:
+                epoch = leader_epoch if leader_epoch is not None else found.batches[0].partition_leader_epoch
+                set_base_offset(buf, self.log_end_offset, epoch)
+                found = scan(buf, verify_crc=False)
+            else:
+                if found.batches[0].base_offset < self.log_end_offset:
+                    raise InvalidOffsetError(
+                        f"append to {self.topic}-{self.partition}: batch offset {found.batches[0].base_offset} "
+                        f"is below the log end offset {self.log_end_offset}"
+                    )
+            return self._append_validated(buf, found.batches)
+
+    def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo]) -> AppendResult:
+        size = len(data)
+        for b in batches:
+            if b.size > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch at offset {b.base_offset} for {self.topic}-{self.partition} is {b.size} bytes, "
+                    f"over max_message_bytes={self.config.max_message_bytes}"
+                )
+        if size > self.config.segment_bytes:
+            raise RecordTooLargeError(
+                f"append of {size} bytes to {self.topic}-{self.partition} exceeds segment_bytes={self.config.segment_bytes}"
+            )
+        first, last = batches[0], batches[-1]
+        max_ts = max(b.max_timestamp for b in batches)
+        offset_of_max = next(b.last_offset for b in batches if b.max_timestamp == max_ts)
+        seg = self._maybe_roll(size, first.base_offset, last.last_offset)
+        position = seg.append(data, last.last_offset, max_ts, offset_of_max)
+        self.log_end_offset = last.last_offset + 1
+        changed = False
+        for b in batches:
+            changed |= self.epochs.assign(b.partition_leader_epoch, b.base_offset)
+        if changed:
+            self._write_epochs()
+        count = self.log_end_offset - first.base_offset
+        self._unflushed_messages += count
+        self._maybe_flush()
+        return AppendResult(first.base_offset, last.last_offset, max_ts, position, count)
+
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> LogSegment:
+        seg = self.active_segment
+        now = self.clock_ms()
+        first_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else seg.created_ms
+        if seg.size > 0 and (
+            seg.size > self.config.segment_bytes - size
+            or now - first_ts > self.config.segment_ms
+            or last_offset - seg.base_offset > 0x7FFFFFFF
+        ):
+            return self.roll(first_offset)
+        return seg
+
+    def roll(self, new_base: Optional[int] = None) -> LogSegment:
+        """Close the active segment to appends and start a new one at the log end.
+
+        Durability: the rolled segment is fsynced and the recovery point moves
+        to the new segment's base (as Kafka's roll-then-flush does).
+        """
+        with self._lock:
+            self._ensure_writable()
+            base = self.log_end_offset if new_base is None else max(new_base, self.log_end_offset)
+            old = self.active_segment
+            if old.size == 0 and old.base_offset == base:
+                return old
+            old.on_become_inactive()
+            old.flush()
+            seg = self._new_segment(base)
+            self.segments[base] = seg
+            self.io.fsync_dir(self.dir)
+            self._set_recovery_point(self.log_end_offset if base == self.log_end_offset else self.recovery_point)
+            self._checkpoint()
+            self.enforce_retention()
+            return seg
+
+    # ----------------------------------------------------------------- flush
+    def _maybe_flush(self) -> None:
+        cfg = self.config
+        if cfg.flush_messages is not None and self._unflushed_messages >= cfg.flush_messages:
+            self.flush()
+        elif cfg.flush_ms is not None and self.clock_ms() - self._last_flush_ms >= cfg.flush_ms:
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync every segment with unflushed data and move the recovery point to the log end.
+
+        Durability: after return, every record below :attr:`log_end_offset`
+        survives power loss. The recovery-point checkpoint is rewritten at most
+        every ``recovery_checkpoint_interval_ms`` (a stale one only means more
+        scanning after a crash, never lost data).
+        """
+        with self._lock:
+            self._ensure_writable()
+            start = max(0, self.segments.bisect_right(self.recovery_point) - 1)
+            for base in self.segments.keys()[start:]:
+                self.segments[base].flush()
+            self._unflushed_messages = 0
+            now = self.clock_ms()
+            self._last_flush_ms = now
+            self._set_recovery_point(self.log_end_offset)
+            if now - self._last_checkpoint_ms >= self.config.recovery_checkpoint_interval_ms:
+                self._checkpoint()
+
+    def _set_recovery_point(self, offset: int) -> None:
+        self.recovery_point = offset
+        if self._logdir is not None:
+            self._logdir.recovery_points[(self.topic, self.partition)] = offset
+
+    def _checkpoint(self) -> None:
+        if self._logdir is not None:
+            self._logdir.log_start_offsets[(self.topic, self.partition)] = self.log_start_offset
+            self._logdir.write_checkpoints()
+            self._last_checkpoint_ms = self.clock_ms()
+
+    def _write_epochs(self) -> None:
+        checkpoint.write_epochs(self.io, os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT), self.epochs.entries)
+
+    # ------------------------------------------------------------------ read
+    def _check_offset(self, offset: int) -> None:
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                f"log start {self.log_start_offset}, log end {self.log_end_offset}"
+            )
+
+    def read_batches(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> List[RecordBatch]:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch).
+
+        ``max_offset`` (exclusive, e.g. the high watermark) stops before any
+        batch starting at or after it. Batches are CRC-checked; a bad one
+        raises :class:`CorruptRecordError` naming the file and position.
+
+        Complexity: O(log segments + log index entries + bytes read).
+        """
+        if not isinstance(max_bytes, int) or max_bytes < 0:
+            raise InvalidConfigurationError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        with self._lock:
+            self._ensure_open()
+            self._check_offset(offset)
+            limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+            out: List[RecordBatch] = []
+            remaining = max_bytes
+            idx = max(0, self.segments.bisect_right(offset) - 1)
+            bases = self.segments.keys()
+            target = offset
+            while idx < len(bases) and target < limit:
+                seg = self.segments[bases[idx]]
+                found = seg.translate_offset(target)
+                if found is None:
+                    idx += 1
+                    continue
+                position = found[0]
+                chunk = seg.read(position, max(remaining, 1))
+                view = memoryview(chunk)
+                res = scan(view, verify_crc=True)
+                if not res.batches and res.status == _native.ETRUNCATED and not out:
+                    # The first batch is larger than max_bytes: return it whole (Kafka).
+                    head = seg.read(position, 12)
+                    if len(head) == 12:
+                        whole = seg.read(position, int.from_bytes(head[8:12], "big", signed=True) + 12)
+                        view = memoryview(whole)
+                        res = scan(view, verify_crc=True, max_batches=1)
+                if res.status not in (_native.OK, _native.ETRUNCATED) and not res.batches:
+                    if self.read_only and position + res.valid_bytes >= seg.size - 0 and idx == len(bases) - 1:
+                        break  # a batch still being written by the writer process
+                    raise CorruptRecordError(
+                        f"invalid batch in {self.topic}-{self.partition}: {res.reason}",
+                        path=seg.log_path,
+                        position=position + res.valid_bytes,
+                    )
+                stop = False
+                for info in res.batches:
+                    if info.base_offset >= limit:
+                        stop = True
+                        break
+                    out.append(RecordBatch(info._replace(position=position + info.position), view[info.position : info.position + info.size], seg.log_path))
+                    remaining -= info.size
+                    target = info.last_offset + 1
+                if res.status not in (_native.OK, _native.ETRUNCATED) and not stop and remaining > 0:
+                    if not (self.read_only and idx == len(bases) - 1):
+                        raise CorruptRecordError(
+                            f"invalid batch in {self.topic}-{self.partition}: {res.reason}",
+                            path=seg.log_path,
+                            position=position + res.valid_bytes,
+                        )
+                    break
+                if stop or remaining <= 0 or not res.batches:
+                    break
+            return out
+
+    def read(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> Iterator[Record]:
+        """Records from ``offset`` on, up to about ``max_bytes`` of batches (at least one).
+
+        Records below ``offset`` in the first batch and at or after
+        ``max_offset`` are skipped. Raises :class:`OffsetOutOfRangeError` for
+        an offset outside [log_start_offset, log_end_offset].
+        """
+        batches = self.read_batches(offset, max_bytes, max_offset=max_offset)
+        limit = max_offset if max_offset is not None else None
+        for batch in batches:
+            if batch.is_control:
+                continue
+            for rec in batch.records():
+                if rec.offset < offset:
+                    continue
+                if limit is not None and rec.offset >= limit:
+                    return
+                yield rec
+
+    def fetch(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> bytes:
+        """Raw bytes of whole batches from ``offset`` (what a follower's fetch returns)."""
+        return b"".join(bytes(b.buffer) for b in self.read_batches(offset, max_bytes, max_offset=max_offset))
+
+    def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
+        """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.
+
+        Kafka's ListOffsets by timestamp: segments are chosen by their largest
+        timestamp, then the time index, offset index and a batch scan.
+        """
+        with self._lock:
+            self._ensure_open()
+            for seg in self.segments.values():
+                if seg.size == 0:
+                    continue
+                if seg.max_timestamp_so_far >= timestamp_ms or seg is self.active_segment:
+                    found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                    if found is not None:
+                        return found
+            return None
+
+    # ------------------------------------------------------- truncation, retention
+    def truncate_to(self, offset: int) -> int:
+        """Remove every record at ``offset`` or above; returns bytes removed.
+
+        Used by followers to drop a divergent tail. Truncation is at batch
+        granularity. Durability: the truncated files are fsynced before return.
+        """
+        with self._lock:
+            self._ensure_writable()
+            if not isinstance(offset, int) or offset < 0:
+                raise OffsetOutOfRangeError(f"truncate_to needs a non-negative int offset, got {offset!r}")
+            if offset >= self.log_end_offset:
+                return 0
+            if offset < self.log_start_offset:
+                return self.truncate_fully_and_start_at(offset)
+            removed = 0
+            for base in list(self.segments.keys()):
+                if base > offset and len(self.segments) > 1:
+                    seg = self.segments.pop(base)
+                    removed += seg.size
+                    seg.delete()
+            seg = self.active_segment
+            removed += seg.truncate_to(offset)
+            seg.flush()
+            self.io.fsync_dir(self.dir)
+            self.log_end_offset = seg.next_offset()
+            if self.epochs.truncate_from_end(self.log_end_offset):
+                self._write_epochs()
+            if self.recovery_point > self.log_end_offset:
+                self._set_recovery_point(self.log_end_offset)
+                self._checkpoint()
+            return removed
+
+    def truncate_fully_and_start_at(self, offset: int) -> int:
+        """Delete every segment and restart the log empty at ``offset``."""
+        with self._lock:
+            self._ensure_writable()
+            removed = self.size_in_bytes
+            for seg in list(self.segments.values()):
+                seg.delete()
+            self.segments.clear()
+            self.segments[offset] = self._new_segment(offset)
+            self.io.fsync_dir(self.dir)
+            self.log_end_offset = self.log_start_offset = offset
+            self.epochs.clear()
+            self._write_epochs()
+            self._set_recovery_point(offset)
+            self._checkpoint()
+            return removed
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset``; delete segments wholly below it.
+
+        Returns the new log start offset. Raises OffsetOutOfRangeError past the
+        log end. Durability: the log-start checkpoint is written before return.
+        """
+        with self._lock:
+            self._ensure_writable()
+            if not isinstance(offset, int) or offset > self.log_end_offset or offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"delete_records_before({offset!r}) for {self.topic}-{self.partition}: "
+                    f"must be within [0, log end {self.log_end_offset}]"
+                )
+            if offset <= self.log_start_offset:
+                return self.log_start_offset
+            self.log_start_offset = offset
+            self._delete_segments_below(offset)
+            if self.epochs.truncate_from_start(offset):
+                self._write_epochs()
+            self._checkpoint()
+            return self.log_start_offset
+
+    def _delete_segments_below(self, offset: int) -> List[int]:
+        deleted = []
+        bases = list(self.segments.keys())
+        for i, base in enumerate(bases[:-1]):
+            if bases[i + 1] <= offset:
+                self.segments.pop(base).delete()
+                deleted.append(base)
+            else:
+                break
+        if deleted:
+            self.io.fsync_dir(self.dir)
+        return deleted
+
+    def enforce_retention(self) -> List[int]:
+        """Delete whole old segments by ``retention_ms`` and ``retention_bytes``.
+
+        The active segment is never deleted. Returns the deleted base offsets.
+        """
+        with self._lock:
+            self._ensure_writable()
+            now = self.clock_ms()
+            cfg = self.config
+            doomed: List[int] = []
+            bases = list(self.segments.keys())[:-1]
+            total = self.size_in_bytes
+            for base in bases:
+                seg = self.segments[base]
+                too_old = cfg.retention_ms >= 0 and seg.max_timestamp_so_far >= 0 and now - seg.max_timestamp_so_far > cfg.retention_ms
+                too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
+                if not (too_old or too_big):
+                    break
+                doomed.append(base)
+                total -= seg.size
+            if not doomed:
+                return []
+            new_start = self.segments.keys()[len(doomed)]
+            self.log_start_offset = max(self.log_start_offset, new_start)
+            self._delete_segments_below(new_start)
+            if self.epochs.truncate_from_start(self.log_start_offset):
+                self._write_epochs()
+            self._checkpoint()
+            return doomed
+
+    # ----------------------------------------------------------------- close
+    def close(self) -> None:
+        """Flush, checkpoint and release the directory (a clean shutdown). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if not self.read_only:
+                    self.active_segment.on_become_inactive()
+                    self.flush()
+                    self._checkpoint()
+            finally:
+                self._closed = True
+                for seg in self.segments.values():
+                    seg.close()
+                if self._logdir is not None:
+                    self._logdir.unregister((self.topic, self.partition))
+                    self._logdir.release()
+
+    def abandon(self) -> None:
+        """Drop the log as a killed process would: no flush, no checkpoint, no marker.
+
+        Used by crash simulations; pair with SimulatedDiskIO.crash().
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self.segments.values():
+                seg.close()
+            if self._logdir is not None:
+                self._logdir.mark_dirty((self.topic, self.partition))
+                self._logdir.unregister((self.topic, self.partition))
+                if not self._logdir._open:
+                    self._logdir.abandon()
+                else:
+                    self._logdir.release()
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir!r}, log_start_offset={self.log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, segments={len(self.segments)})"
+        )
+
+    # ---------------------------------------------------------------- checks
+    def _check(self) -> None:
+        """Assert every invariant (tests call this after each step)."""
+        bases = list(self.segments.keys())
+        assert bases, "a log always has an active segment"
+        assert bases == sorted(set(bases))
+        assert 0 <= self.log_start_offset <= self.log_end_offset, (self.log_start_offset, self.log_end_offset)
+        assert bases[-1] <= self.log_end_offset
+        assert self.recovery_point <= self.log_end_offset
+        for a, b in zip(bases, bases[1:]):
+            seg = self.segments[a]
+            if seg.size:
+                assert seg.next_offset() <= b, f"segment {a} runs into {b}"
+        assert self.active_segment.next_offset() == self.log_end_offset or self.active_segment.size == 0
+        starts = [s for _, s in self.epochs.entries]
+        epochs_ = [e for e, _ in self.epochs.entries]
+        assert starts == sorted(set(starts)) and epochs_ == sorted(set(epochs_))
+        assert all(s <= self.log_end_offset for s in starts)
+
+
+def open_log(path: str, **kwargs: object) -> Log:
+    """Alias of :meth:`Log.open`."""
+    return Log.open(path, **kwargs)  # type: ignore[arg-type]
+
+
+__all__ = ["Log", "LogConfig", "AppendResult", "validate_topic", "open_log"]
+

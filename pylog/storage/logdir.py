@@ -1,0 +1,186 @@
+"""One Kafka log directory (an entry of ``log.dirs``): its lock and root files.
+
+A log directory holds partition directories (``<topic>-<partition>``) and, at
+its root, Kafka's per-directory files:
+
+* ``.lock`` - an fcntl lock held while a writer has the directory open; a
+  second writer in another process gets :class:`LogDirLockedError`. Within
+  one process the :class:`LogDir` object is shared, and opening the same
+  partition twice is refused the same way;
+* ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``;
+* ``.kafka_cleanshutdown`` - present only while no writer has the directory
+  open and every partition was closed cleanly; its presence lets a reopen
+  skip recovery entirely.
+
+Readers (``read_only=True``) take no lock and write nothing.
+
+Thread-safety: all methods are guarded by one lock per directory.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from typing import Dict, Optional, Set, Tuple
+
+from pylog.errors import CorruptCheckpointError, KafkaStorageError, LogDirLockedError
+from pylog.storage import checkpoint
+from pylog.storage.fileio import FileIO
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+
+TopicPartition = Tuple[str, int]
+
+_registry: Dict[str, "LogDir"] = {}
+_registry_lock = threading.Lock()
+
+
+class LogDir:
+    """Shared, reference-counted state of one log directory in this process."""
+
+    def __init__(self, path: str, io: FileIO):
+        self.path = path
+        self.io = io
+        self.lock = threading.RLock()
+        self._refs = 0
+        self._lock_fd: Optional[int] = None
+        self._open: Set[TopicPartition] = set()
+        self._dirty: Set[TopicPartition] = set()  # unclean at acquire and not yet recovered
+        self.was_clean = False
+        self.recovery_points: Dict[TopicPartition, int] = {}
+        self.log_start_offsets: Dict[TopicPartition, int] = {}
+
+    # ---- acquisition -------------------------------------------------------------
+    @classmethod
+    def acquire(cls, path: str, io: FileIO) -> "LogDir":
+        """Open (or share) the writer's handle on ``path``, creating the directory."""
+        real = os.path.realpath(path)
+        with _registry_lock:
+            d = _registry.get(real)
+            if d is None:
+                d = cls(real, io)
+                d._open_dir()
+                _registry[real] = d
+            d._refs += 1
+            return d
+
+    def _open_dir(self) -> None:
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise KafkaStorageError(f"log directory {self.path} is a file, not a directory")
+        try:
+            self.io.makedirs(self.path)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot create log directory {self.path}: {exc.strerror}") from exc
+        lock_path = os.path.join(self.path, LOCK_FILE)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open {lock_path}: {exc.strerror}") from exc
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise LogDirLockedError(
+                f"log directory {self.path} is locked by another process ({lock_path}); "
+                "open it with read_only=True to read while that writer runs"
+            ) from None
+        self._lock_fd = fd
+        marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
+        self.was_clean = self.io.exists(marker)
+        try:
+            self.recovery_points = checkpoint.read_offsets(self.io, os.path.join(self.path, RECOVERY_POINT_FILE))
+        except CorruptCheckpointError:
+            self.recovery_points = {}  # recovery then scans every segment: slow but safe
+            self.was_clean = False
+        try:
+            self.log_start_offsets = checkpoint.read_offsets(self.io, os.path.join(self.path, LOG_START_FILE))
+        except CorruptCheckpointError:
+            self.log_start_offsets = {}
+        if not self.was_clean:
+            self._dirty = {tp for tp in (_parse_partition_dir(n) for n in self.io.listdir(self.path)) if tp}
+        if self.was_clean:
+            # While a writer is open the directory is not clean.
+            self.io.unlink(marker)
+            self.io.fsync_dir(self.path)
+
+    def release(self) -> None:
+        """Drop one reference; the last one writes checkpoints, the clean marker, and unlocks."""
+        with _registry_lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            _registry.pop(self.path, None)
+        with self.lock:
+            try:
+                self.write_checkpoints()
+                if not self._dirty:
+                    self.io.write_file_atomic(
+                        os.path.join(self.path, CLEAN_SHUTDOWN_FILE), b'{"version":0,"brokerEpoch":-1}'
+                    )
+            finally:
+                if self._lock_fd is not None:
+                    os.close(self._lock_fd)  # closing releases the fcntl lock
+                    self._lock_fd = None
+
+    def abandon(self) -> None:
+        """Forget this directory without writing anything, as a crashed process would.
+
+        Used by the cluster simulator to model a broker crash: checkpoints and the
+        clean-shutdown marker are not written, and the lock is released.
+        """
+        with _registry_lock:
+            _registry.pop(self.path, None)
+            self._refs = 0
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ---- partitions -------------------------------------------------------------------
+    def register(self, tp: TopicPartition) -> bool:
+        """Mark ``tp`` open; returns True when it must run crash recovery."""
+        with self.lock:
+            if tp in self._open:
+                raise LogDirLockedError(f"partition {tp[0]}-{tp[1]} in {self.path} is already open in this process")
+            self._open.add(tp)
+            return not self.was_clean
+
+    def recovered(self, tp: TopicPartition) -> None:
+        with self.lock:
+            self._dirty.discard(tp)
+
+    def mark_dirty(self, tp: TopicPartition) -> None:
+        """A partition closed uncleanly (or failed): the next open must recover."""
+        with self.lock:
+            self._dirty.add(tp)
+
+    def unregister(self, tp: TopicPartition) -> None:
+        with self.lock:
+            self._open.discard(tp)
+
+    def forget(self, tp: TopicPartition) -> None:
+        """The partition was deleted: drop its checkpoint entries."""
+        with self.lock:
+            self.recovery_points.pop(tp, None)
+            self.log_start_offsets.pop(tp, None)
+            self._dirty.discard(tp)
+
+    def write_checkpoints(self) -> None:
+        """Atomically rewrite the recovery-point and log-start checkpoints."""
+        with self.lock:
+            checkpoint.write_offsets(self.io, os.path.join(self.path, RECOVERY_POINT_FILE), self.recovery_points)
+            checkpoint.write_offsets(self.io, os.path.join(self.path, LOG_START_FILE), self.log_start_offsets)
+
+
+def _parse_partition_dir(name: str) -> Optional[TopicPartition]:
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+def parse_partition_dir(path: str) -> Optional[TopicPartition]:
+    """``(topic, partition)`` from a directory named ``<topic>-<partition>``, else None."""
+    return _parse_partition_dir(os.path.basename(os.path.normpath(path)))

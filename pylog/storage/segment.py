@@ -1,0 +1,403 @@
+"""One log segment: ``<base>.log`` with its ``.index`` and ``.timeindex``.
+
+Mirrors Kafka's LogSegment: batches are appended to the ``.log`` file; after
+each append the C core decides (Kafka's rule, see ``index.c``) whether an
+offset entry and a time entry are due, and the segment appends their bytes.
+Reads translate an offset to a byte position with the sparse index, then
+scan forward to the first batch whose last offset reaches it.
+
+Durability: :meth:`append` writes to the OS (survives a process crash, not
+power loss); :meth:`flush` fsyncs the log and both indexes.
+Thread-safety: none; :class:`pylog.storage.log.Log` serialises access.
+"""
+from __future__ import annotations
+
+import os
+from typing import List, NamedTuple, Optional, Tuple
+
+from pylog import _native
+from pylog._native import ffi, lib
+from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
+from pylog.storage.fileio import FileIO
+from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.record import BatchInfo, scan
+
+READ_CHUNK = 64 * 1024
+
+
+def filename_prefix(offset: int) -> str:
+    """Kafka's 20-digit zero-padded segment name for ``offset``."""
+    return f"{offset:020d}"
+
+
+class SegmentRecovery(NamedTuple):
+    """What :meth:`LogSegment.recover` found."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    batches: List[BatchInfo]
+    reason: str  # "" when the whole segment was valid
+
+
+class LogSegment:
+    """A ``.log`` file plus its two sparse indexes, starting at ``base_offset``."""
+
+    def __init__(
+        self,
+        io: FileIO,
+        directory: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = 4096,
+        read_only: bool = False,
+        created_ms: int = 0,
+    ):
+        self.io = io
+        self.base_offset = base_offset
+        prefix = os.path.join(directory, filename_prefix(base_offset))
+        self.log_path = prefix + ".log"
+        self.read_only = read_only
+        self.offset_index = OffsetIndex(io, prefix + ".index", base_offset, read_only=read_only)
+        self.time_index = TimeIndex(io, prefix + ".timeindex", base_offset, read_only=read_only)
+        self._fd: Optional[int] = io.open(self.log_path, create=not read_only, read_only=read_only)
+        self.created_ms = created_ms
+        self._state = ffi.new("plg_segment_state_t *")
+        st = self._state
+        st.base_offset = base_offset
+        st.size = io.size(self._fd)
+        st.index_interval_bytes = index_interval_bytes
+        st.max_timestamp_so_far = -1
+        st.offset_of_max_timestamp = base_offset
+        st.last_index_offset = base_offset - 1
+        st.last_time_index_timestamp = -1
+        st.last_time_index_offset = base_offset
+        st.bytes_since_last_index_entry = 0
+        self._indexes_ready = False
+        self.first_batch_timestamp: Optional[int] = None
+
+    # ---- properties ---------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return int(self._state.size)
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise KafkaStorageError(f"segment {self.log_path} is closed")
+        return self._fd
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        self.ensure_indexes()
+        return int(self._state.max_timestamp_so_far)
+
+    def ensure_indexes(self) -> None:
+        """Load and validate both indexes (lazily); rebuild them when invalid or missing."""
+        if self._indexes_ready:
+            return
+        try:
+            if self.size and not self.io.exists(self.offset_index.path):
+                raise CorruptIndexError("index file is missing", path=self.offset_index.path)
+            self.offset_index.load(self.size)
+            self.time_index.load(self.size)
+            self._sync_state_from_indexes()
+            self._indexes_ready = True
+        except CorruptIndexError:
+            if self.read_only:
+                # Readers in other processes never write; search without an index.
+                self.offset_index._data = bytearray()
+                self.time_index._data = bytearray()
+                self._indexes_ready = True
+            else:
+                self.recover()
+
+    def _sync_state_from_indexes(self) -> None:
+        st = self._state
+        off, _ = self.offset_index.last_entry()
+        st.last_index_offset = off if len(self.offset_index) else self.base_offset - 1
+        ts, toff = self.time_index.last_entry()
+        st.last_time_index_timestamp = ts
+        st.last_time_index_offset = toff
+        if ts > st.max_timestamp_so_far:
+            st.max_timestamp_so_far = ts
+            st.offset_of_max_timestamp = toff
+
+    # ---- append --------------------------------------------------------------
+    def append(self, data: object, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> int:
+        """Write ``data`` (whole batches) at the end; returns the position it starts at.
+
+        Index entries follow Kafka's rule (C core). On an I/O error the file is
+        cut back to its previous size and :class:`KafkaStorageError` raised, so
+        a failed append leaves no partial batch behind.
+
+        Complexity: O(bytes). Durability: page cache only until :meth:`flush`.
+        """
+        self.ensure_indexes()
+        st = self._state
+        position = int(st.size)
+        n = len(data)  # type: ignore[arg-type]
+        try:
+            self.io.pwrite(self.fd, data, position)
+        except OSError as exc:
+            try:
+                self.io.truncate(self.fd, position)
+            except OSError:
+                pass
+            raise KafkaStorageError(exc.errno, f"append to {self.log_path} at byte {position} failed: {exc.strerror}") from exc
+        idx = ffi.new("uint8_t[8]")
+        tidx = ffi.new("uint8_t[12]")
+        flags = ffi.new("uint32_t *")
+        _native.check(
+            lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags),
+            f"index append in {self.log_path}",
+        )
+        if flags[0] & 1:
+            self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
+        if flags[0] & 2:
+            self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = max_timestamp
+        return position
+
+    # ---- reads ---------------------------------------------------------------
+    def read(self, position: int, max_bytes: int, max_position: Optional[int] = None) -> bytes:
+        """Up to ``max_bytes`` of the ``.log`` from ``position`` (not past ``max_position``)."""
+        end = self.size if max_position is None else min(self.size, max_position)
+        n = max(0, min(max_bytes, end - position))
+        return self.io.pread(self.fd, n, position) if n else b""
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> Optional[Tuple[int, int]]:
+        """``(position, last offset)`` of the first batch whose last offset is >= ``offset``.
+
+        ``None`` when no batch in this segment reaches ``offset``.
+        Complexity: O(log index entries) + a scan of at most about
+        ``index_interval_bytes`` plus one batch.
+        """
+        self.ensure_indexes()
+        _, pos = self.offset_index.lookup(offset)
+        pos = max(pos, start_position)
+        out_pos = ffi.new("uint64_t *")
+        out_last = ffi.new("int64_t *")
+        size = self.size
+        while pos < size:
+            chunk = self.io.pread(self.fd, min(READ_CHUNK, size - pos), pos)
+            rc = lib.plg_find_batch(ffi.from_buffer(chunk), len(chunk), offset, out_pos, out_last)
+            if rc != _native.OK:
+                raise CorruptRecordError(
+                    f"invalid batch while looking for offset {offset}: {_native.strerror(rc)}",
+                    path=self.log_path,
+                    position=pos + out_pos[0],
+                )
+            if out_last[0] >= 0:
+                return pos + int(out_pos[0]), int(out_last[0])
+            advanced = int(out_pos[0])
+            if advanced == 0:
+                # One batch larger than the chunk: read it whole to step over it.
+                whole = self._read_whole_batch(pos)
+                if whole is None:
+                    return None  # torn tail
+                if whole.last_offset >= offset:
+                    return pos, whole.last_offset
+                advanced = whole.size
+            pos += advanced
+        return None
+
+    def _read_whole_batch(self, pos: int) -> Optional[BatchInfo]:
+        """Header fields of the batch at ``pos`` read whole; None for a torn tail."""
+        size = self.size
+        head = self.io.pread(self.fd, 12, pos)
+        if len(head) < 12:
+            return None
+        batch_len = int.from_bytes(head[8:12], "big", signed=True)
+        if batch_len <= 0 or batch_len > size - pos - 12:
+            return None
+        found = scan(self.io.pread(self.fd, batch_len + 12, pos), verify_crc=False)
+        if not found.batches:
+            raise CorruptRecordError(f"invalid batch: {found.reason}", path=self.log_path, position=pos)
+        return found.batches[0]
+
+    def next_offset(self) -> int:
+        """The offset after the last complete batch (base offset when empty).
+
+        Scans from the last index entry to the end: O(index_interval_bytes).
+        """
+        self.ensure_indexes()
+        _, pos = self.offset_index.last_entry()
+        nxt = self.base_offset
+        size = self.size
+        while pos < size:
+            chunk = self.io.pread(self.fd, min(4 * 1024 * 1024, size - pos), pos)
+            found = scan(chunk, verify_crc=False)
+            if found.batches:
+                nxt = found.batches[-1].last_offset + 1
+            if found.valid_bytes == 0:
+                whole = self._read_whole_batch(pos) if found.status == _native.ETRUNCATED else None
+                if whole is None:
+                    break
+                nxt = whole.last_offset + 1
+                pos += whole.size
+                continue
+            pos += found.valid_bytes
+        return nxt
+
+    # ---- time ----------------------------------------------------------------
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> Optional[int]:
+        """First offset >= ``starting_offset`` whose record timestamp is >= ``timestamp``.
+
+        Kafka's LogSegment.findOffsetByTimestamp: time index, then offset
+        index, then a scan of batches by max timestamp, then of records.
+        """
+        from pylog.storage.record import RecordBatch  # local: avoid a cycle in type checkers
+
+        self.ensure_indexes()
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
+        size = self.size
+        while pos < size:
+            chunk = self.io.pread(self.fd, min(4 * 1024 * 1024, size - pos), pos)
+            view = memoryview(chunk)
+            found = scan(view, verify_crc=False)
+            for info in found.batches:
+                if info.max_timestamp >= timestamp and info.last_offset >= starting_offset:
+                    batch = RecordBatch(info, view[info.position : info.position + info.size], self.log_path)
+                    for rec in batch.records():
+                        if rec.offset >= starting_offset and rec.timestamp is not None and rec.timestamp >= timestamp:
+                            return rec.offset
+            if found.valid_bytes == 0:
+                break
+            pos += found.valid_bytes
+        return None
+
+    # ---- recovery / truncation -------------------------------------------------
+    def recover(self) -> SegmentRecovery:
+        """Validate every batch (size, magic, CRC, increasing offsets), rebuild both
+        indexes, and truncate the file after the last valid batch.
+
+        Complexity: O(segment bytes). Durability: truncation and index rebuilds
+        are written but not fsynced; the caller flushes.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        st = self._state
+        st.size = 0
+        st.bytes_since_last_index_entry = 0
+        st.max_timestamp_so_far = -1
+        st.offset_of_max_timestamp = self.base_offset
+        st.last_index_offset = self.base_offset - 1
+        st.last_time_index_timestamp = -1
+        st.last_time_index_offset = self.base_offset
+        self.first_batch_timestamp = None
+        file_size = self.io.size(self.fd)
+        pos = 0
+        batches: List[BatchInfo] = []
+        reason = ""
+        idx = ffi.new("uint8_t[8]")
+        tidx = ffi.new("uint8_t[12]")
+        flags = ffi.new("uint32_t *")
+        while pos < file_size:
+            chunk = self.io.pread(self.fd, min(8 * 1024 * 1024, file_size - pos), pos)
+            found = scan(chunk, verify_crc=True)
+            for info in found.batches:
+                if info.base_offset < self.base_offset or info.last_offset - self.base_offset > 0x7FFFFFFF or (
+                    batches and info.base_offset <= batches[-1].last_offset
+                ):
+                    reason = f"offset {info.base_offset} outside segment or out of order"
+                    found = found._replace(batches=[], valid_bytes=0)
+                    break
+                rc = lib.plg_segment_after_append(
+                    st, info.size, info.last_offset, info.max_timestamp, info.last_offset, idx, tidx, flags
+                )
+                if rc != _native.OK:
+                    reason = f"index rebuild failed at offset {info.last_offset}: {_native.strerror(rc)}"
+                    break
+                if flags[0] & 1:
+                    self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
+                if flags[0] & 2:
+                    self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
+                if self.first_batch_timestamp is None:
+                    self.first_batch_timestamp = info.max_timestamp
+                batches.append(info._replace(position=pos + info.position))
+            if reason:
+                break
+            pos += found.valid_bytes
+            if found.status != _native.OK:
+                if found.status == _native.ETRUNCATED and len(chunk) < file_size - (pos - found.valid_bytes):
+                    continue  # the chunk cut a batch; read on from it
+                reason = found.reason
+                break
+            if found.valid_bytes == 0:
+                break
+        valid = int(st.size)
+        truncated = file_size - valid
+        if truncated:
+            self.io.truncate(self.fd, valid)
+            if not reason:
+                reason = "bytes after the last valid batch"
+        self._indexes_ready = True
+        return SegmentRecovery(valid, truncated, batches, reason)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns bytes removed.
+
+        Like Kafka, truncation happens at a batch boundary: a batch that
+        straddles ``offset`` is removed whole.
+        """
+        self.ensure_indexes()
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size - position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.io.truncate(self.fd, position)
+        st = self._state
+        st.size = position
+        st.bytes_since_last_index_entry = 0
+        st.max_timestamp_so_far = -1
+        st.offset_of_max_timestamp = self.base_offset
+        self._sync_state_from_indexes()
+        if position == 0:
+            self.first_batch_timestamp = None
+        return removed
+
+    # ---- lifecycle ---------------------------------------------------------------
+    def on_become_inactive(self) -> None:
+        """Record the final max timestamp in the time index (Kafka onBecomeInactiveSegment)."""
+        if self.read_only:
+            return
+        self.ensure_indexes()
+        st = self._state
+        if st.max_timestamp_so_far > st.last_time_index_timestamp and st.size > 0:
+            rel = st.offset_of_max_timestamp - self.base_offset
+            entry = int(st.max_timestamp_so_far).to_bytes(8, "big", signed=True) + int(rel).to_bytes(4, "big", signed=True)
+            if st.offset_of_max_timestamp >= st.last_time_index_offset:
+                self.time_index.append_raw(entry)
+                st.last_time_index_timestamp = st.max_timestamp_so_far
+                st.last_time_index_offset = st.offset_of_max_timestamp
+
+    def flush(self) -> None:
+        """fsync the log and both indexes. Durability: survives power loss after return."""
+        if self.read_only:
+            return
+        self.io.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self.io.close(self._fd)
+            self._fd = None
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        self.close()
+        self.offset_index.delete()
+        self.time_index.delete()
+        if self.io.exists(self.log_path):
+            self.io.unlink(self.log_path)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
