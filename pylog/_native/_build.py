@@ -41,6 +41,8 @@ if __name__ == "__main__":
     os.chdir(HERE.parent.parent)
     ffibuilder.compile(tmpdir="build/cffi", verbose=False)
     built = sorted(pathlib.Path("build/cffi/pylog/_native").glob("_plg*.so"))
+    for stale in HERE.glob("_plg*.so"):
+        stale.unlink()  # a leftover build with another ABI tag would shadow the new one
     for so in built:
         target = HERE / so.name
         target.write_bytes(so.read_bytes())

@@ -12,6 +12,7 @@ Thread-safety: none; :class:`pylog.storage.log.Log` serialises access.
 """
 from __future__ import annotations
 
+import mmap
 import os
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -20,9 +21,25 @@ from pylog._native import ffi, lib
 from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
-from pylog.storage.record import BatchInfo, scan
+from pylog.storage.record import BatchInfo, Record, scan
 
 READ_CHUNK = 64 * 1024
+_new_tuple = tuple.__new__
+
+
+def _headers(data: bytes, count: int, path: str, position: int) -> Tuple[Tuple[str, Optional[bytes]], ...]:
+    """Decode one record's headers (bounds-checked by the C core)."""
+    out = ffi.new("plg_header_t[]", count)
+    rc = lib.plg_decode_headers(ffi.from_buffer(data), len(data), count, out)
+    if rc != _native.OK:
+        raise CorruptRecordError("malformed record headers", path=path, position=position)
+    return tuple(
+        (
+            data[h.key_pos : h.key_pos + h.key_len].decode("utf-8", "surrogateescape"),
+            data[h.value_pos : h.value_pos + h.value_len] if h.value_len >= 0 else None,
+        )
+        for h in out
+    )
 
 
 def filename_prefix(offset: int) -> str:
@@ -74,6 +91,12 @@ class LogSegment:
         st.bytes_since_last_index_entry = 0
         self._indexes_ready = False
         self.first_batch_timestamp: Optional[int] = None
+        # Bytes known to hold CRC-valid batches (written or recovered by this
+        # process); point lookups re-check the CRC of anything past it.
+        self.verified_bytes = 0
+        self._map: Optional[mmap.mmap] = None
+        self._map_ptr: object = None
+        self._ref = ffi.new("plg_record_ref_t *")  # reused by lookup_record (the log's lock serialises it)
 
     # ---- properties ---------------------------------------------------------
     @property
@@ -157,6 +180,8 @@ class LogSegment:
             self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = max_timestamp
+        if self.verified_bytes == position:
+            self.verified_bytes = position + n
         return position
 
     # ---- reads ---------------------------------------------------------------
@@ -268,6 +293,78 @@ class LogSegment:
             pos += found.valid_bytes
         return None
 
+    # ---- point lookup --------------------------------------------------------
+    def _mapped(self) -> object:
+        """A cffi pointer to a read-only map of the whole .log, remapped when the
+        file has grown; None for an empty or read-only segment.
+
+        Never used for read-only segments: another process could truncate the
+        file under the map (SIGBUS). The map is never exported to callers.
+        """
+        size = self._state.size
+        if size == 0 or self.read_only:
+            return None
+        if self._map is None or len(self._map) < size:
+            self._drop_map()
+            self._map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
+            self._map_ptr = ffi.from_buffer(self._map)
+        return self._map_ptr
+
+    def _drop_map(self) -> None:
+        if self._map is not None:
+            ffi.release(self._map_ptr)
+            self._map_ptr = None
+            try:
+                self._map.close()
+            except BufferError:  # a slice is being taken in another thread; the GC unmaps it later
+                pass
+            self._map = None
+
+    def lookup_record(self, offset: int) -> Optional[Record]:
+        """The record at ``offset`` by one C call over the mapped file; None when
+        the fast path does not apply (compressed, legacy or control batch, a
+        read-only segment) or no record has that offset here.
+
+        Complexity: O(log index entries) + the batches and records between the
+        index entry and the target. A batch past :attr:`verified_bytes` is
+        CRC-checked first; bad bytes raise :class:`CorruptRecordError`.
+        """
+        if not self._indexes_ready:
+            self.ensure_indexes()
+        ptr = self._mapped()
+        if ptr is None:
+            return None
+        ref = self._ref
+        idx = self.offset_index.data
+        rc = lib.plg_lookup_record(ptr, self._state.size, ffi.from_buffer(idx), len(idx), self.base_offset, offset,
+                                   self.verified_bytes, ref)
+        if rc:
+            if rc == lib.PLG_ENOTFOUND or rc == lib.PLG_EUNSUPPORTED:
+                return None
+            raise CorruptRecordError(
+                f"invalid batch while reading offset {offset}: {_native.strerror(rc)}", path=self.log_path
+            )
+        attributes = ref.attributes
+        if attributes & 0x20:  # control batch: not an application record
+            return None
+        mm = self._map
+        end = ref.batch_position + ref.batch_size
+        if end > self.verified_bytes and ref.batch_position == self.verified_bytes:
+            self.verified_bytes = end
+        kl = ref.key_len
+        vl = ref.value_len
+        key = mm[ref.key_pos : ref.key_pos + kl] if kl >= 0 else None  # type: ignore[index]
+        vp = ref.value_pos
+        value = mm[vp : vp + vl] if vl >= 0 else None  # type: ignore[index]
+        hc = ref.header_count
+        headers = (
+            _headers(mm[ref.headers_pos : ref.headers_pos + ref.headers_len], hc, self.log_path,  # type: ignore[index]
+                     int(ref.batch_position))
+            if hc
+            else ()
+        )
+        return _new_tuple(Record, (value, key, headers, ref.timestamp, offset, 1 if attributes & 0x08 else 0))
+
     # ---- recovery / truncation -------------------------------------------------
     def recover(self) -> SegmentRecovery:
         """Validate every batch (size, magic, CRC, increasing offsets), rebuild both
@@ -276,6 +373,7 @@ class LogSegment:
         Complexity: O(segment bytes). Durability: truncation and index rebuilds
         are written but not fsynced; the caller flushes.
         """
+        self._drop_map()
         self.offset_index.reset()
         self.time_index.reset()
         st = self._state
@@ -334,6 +432,7 @@ class LogSegment:
             if not reason:
                 reason = "bytes after the last valid batch"
         self._indexes_ready = True
+        self.verified_bytes = valid
         return SegmentRecovery(valid, truncated, batches, reason)
 
     def truncate_to(self, offset: int) -> int:
@@ -348,6 +447,8 @@ class LogSegment:
             return 0
         position = found[0]
         removed = self.size - position
+        self._drop_map()
+        self.verified_bytes = min(self.verified_bytes, position)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.io.truncate(self.fd, position)
@@ -385,6 +486,7 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
+        self._drop_map()
         if self._fd is not None:
             self.io.close(self._fd)
             self._fd = None
