@@ -588,16 +588,19 @@ class Log:
         an offset outside [log_start_offset, log_end_offset].
         """
         batches = self.read_batches(offset, max_bytes, max_offset=max_offset)
-        limit = max_offset if max_offset is not None else None
+        limit = self.log_end_offset if max_offset is None else max_offset
         for batch in batches:
             if batch.is_control:
                 continue
-            for rec in batch.records():
-                if rec.offset < offset:
-                    continue
-                if limit is not None and rec.offset >= limit:
+            records = batch.records()
+            if batch.base_offset >= offset and batch.last_offset < limit:
+                yield from records  # the common case: no per-record filtering
+                continue
+            for rec in records:
+                if rec.offset >= limit:
                     return
-                yield rec
+                if rec.offset >= offset:
+                    yield rec
 
     def get(self, offset: int) -> Record:
         """The record at ``offset`` (a point read).
