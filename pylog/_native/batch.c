@@ -90,7 +90,9 @@ static inline uint8_t *put_varint(uint8_t *p, int64_t v) {
 
 /* Reads a zig-zag varint of at most max_bytes (5 or 10) from [*pos, end).
  * Returns PLG_OK, PLG_ETRUNCATED when the bytes run out, or PLG_ECORRUPT when
- * the varint is longer than max_bytes or overflows its width. */
+ * the varint is longer than max_bytes or overflows its width (a 5-byte varint
+ * above 32 bits, or a 10th varlong byte above 1, whose bits would fall off
+ * the top of 64). */
 static int get_varint(const uint8_t *buf, uint64_t end, uint64_t *pos, uint32_t max_bytes,
                       int64_t *out) {
     uint64_t u = 0;
@@ -98,6 +100,7 @@ static int get_varint(const uint8_t *buf, uint64_t end, uint64_t *pos, uint32_t 
     for (uint32_t i = 0; i < max_bytes; i++) {
         if (*pos >= end) return PLG_ETRUNCATED;
         uint8_t b = buf[(*pos)++];
+        if (shift == 63 && b > 1) return PLG_ECORRUPT;
         u |= (uint64_t)(b & 0x7f) << shift;
         if (!(b & 0x80)) {
             if (max_bytes == 5 && u > 0xffffffffu) return PLG_ECORRUPT;
@@ -130,6 +133,10 @@ int plg_varint_encode(int64_t value, uint8_t *out, uint64_t cap, uint64_t *used_
 
 /* ---- encoding ----------------------------------------------------------- */
 
+/* a - b with Java's long wrap-around (Kafka computes timestampDelta in long
+ * arithmetic); signed overflow would be undefined behaviour in C. */
+static inline int64_t ts_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+
 /* Size of the records section and checks on the columns. Returns PLG_EINVAL
  * for a length below -1 (keys, header values), below 0 (header keys) or a
  * record whose size does not fit Kafka's int32 fields. */
@@ -137,8 +144,9 @@ static int records_size(const plg_record_columns_t *c, int64_t base_ts, uint64_t
     uint64_t total = 0;
     uint64_t h = 0; /* running header index */
     if (!c || c->count == 0 || !c->value_lens) return PLG_EINVAL;
+    if (c->header_counts && (!c->header_key_lens || !c->header_value_lens)) return PLG_EINVAL;
     for (uint32_t i = 0; i < c->count; i++) {
-        int64_t ts_delta = c->timestamps ? c->timestamps[i] - base_ts : 0;
+        int64_t ts_delta = c->timestamps ? ts_sub(c->timestamps[i], base_ts) : 0;
         int32_t kl = c->key_lens ? c->key_lens[i] : -1;
         int32_t vl = c->value_lens[i];
         int32_t hc = c->header_counts ? c->header_counts[i] : 0;
@@ -208,7 +216,7 @@ int plg_batch_encode(const plg_batch_header_t *hdr, const plg_record_columns_t *
     const uint8_t *key = c->keys, *val = c->values, *hkey = c->header_keys, *hval = c->header_values;
     uint64_t h = 0;
     for (uint32_t i = 0; i < c->count; i++) {
-        int64_t ts_delta = c->timestamps ? c->timestamps[i] - hdr->base_timestamp : 0;
+        int64_t ts_delta = c->timestamps ? ts_sub(c->timestamps[i], hdr->base_timestamp) : 0;
         int32_t kl = c->key_lens ? c->key_lens[i] : -1;
         int32_t vl = c->value_lens[i];
         int32_t hc = c->header_counts ? c->header_counts[i] : 0;
@@ -401,6 +409,7 @@ int plg_find_batch(const uint8_t *buf, uint64_t len, int64_t target_offset,
 int plg_decode_records(const uint8_t *buf, uint64_t len, uint32_t count,
                        const plg_decoded_records_t *out) {
     if ((!buf && len) || !out || len > 0xffffffffu) return PLG_EINVAL;
+    if (count > len / 7) return PLG_ECORRUPT; /* a record is at least 7 bytes */
     uint64_t pos = 0;
     for (uint32_t i = 0; i < count; i++) {
         int64_t rlen, v, tsd;
@@ -499,6 +508,46 @@ int plg_decode_headers(const uint8_t *buf, uint64_t len, uint32_t count, plg_hea
     return pos == len ? PLG_OK : PLG_ECORRUPT;
 }
 
+/* Decodes the headers of `count` records at once: record i's headers are the
+ * span buf[headers_pos[i], headers_pos[i] + headers_len[i]) holding
+ * header_count[i] headers (the columns plg_decode_records produced). Header k
+ * (in record order) goes to slot k of the caller's out arrays, which hold
+ * `cap` entries; positions are relative to buf. Every span and field is
+ * checked again (the columns may come from anywhere). Returns PLG_OK,
+ * PLG_ECORRUPT, PLG_EOVERFLOW (more headers than cap) or PLG_EINVAL. */
+int plg_decode_header_columns(const uint8_t *buf, uint64_t len, const uint32_t *headers_pos,
+                              const uint32_t *headers_len, const int32_t *header_count,
+                              uint32_t count, const plg_header_columns_t *out, uint64_t cap) {
+    if ((!buf && len) || !out || len > 0xffffffffu) return PLG_EINVAL;
+    if (count && (!headers_pos || !headers_len || !header_count)) return PLG_EINVAL;
+    uint64_t k = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        int32_t hc = header_count[i];
+        if (hc == 0) continue;
+        if (hc < 0 || headers_pos[i] > len || headers_len[i] > len - headers_pos[i])
+            return PLG_ECORRUPT;
+        if ((uint64_t)hc > cap - k) return PLG_EOVERFLOW;
+        uint64_t pos = headers_pos[i], end = pos + headers_len[i];
+        for (int32_t j = 0; j < hc; j++, k++) {
+            int64_t hk, hv;
+            if (get_varint(buf, end, &pos, 5, &hk) != PLG_OK || hk < 0) return PLG_ECORRUPT;
+            if ((uint64_t)hk > end - pos) return PLG_ECORRUPT;
+            out->key_pos[k] = (uint32_t)pos;
+            out->key_len[k] = (int32_t)hk;
+            pos += (uint64_t)hk;
+            if (get_varint(buf, end, &pos, 5, &hv) != PLG_OK || hv < -1) return PLG_ECORRUPT;
+            out->value_pos[k] = (uint32_t)pos;
+            out->value_len[k] = (int32_t)hv;
+            if (hv > 0) {
+                if ((uint64_t)hv > end - pos) return PLG_ECORRUPT;
+                pos += (uint64_t)hv;
+            }
+        }
+        if (pos != end) return PLG_ECORRUPT;
+    }
+    return PLG_OK;
+}
+
 /* Decodes the legacy message at buf[0, len) (12-byte log header included;
  * len must be exactly the entry's size as plg_scan reported). Positions are
  * relative to buf. Returns PLG_OK, PLG_ETRUNCATED or PLG_ECORRUPT. */
@@ -547,17 +596,21 @@ int plg_batch_set_offsets(uint8_t *buf, uint64_t len, int64_t base_offset,
     if (!buf || !n_batches_out || !next_offset_out || base_offset < 0) return PLG_EINVAL;
     plg_batch_info_t info;
     uint64_t pos = 0, n = 0;
+    int64_t room = INT64_MAX - base_offset; /* offsets left before overflow */
     while (pos < len) { /* validate first */
         int rc = parse_entry(buf, len, pos, 0, &info);
         if (rc != PLG_OK) return rc;
         if (info.magic != 2) return PLG_EMAGIC;
+        int64_t span = info.last_offset - info.base_offset + 1;
+        if (span > room) return PLG_EINVAL;
+        room -= span;
         pos += info.size;
         n++;
     }
     int64_t next = base_offset;
     pos = 0;
     while (pos < len) {
-        parse_entry(buf, len, pos, 0, &info);
+        parse_entry(buf, len, pos, 0, &info); /* cannot fail: validated above */
         put64(buf + pos, (uint64_t)next);
         put32(buf + pos + 12, (uint32_t)partition_leader_epoch);
         next += info.last_offset - info.base_offset + 1;
@@ -566,4 +619,100 @@ int plg_batch_set_offsets(uint8_t *buf, uint64_t len, int64_t base_offset,
     *n_batches_out = n;
     *next_offset_out = next;
     return PLG_OK;
+}
+
+/* ---- point lookup --------------------------------------------------------- */
+
+/* Finds the record at absolute offset `target` in one segment: the offset
+ * index idx[0, idx_len) (8-byte entries relative to base_offset) gives a
+ * start position, batch headers are walked from there in log[0, log_len),
+ * then the records of the batch holding `target` until its offset delta.
+ * Fills *out with absolute positions in `log` (the caller copies what it
+ * needs before the buffer goes away). A batch that ends past verified_bytes
+ * has its CRC checked first.
+ *
+ * Returns PLG_OK, PLG_ENOTFOUND (no record with that offset in the segment:
+ * beyond its end, or a gap left by compaction), PLG_EUNSUPPORTED (the batch
+ * is compressed or legacy: the caller decodes it the general way),
+ * PLG_ECRC / PLG_ECORRUPT / PLG_EMAGIC for bad bytes. A torn tail reads as
+ * PLG_ENOTFOUND. Thread-safe; keeps no pointer. */
+int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, uint64_t idx_len,
+                      int64_t base_offset, int64_t target, uint64_t verified_bytes,
+                      plg_record_ref_t *out) {
+    if ((!log && log_len) || (!idx && idx_len) || !out) return PLG_EINVAL;
+    int64_t rel = target - base_offset;
+    if (rel < 0) return PLG_ENOTFOUND;
+    int32_t rel_out = 0, pos_out = 0;
+    plg_offset_index_lookup(idx, idx_len, rel > INT32_MAX ? INT32_MAX : (int32_t)rel, &rel_out, &pos_out);
+    uint64_t pos = pos_out < 0 ? 0 : (uint64_t)pos_out;
+    if (pos > log_len) pos = 0; /* a stale index entry: walk from the start */
+    plg_batch_info_t info;
+    for (;;) {
+        if (pos >= log_len) return PLG_ENOTFOUND;
+        int rc = parse_entry(log, log_len, pos, 0, &info);
+        if (rc == PLG_ETRUNCATED) return PLG_ENOTFOUND;
+        if (rc != PLG_OK) return rc;
+        if (info.last_offset >= target) break;
+        pos += info.size;
+    }
+    if (info.base_offset > target) return PLG_ENOTFOUND;
+    if (info.magic != 2 || (info.attributes & PLG_ATTR_COMPRESSION_MASK)) return PLG_EUNSUPPORTED;
+    if (pos + info.size > verified_bytes) {
+        uint32_t crc;
+        plg_crc32c(log + pos + PLG_ATTRIBUTES_OFFSET, info.size - PLG_ATTRIBUTES_OFFSET, 0, &crc);
+        if (crc != info.crc) return PLG_ECRC;
+    }
+    const uint8_t *rb = log + pos + PLG_BATCH_OVERHEAD;
+    uint64_t len = info.size - PLG_BATCH_OVERHEAD, p = 0;
+    int64_t want = target - info.base_offset;
+    /* A dense batch (no compaction gaps) has record i at offset delta i: skip
+     * the records before it by their lengths alone. */
+    int dense = (int64_t)info.records_count == info.last_offset - info.base_offset + 1;
+    for (int32_t i = 0; i < info.records_count; i++) {
+        int64_t rlen, tsd, od, v;
+        if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
+        if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
+        uint64_t rend = p + (uint64_t)rlen;
+        if (dense && i < want) {
+            p = rend;
+            continue;
+        }
+        p++; /* attributes */
+        if (get_varint(rb, rend, &p, 10, &tsd) != PLG_OK) return PLG_ECORRUPT;
+        if (get_varint(rb, rend, &p, 5, &od) != PLG_OK || od < 0) return PLG_ECORRUPT;
+        if (od > want) return PLG_ENOTFOUND;
+        if (od < want) {
+            p = rend;
+            continue;
+        }
+        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+        out->key_len = (int32_t)v;
+        out->key_pos = pos + PLG_BATCH_OVERHEAD + p;
+        if (v > 0) {
+            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
+            p += (uint64_t)v;
+        }
+        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+        out->value_len = (int32_t)v;
+        out->value_pos = pos + PLG_BATCH_OVERHEAD + p;
+        if (v > 0) {
+            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
+            p += (uint64_t)v;
+        }
+        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < 0) return PLG_ECORRUPT;
+        out->header_count = (int32_t)v;
+        out->headers_pos = pos + PLG_BATCH_OVERHEAD + p;
+        out->headers_len = (uint32_t)(rend - p);
+        out->batch_position = pos;
+        out->batch_size = info.size;
+        out->base_offset = info.base_offset;
+        out->last_offset = info.last_offset;
+        out->attributes = info.attributes;
+        out->max_timestamp = info.max_timestamp;
+        out->timestamp = (info.attributes & PLG_ATTR_LOG_APPEND_TIME) ? info.max_timestamp
+                                                                      : info.base_timestamp + tsd;
+        out->offset = target;
+        return PLG_OK;
+    }
+    return PLG_ENOTFOUND;
 }

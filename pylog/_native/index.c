@@ -49,49 +49,63 @@ static inline void put64(uint8_t *p, uint64_t v) {
     put32(p + 4, (uint32_t)v);
 }
 
-/* Appends a time entry to *time_entry_out if timestamp grew. */
-static int maybe_time_entry(plg_segment_state_t *st, int64_t ts, int64_t offset, uint8_t *out,
-                            uint32_t *flags) {
-    if (ts <= st->last_time_index_timestamp) return PLG_OK;
-    if (offset < st->last_time_index_offset) return PLG_EORDER;
-    int64_t rel = offset - st->base_offset;
-    if (rel < 0 || rel > INT32_MAX) return PLG_EORDER;
-    put64(out, (uint64_t)ts);
-    put32(out + 8, (uint32_t)rel);
-    st->last_time_index_timestamp = ts;
-    st->last_time_index_offset = offset;
-    *flags |= 2u;
-    return PLG_OK;
-}
-
 /* Updates st for an append of append_bytes ending at last_offset whose
  * largest timestamp is max_timestamp (at offset offset_of_max_timestamp).
  * Writes the 8-byte offset entry to index_entry_out (bit 0 of *entries_out)
  * and the 12-byte time entry to time_entry_out (bit 1) when Kafka's rule
  * adds them; the caller appends those bytes to the index files. Returns
  * PLG_OK, PLG_EORDER (offset not above the last indexed / outside int32 of
- * the base) or PLG_EINVAL. */
+ * the base, or the segment past int32 positions) or PLG_EINVAL. On error
+ * neither *st nor the entry buffers are modified. */
 int plg_segment_after_append(plg_segment_state_t *st, uint64_t append_bytes,
                              int64_t last_offset, int64_t max_timestamp,
                              int64_t offset_of_max_timestamp, uint8_t *index_entry_out,
                              uint8_t *time_entry_out, uint32_t *entries_out) {
     if (!st || !index_entry_out || !time_entry_out || !entries_out) return PLG_EINVAL;
     *entries_out = 0;
-    int64_t rel = last_offset - st->base_offset;
-    if (rel < 0 || rel > INT32_MAX || st->size > INT32_MAX) return PLG_EORDER;
-    if (max_timestamp > st->max_timestamp_so_far) {
-        st->max_timestamp_so_far = max_timestamp;
-        st->offset_of_max_timestamp = offset_of_max_timestamp;
+    /* rel is computed without signed overflow: last_offset may be anything. */
+    if (last_offset < st->base_offset) return PLG_EORDER;
+    uint64_t rel = (uint64_t)last_offset - (uint64_t)st->base_offset;
+    if (rel > INT32_MAX || st->size > INT32_MAX) return PLG_EORDER;
+
+    /* Kafka LogSegment.append: the max timestamp is updated first ... */
+    int64_t max_ts = st->max_timestamp_so_far, max_ts_offset = st->offset_of_max_timestamp;
+    if (max_timestamp > max_ts) {
+        max_ts = max_timestamp;
+        max_ts_offset = offset_of_max_timestamp;
     }
-    if (st->bytes_since_last_index_entry > st->index_interval_bytes) {
+    /* ... then, if strictly more than the interval was written since the last
+     * entry, the last offset of this append maps to where this append starts. */
+    int add_offset = st->bytes_since_last_index_entry > st->index_interval_bytes;
+    int add_time = 0;
+    uint64_t time_rel = 0;
+    if (add_offset) {
         if (last_offset <= st->last_index_offset) return PLG_EORDER;
+        /* TimeIndex.maybeAppend: only when the timestamp grew. */
+        if (max_ts > st->last_time_index_timestamp) {
+            if (max_ts_offset < st->last_time_index_offset || max_ts_offset < st->base_offset)
+                return PLG_EORDER;
+            time_rel = (uint64_t)max_ts_offset - (uint64_t)st->base_offset;
+            if (time_rel > INT32_MAX) return PLG_EORDER;
+            add_time = 1;
+        }
+    }
+
+    /* validated: commit */
+    st->max_timestamp_so_far = max_ts;
+    st->offset_of_max_timestamp = max_ts_offset;
+    if (add_offset) {
         put32(index_entry_out, (uint32_t)rel);
         put32(index_entry_out + 4, (uint32_t)st->size);
         st->last_index_offset = last_offset;
         *entries_out |= 1u;
-        int rc = maybe_time_entry(st, st->max_timestamp_so_far, st->offset_of_max_timestamp,
-                                  time_entry_out, entries_out);
-        if (rc != PLG_OK) return rc;
+        if (add_time) {
+            put64(time_entry_out, (uint64_t)max_ts);
+            put32(time_entry_out + 8, (uint32_t)time_rel);
+            st->last_time_index_timestamp = max_ts;
+            st->last_time_index_offset = max_ts_offset;
+            *entries_out |= 2u;
+        }
         st->bytes_since_last_index_entry = 0;
     }
     st->bytes_since_last_index_entry += append_bytes;
@@ -207,6 +221,8 @@ const char *plg_strerror(int rc) {
     case PLG_EOVERFLOW: return "output buffer too small";
     case PLG_EINVAL: return "invalid argument";
     case PLG_EORDER: return "offsets or timestamps out of order";
+    case PLG_ENOTFOUND: return "no record with that offset";
+    case PLG_EUNSUPPORTED: return "compressed or legacy batch";
     default: return "unknown error";
     }
 }

@@ -27,6 +27,8 @@
 #define PLG_EOVERFLOW (-5)  /* caller's output buffer is too small              */
 #define PLG_EINVAL (-6)     /* bad argument (caller bug or bad user input)      */
 #define PLG_EORDER (-7)     /* offsets/timestamps out of order (index, append)  */
+#define PLG_ENOTFOUND (-8)  /* no record with that offset here                  */
+#define PLG_EUNSUPPORTED (-9) /* compressed or legacy batch: decode it in full  */
 
 /* ---- RecordBatch v2 layout (all big-endian) ----------------------------- */
 #define PLG_LOG_OVERHEAD 12           /* baseOffset i64 + batchLength i32       */
@@ -86,6 +88,14 @@ typedef struct {
     uint32_t value_pos;
     int32_t value_len;          /* -1: null                                         */
 } plg_header_t;
+
+/* ---- headers of many records, column-wise: caller-owned arrays of `cap` -- */
+typedef struct {
+    uint32_t *key_pos;
+    int32_t *key_len;
+    uint32_t *value_pos;
+    int32_t *value_len;         /* -1: null                                         */
+} plg_header_columns_t;
 
 /* ---- one legacy (v0/v1) message, positions relative to the message ---- */
 typedef struct {
@@ -169,6 +179,9 @@ int plg_decode_records(const uint8_t *buf, uint64_t len, uint32_t count,
 int plg_gather(const uint8_t *buf, uint64_t len, const uint32_t *pos, const int32_t *lens,
                uint32_t count, uint8_t *out, uint64_t cap, int32_t *offsets_out, uint64_t *used_out);
 int plg_decode_headers(const uint8_t *buf, uint64_t len, uint32_t count, plg_header_t *out);
+int plg_decode_header_columns(const uint8_t *buf, uint64_t len, const uint32_t *headers_pos,
+                              const uint32_t *headers_len, const int32_t *header_count,
+                              uint32_t count, const plg_header_columns_t *out, uint64_t cap);
 int plg_decode_legacy(const uint8_t *buf, uint64_t len, plg_legacy_message_t *out);
 int plg_varint_decode(const uint8_t *buf, uint64_t len, int64_t *value_out, uint64_t *used_out);
 int plg_varint_encode(int64_t value, uint8_t *out, uint64_t cap, uint64_t *used_out);
@@ -183,5 +196,28 @@ int plg_offset_index_lookup(const uint8_t *idx, uint64_t len, int32_t target_rel
                             int32_t *rel_out, int32_t *pos_out);
 int plg_time_index_lookup(const uint8_t *idx, uint64_t len, int64_t target_ts,
                           int64_t *ts_out, int32_t *rel_out);
+
+/* ---- point lookup of one record (batch.c) -------------------------------- */
+typedef struct {
+    uint64_t batch_position;    /* absolute positions in the log buffer            */
+    uint32_t batch_size;
+    int64_t base_offset;
+    int64_t last_offset;
+    int16_t attributes;
+    int64_t max_timestamp;
+    int64_t timestamp;          /* the record's timestamp                          */
+    int64_t offset;
+    uint64_t key_pos;
+    int32_t key_len;            /* -1: null                                        */
+    uint64_t value_pos;
+    int32_t value_len;          /* -1: null                                        */
+    uint64_t headers_pos;
+    uint32_t headers_len;
+    int32_t header_count;
+} plg_record_ref_t;
+
+int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, uint64_t idx_len,
+                      int64_t base_offset, int64_t target, uint64_t verified_bytes,
+                      plg_record_ref_t *out);
 
 #endif /* PLG_H */
