@@ -111,7 +111,9 @@ def _snappy_decompress(data: bytes) -> bytes:
     snappy = _cramjam().snappy
     if not data.startswith(_XERIAL_MAGIC):
         return bytes(snappy.decompress_raw(data))
-    pos, out = 16, []
+    if len(data) < len(_XERIAL_HEADER):
+        raise ValueError("truncated xerial header")
+    pos, out = len(_XERIAL_HEADER), []
     while pos < len(data):
         if len(data) - pos < 4:
             raise ValueError("truncated xerial block length")
