@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""pylog against its peers on the same generated data, in one process run.
+
+Prints one table: absolute rates for pylog and each peer, the ratio, the
+target from issue 2 ("Speed") and whether it is MET. The peers are
+
+* a raw Python ``BufferedWriter`` (``open(path, "wb")``) writing each value as
+  a 4-byte big-endian length followed by the value (one ``write`` per value,
+  the faster of the two obvious loops on this machine);
+* SQLite through the standard ``sqlite3`` module: ``CREATE TABLE t (id INTEGER
+  PRIMARY KEY, v BLOB)``, ``journal_mode=WAL``, ``synchronous=NORMAL``, rows
+  inserted with one ``executemany`` in one transaction; reads are ``SELECT v
+  FROM t ORDER BY id`` fetched 1,000 rows at a time, and point lookups
+  ``SELECT v FROM t WHERE id = ?``.
+
+Every figure is the best of ``--repeat`` runs (wall clock, ``perf_counter``).
+Data is ``--records`` values of ``--value-size`` random bytes (seeded), kept
+in memory before any timer starts; pylog appends them in lists of
+``--batch`` values. Nothing is fsynced inside a timed append (pylog's default
+flush policy is "never"; SQLite's WAL checkpoint does its own syncs). Reads
+come from the page cache: this measures CPU cost, not the disk.
+
+Each result row is also checked for correctness outside the timer (same
+count, same values), so a fast wrong answer cannot pass.
+
+Usage::
+
+    .venv/bin/python benchmarks/compare.py                    # the full run (1,000,000 records, 1 GiB reopen log)
+    .venv/bin/python benchmarks/compare.py --records 100000 --reopen-bytes 200000000   # a quick run
+    .venv/bin/python benchmarks/compare.py --json results.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import random
+import shutil
+import sqlite3
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import pylog
+from pylog import _native
+from pylog.storage.log import Log
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+# --------------------------------------------------------------------- helpers
+def best_of(repeat: int, run: Callable[[], Any], setup: Optional[Callable[[], Any]] = None) -> Tuple[float, Any]:
+    """Run ``setup`` (untimed) then ``run`` (timed) ``repeat`` times; the fastest time and its result."""
+    best = float("inf")
+    result: Any = None
+    for _ in range(repeat):
+        arg = setup() if setup is not None else None
+        gc.collect()
+        t0 = time.perf_counter()
+        out = run() if arg is None else run(arg)
+        dt = time.perf_counter() - t0
+        if dt < best:
+            best, result = dt, out
+    return best, result
+
+
+def make_values(n: int, size: int, seed: int) -> List[bytes]:
+    """``n`` distinct values of ``size`` random bytes, the same for every peer."""
+    blob = random.Random(seed).randbytes(n * size)
+    return [blob[i * size : (i + 1) * size] for i in range(n)]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fmt_rate(x: float) -> str:
+    if x >= 1e6:
+        return f"{x / 1e6:.2f} M/s"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f} k/s"
+    return f"{x:.0f} /s"
+
+
+def open_log(path: str, **cfg: Any) -> Log:
+    return Log.open(path, **cfg)
+
+
+def fresh_dir(path: str) -> str:
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+# ----------------------------------------------------------------- the peers
+def pylog_append(path: str, batches: Sequence[List[bytes]]) -> Log:
+    log = open_log(path)
+    append = log.append
+    for b in batches:
+        append(b)
+    return log
+
+
+def writer_append(path: str, values: Sequence[bytes]) -> int:
+    pack = struct.Struct(">I").pack
+    with open(path, "wb") as w:  # io.BufferedWriter, default buffer size
+        write = w.write
+        for v in values:
+            write(pack(len(v)) + v)
+        w.flush()
+        return w.tell()
+
+
+def sqlite_connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def sqlite_append(path: str, rows: Sequence[Tuple[bytes]]) -> sqlite3.Connection:
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.unlink(path + suffix)
+        except FileNotFoundError:
+            pass
+    conn = sqlite_connect(path)
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO t (v) VALUES (?)", rows)
+    conn.execute("COMMIT")
+    return conn
+
+
+def pylog_read_records(log: Log) -> Tuple[int, bytes]:
+    off, end, n = log.log_start_offset, log.log_end_offset, 0
+    last = b""
+    read = log.read
+    while off < end:
+        recs = list(read(off, MiB))
+        n += len(recs)
+        off = recs[-1].offset + 1
+        last = recs[-1].value
+    return n, last
+
+
+def pylog_read_zero_copy(log: Log) -> Tuple[int, bytes]:
+    off, end, n = log.log_start_offset, log.log_end_offset, 0
+    last: Any = b""
+    read_batches = log.read_batches
+    while off < end:
+        batches = read_batches(off, MiB)
+        for b in batches:
+            vals = b.values()
+            n += len(vals)
+            last = vals[-1]
+        off = batches[-1].last_offset + 1
+    return n, bytes(last)
+
+
+def sqlite_scan(conn: sqlite3.Connection, chunk: int) -> Tuple[int, bytes]:
+    cur = conn.execute("SELECT v FROM t ORDER BY id")
+    n = 0
+    last = b""
+    fetch = cur.fetchmany
+    while True:
+        rows = fetch(chunk)
+        if not rows:
+            break
+        n += len(rows)
+        last = rows[-1][0]
+    return n, last
+
+
+def pylog_random(log: Log, offsets: Sequence[int]) -> List[bytes]:
+    read = log.read
+    return [next(read(o, 1)).value for o in offsets]
+
+
+def sqlite_random(conn: sqlite3.Connection, offsets: Sequence[int]) -> List[bytes]:
+    ex = conn.execute
+    q = "SELECT v FROM t WHERE id = ?"
+    return [ex(q, (o + 1,)).fetchone()[0] for o in offsets]  # rowids start at 1
+
+
+def fill_log(path: str, target_bytes: int, batches: Sequence[List[bytes]], **cfg: Any) -> Tuple[int, float]:
+    """Append ``batches`` over and over until the log holds ``target_bytes``; close it cleanly."""
+    log = open_log(path, **cfg)
+    t0 = time.perf_counter()
+    try:
+        while log.size_in_bytes < target_bytes:
+            for b in batches:
+                log.append(b)
+                if log.size_in_bytes >= target_bytes:
+                    break
+        size = log.size_in_bytes
+    finally:
+        log.close()
+    return size, time.perf_counter() - t0
+
+
+def crash_with_tail(path: str, tail: Sequence[List[bytes]], repeat: int) -> Dict[str, Any]:
+    """flush(), append ``tail`` unflushed, abandon() (a killed process), time the reopen."""
+    times: List[float] = []
+    scanned: List[int] = []
+    size = 0
+    for _ in range(repeat):
+        log = open_log(path, recovery_checkpoint_interval_ms=0)
+        log.flush()  # the recovery point is now the log end, and checkpointed
+        size = log.size_in_bytes
+        for b in tail:
+            log.append(b)
+        expected_end = log.log_end_offset
+        log.abandon()
+        gc.collect()
+        t0 = time.perf_counter()
+        log = open_log(path, recovery_checkpoint_interval_ms=0)
+        times.append(time.perf_counter() - t0)
+        rec = log.recovery
+        assert rec is not None and not rec.clean_shutdown, "abandon() should force a recovery"
+        assert log.log_end_offset == expected_end, (log.log_end_offset, expected_end)
+        scanned.append(rec.bytes_scanned)
+        log.close()
+    return {
+        "log_bytes": size,
+        "tail_bytes": sum(len(v) for b in tail for v in b),
+        "seconds": min(times),
+        "bytes_scanned": scanned[times.index(min(times))],
+    }
+
+
+# ------------------------------------------------------------------- the run
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    n, size, bsz, rep = args.records, args.value_size, args.batch, args.repeat
+    root = args.dir or tempfile.mkdtemp(prefix="pylog-compare-")
+    os.makedirs(root, exist_ok=True)
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not args.quiet else (lambda *a: None)
+    payload = n * size
+    rows: List[Dict[str, Any]] = []
+    extra: Dict[str, Any] = {}
+
+    def row(name: str, unit: str, mine: float, peer_name: str, peer: Optional[float], target: str,
+            met: Optional[bool], ratio: Optional[float] = None, note: str = "") -> None:
+        if ratio is None and peer:
+            ratio = mine / peer
+        rows.append(dict(name=name, unit=unit, pylog=mine, peer=peer_name, peer_value=peer, ratio=ratio,
+                         target=target, met=met, note=note))
+
+    try:
+        say(f"generating {n:,} values of {size} bytes ...")
+        values = make_values(n, size, args.seed)
+        batches = [values[i : i + bsz] for i in range(0, n, bsz)]
+        sql_rows = [(v,) for v in values]
+
+        # ---- append
+        say("append: pylog ...")
+        logs: List[Log] = []
+        pl_path = os.path.join(root, "pylog", "bench-0")
+
+        def pl_setup() -> str:
+            for lg in logs:
+                lg.close()
+            logs.clear()
+            fresh_dir(os.path.dirname(pl_path))
+            return pl_path
+
+        def pl_run(path: str) -> Log:
+            logs.append(pylog_append(path, batches))
+            return logs[-1]
+
+        t_pl, log = best_of(rep, pl_run, pl_setup)
+        log.close()  # every run wrote the same bytes; keep the last, reopened cleanly
+        log = open_log(pl_path)
+        assert log.log_end_offset == n
+        say("append: BufferedWriter ...")
+        wpath = os.path.join(root, "writer.bin")
+        t_bw, wbytes = best_of(rep, lambda: writer_append(wpath, values))
+        assert wbytes == n * (size + 4)
+        os.unlink(wpath)
+        say("append: SQLite ...")
+        dbpath = os.path.join(root, "sqlite.db")
+        conns: List[sqlite3.Connection] = []
+
+        def sql_append() -> sqlite3.Connection:
+            for c in conns:
+                c.close()
+            conns.clear()
+            conns.append(sqlite_append(dbpath, sql_rows))
+            return conns[-1]
+
+        t_sq, conn = best_of(rep, sql_append)
+        conn = sqlite_connect(dbpath)  # a fresh connection, as a reader would have
+        for c in conns:
+            c.close()
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == n
+        row("batch append (lists of %d, no fsync)" % bsz, "records/s", n / t_pl, "BufferedWriter", n / t_bw,
+            ">= 1.0x", n / t_pl >= 1.0 * n / t_bw)
+        row("batch append (lists of %d, no fsync)" % bsz, "records/s", n / t_pl, "SQLite executemany", n / t_sq,
+            ">= 8x", n / t_pl >= 8.0 * n / t_sq)
+        extra["append_seconds"] = {"pylog": t_pl, "BufferedWriter": t_bw, "SQLite": t_sq}
+        extra["log_bytes"] = log.size_in_bytes
+
+        # ---- sequential reads
+        say("sequential read: pylog Records ...")
+        t_rd, (cnt, last) = best_of(rep, lambda: pylog_read_records(log))
+        assert cnt == n and last == values[-1], (cnt, n)
+        say("sequential read: pylog zero-copy ...")
+        t_zc, (cnt, last) = best_of(rep, lambda: pylog_read_zero_copy(log))
+        assert cnt == n and last == values[-1], (cnt, n)
+        say("sequential read: SQLite scan ...")
+        t_ss, (cnt, last) = best_of(rep, lambda: sqlite_scan(conn, bsz))
+        assert cnt == n and last == values[-1], (cnt, n)
+        row("sequential read into Record objects", "records/s", n / t_rd, "SQLite scan", n / t_ss,
+            ">= 1.0x", n / t_rd >= 1.0 * n / t_ss)
+        row("zero-copy batch read (memoryviews)", "records/s", n / t_zc, "SQLite scan", n / t_ss,
+            ">= 5x", n / t_zc >= 5.0 * n / t_ss)
+        extra["read_seconds"] = {"pylog_records": t_rd, "pylog_zero_copy": t_zc, "SQLite_scan": t_ss}
+
+        # ---- random reads
+        k = args.random_reads
+        rnd = random.Random(args.seed + 1)
+        offsets = [rnd.randrange(n) for _ in range(k)]
+        say(f"random reads: {k:,} by offset ...")
+        t_rp, got = best_of(rep, lambda: pylog_random(log, offsets))
+        assert got == [values[o] for o in offsets]
+        t_rs, got = best_of(rep, lambda: sqlite_random(conn, offsets))
+        assert got == [values[o] for o in offsets]
+        row(f"{k:,} random reads by offset", "reads/s", k / t_rp, "SQLite point lookups", k / t_rs,
+            ">= 3x", k / t_rp >= 3.0 * k / t_rs)
+        extra["random_read_us"] = {"pylog": t_rp / k * 1e6, "SQLite": t_rs / k * 1e6}
+        conn.close()
+        small_path = log.dir
+        log.close()
+
+        # ---- CRC32C
+        say("CRC32C ...")
+        buf = random.Random(args.seed + 2).randbytes(MiB)
+        loops = max(1, args.crc_mib)
+        crc = _native.crc32c
+
+        def crc_run() -> int:
+            c = 0
+            for _ in range(loops):
+                c = crc(buf)
+            return c
+
+        t_crc, _ = best_of(rep, crc_run)
+        gbps = loops * MiB / t_crc / 1e9
+        hw = _native.crc32c_hardware()
+        row("CRC32C on 1 MiB buffers" + ("" if hw else " (table path: no CPU instruction)"), "GB/s", gbps, "", None,
+            ">= 10 GB/s", gbps >= 10.0 if hw else None)
+
+        # ---- reopen of a cleanly closed big log
+        big = os.path.join(fresh_dir(os.path.join(root, "big")), "bench-0")
+        say(f"building a {args.reopen_bytes / 1e9:.2f} GB log (segment_bytes={args.segment_bytes}) ...")
+        big_size, t_fill = fill_log(big, args.reopen_bytes, batches, segment_bytes=args.segment_bytes)
+        extra["big_log"] = {"bytes": big_size, "fill_seconds": t_fill,
+                            "segments": len([f for f in os.listdir(big) if f.endswith(".log")])}
+        say("reopen ...")
+        times = []
+        for _ in range(max(rep, 3)):
+            gc.collect()
+            t0 = time.perf_counter()
+            lg = open_log(big, segment_bytes=args.segment_bytes)
+            times.append(time.perf_counter() - t0)
+            assert lg.recovery is not None and lg.recovery.clean_shutdown and lg.recovery.bytes_scanned == 0
+            lg.close()
+        t_open = min(times)
+        row(f"reopen of a cleanly closed {big_size / 1e9:.2f} GB log", "ms", t_open * 1e3, "", None, "< 50 ms",
+            t_open * 1e3 < 50.0 if big_size >= 1e9 * 0.99 else None,
+            note=f"median {statistics.median(times) * 1e3:.1f} ms")
+
+        # ---- crash recovery: same unflushed tail, two log sizes
+        tail_n = args.tail_records
+        tail = [values[i : i + bsz] for i in range(0, min(tail_n, n), bsz)]
+        say("crash recovery: small log ...")
+        small = crash_with_tail(small_path, tail, rep)
+        say("crash recovery: big log ...")
+        large = crash_with_tail(big, tail, rep)
+        growth = large["seconds"] / small["seconds"]
+        size_ratio = large["log_bytes"] / small["log_bytes"]
+        for label, r in (("small", small), ("big", large)):
+            row(f"crash recovery, {r['log_bytes'] / 1e6:,.0f} MB log + {r['tail_bytes'] / 1e6:.1f} MB unflushed tail",
+                "ms", r["seconds"] * 1e3, "", None, "proportional to tail" if label == "big" else "",
+                None, note=f"scanned {r['bytes_scanned'] / 1e6:,.1f} MB")
+        # Proportional to the tail, not the log: a log `size_ratio` times bigger with the same tail
+        # must not take more than 2x as long to recover.
+        rows[-1]["met"] = growth <= 2.0
+        rows[-1]["ratio"] = growth
+        rows[-1]["peer"] = "small log"
+        rows[-1]["note"] += f"; {size_ratio:.1f}x the log, {growth:.1f}x the time"
+        extra["crash_recovery"] = {"small": small, "big": large}
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return {"rows": rows, "extra": extra}
+
+
+def machine() -> Dict[str, Any]:
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+        "pylog": pylog.__version__,
+        "crc32c_hardware": _native.crc32c_hardware(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def print_table(result: Dict[str, Any], args: argparse.Namespace) -> None:
+    m = result["machine"]
+    print(f"pylog {m['pylog']} vs peers — {m['date']}")
+    print(f"machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}; SQLite {m['sqlite']}; "
+          f"CRC32C instruction: {'yes' if m['crc32c_hardware'] else 'no'}")
+    print(f"data: {args.records:,} records x {args.value_size} bytes, batches of {args.batch}; "
+          f"best of {args.repeat}; command: {result['command']}")
+    print()
+    head = ("benchmark", "pylog", "peer", "peer value", "ratio", "target", "")
+    lines = []
+    for r in result["rows"]:
+        unit = r["unit"]
+
+        def val(x: Optional[float]) -> str:
+            if x is None:
+                return ""
+            if unit in ("records/s", "reads/s"):
+                return fmt_rate(x)
+            if unit == "GB/s":
+                return f"{x:.1f} GB/s"
+            return f"{x:,.1f} {unit}"
+
+        status = "" if r["met"] is None else ("MET" if r["met"] else "NOT MET")
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        name = r["name"] + (f" ({r['note']})" if r.get("note") else "")
+        lines.append((name, val(r["pylog"]), r["peer"], val(r["peer_value"]), ratio, r["target"], status))
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    fmt = "  ".join("{:<%d}" % w if i in (0, 2, 5, 6) else "{:>%d}" % w for i, w in enumerate(widths))
+    print(fmt.format(*head))
+    print("  ".join("-" * w for w in widths))
+    for l in lines:
+        print(fmt.format(*l))
+    ex = result["extra"]
+    if "random_read_us" in ex:
+        print()
+        print("random read latency: pylog %.1f us, SQLite %.1f us" % (ex["random_read_us"]["pylog"], ex["random_read_us"]["SQLite"]))
+    if "big_log" in ex:
+        b = ex["big_log"]
+        print("big log: %d bytes in %d segment(s), written in %.1f s" % (b["bytes"], b["segments"], b["fill_seconds"]))
+    met = [r for r in result["rows"] if r["met"] is not None]
+    print(f"targets met: {sum(1 for r in met if r['met'])} of {len(met)}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", type=int, default=1_000_000, help="records to append and read (default 1,000,000)")
+    p.add_argument("--value-size", type=int, default=100, help="bytes per value (default 100)")
+    p.add_argument("--batch", type=int, default=1000, help="values per pylog append (default 1,000)")
+    p.add_argument("--random-reads", type=int, default=10_000, help="random reads by offset (default 10,000)")
+    p.add_argument("--reopen-bytes", type=int, default=GiB, help="size of the log reopened and crashed (default 1 GiB)")
+    p.add_argument("--segment-bytes", type=int, default=GiB, help="segment_bytes of that log (default 1 GiB)")
+    p.add_argument("--tail-records", type=int, default=100_000, help="unflushed records before a crash (default 100,000)")
+    p.add_argument("--crc-mib", type=int, default=1024, help="MiB hashed per CRC32C run (default 1024)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best counts (default 3)")
+    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--dir", help="work directory (default: a fresh temporary directory, removed afterwards)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = p.parse_args(argv)
+    if args.records < args.batch or args.records <= 0:
+        p.error("--records must be at least --batch")
+    result = {"machine": machine(), "command": " ".join([os.path.relpath(sys.argv[0])] + list(sys.argv[1:] if argv is None else argv)),
+              "args": vars(args)}
+    result.update(run(args))
+    print_table(result, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
