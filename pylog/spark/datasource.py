@@ -1,0 +1,482 @@
+"""The ``pylog`` Spark data source: batch and streaming reads, and a batch writer.
+
+Schema and options are those of Spark's Kafka source, so code written for
+``format("kafka")`` moves over by changing the format name (and giving the
+directory as ``path``)::
+
+    pylog.spark.register(spark)
+    df = (spark.read.format("pylog").option("path", "/data/logs")
+          .option("subscribe", "orders").load())
+
+See docs/spark.md for every option. Needs pyspark >= 4.2 and pyarrow.
+
+Where code runs: ``DataSource``/reader construction and ``partitions()`` run
+in Spark's planner Python process on the driver, ``read()`` in executor
+Python workers on a pickled copy; so the reader keeps only plain data
+(:class:`~pylog.spark.reader.ReadSpec`) and opens logs inside ``read()``.
+
+Thread-safety: Spark calls each object from one thread.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from pylog.errors import InvalidConfigurationError, LogDirLockedError, OffsetOutOfRangeError
+from pylog.spark import layout
+from pylog.spark.layout import Range, TopicPartition
+from pylog.spark.reader import ReadSpec, read_range, report_data_loss
+
+log = logging.getLogger("pylog.spark")
+
+
+def kafka_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source schema (DDL: :data:`~pylog.spark.reader.SPARK_DDL`), every field nullable."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        TimestampType,
+    )
+
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header, containsNull=True)))
+    return StructType(fields)
+
+
+class PylogPartition(InputPartition):
+    """One Spark partition: a picklable :class:`ReadSpec` (no open handles)."""
+
+    def __init__(self, spec: ReadSpec):
+        super().__init__(spec)
+        self.spec = spec
+
+
+class _Options:
+    """The options shared by batch and streaming reads, parsed once."""
+
+    def __init__(self, options: Dict[str, str]):
+        opts = {k.lower(): v for k, v in options.items()}
+        self.raw = opts
+        path = opts.get("path")
+        if not path:
+            raise InvalidConfigurationError(
+                "the pylog source needs the log or cluster directory: .option('path', dir) or .load(dir)"
+            )
+        self.path = os.path.abspath(path)
+        if not os.path.isdir(self.path):
+            raise InvalidConfigurationError(f"log directory {self.path} does not exist")
+        for bad in ("kafka.auto.offset.reset", "kafka.enable.auto.commit"):
+            if bad in opts:
+                raise InvalidConfigurationError(f"option {bad!r} is not supported: use startingOffsets")
+        self.include_headers = layout.parse_bool(opts, "includeheaders", False)
+        self.fail_on_data_loss = layout.parse_bool(opts, "failondataloss", True)
+        self.min_partitions = layout.parse_positive_int(opts, "minpartitions")
+        self.max_offsets_per_trigger = layout.parse_positive_int(opts, "maxoffsetspertrigger")
+        self.read_committed = layout.isolation_level(opts) == "read_committed"
+        self.data_loss_log = opts.get("datalosslog")
+        layout.select_partitions(self.path, opts)  # validates subscribe/subscribePattern/assign now
+
+    def partitions(self) -> List[TopicPartition]:
+        return layout.select_partitions(self.path, self.raw)
+
+    def states(self, tps: Optional[Sequence[TopicPartition]] = None) -> Dict[TopicPartition, layout.PartitionState]:
+        return layout.describe(self.path, self.partitions() if tps is None else tps)
+
+    def spec(self, r: Range) -> ReadSpec:
+        return ReadSpec(
+            r.topic, r.partition, r.dir, r.start, r.end, self.include_headers, self.fail_on_data_loss,
+            self.read_committed, self.data_loss_log,
+        )
+
+    def plan(
+        self, starts: Dict[TopicPartition, int], ends: Dict[TopicPartition, int], states: Dict[TopicPartition, layout.PartitionState]
+    ) -> List[PylogPartition]:
+        ranges = []
+        for tp, end in sorted(ends.items()):
+            st = states[tp]
+            start, lost = layout.check_start(tp, starts.get(tp, st.log_start_offset), st, self.fail_on_data_loss)
+            if lost:
+                report_data_loss(self.spec(Range(tp[0], tp[1], st.dir, 0, 0)), starts[tp], start, lost)
+            if start > end:
+                msg = f"{tp[0]}-{tp[1]}: starting offset {start} is after the ending offset {end}"
+                if self.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(msg)
+                log.warning("pylog: %s; nothing read", msg)
+                continue
+            ranges.append(Range(tp[0], tp[1], st.dir, start, end))
+        return [PylogPartition(self.spec(r)) for r in layout.split_ranges(ranges, self.min_partitions)]
+
+
+class PylogDataSource(DataSource):
+    """``format("pylog")``: Spark's Kafka source schema over pylog/Kafka log directories."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pylog"
+
+    def schema(self) -> StructType:
+        return kafka_schema(layout.parse_bool(self.options, "includeHeaders", False))
+
+    def _check_schema(self, schema: StructType) -> None:
+        want = self.schema()
+        if schema != want:
+            raise InvalidConfigurationError(
+                f"the pylog source has a fixed schema (Spark's Kafka source) and cannot be set with a custom one: "
+                f"expected {want.simpleString()}, got {schema.simpleString()}"
+            )
+
+    def reader(self, schema: StructType) -> "PylogBatchReader":
+        self._check_schema(schema)
+        return PylogBatchReader(_Options(self.options))
+
+    def streamReader(self, schema: StructType) -> "PylogStreamReader":
+        self._check_schema(schema)
+        if self.options.get("endingOffsets") is not None:
+            raise InvalidConfigurationError("ending offset not valid in streaming queries (option endingOffsets)")
+        return PylogStreamReader(_Options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> "PylogWriter":
+        if overwrite:
+            raise InvalidConfigurationError("the pylog sink only appends: use mode('append')")
+        return PylogWriter(dict(self.options), schema)
+
+
+class PylogBatchReader(DataSourceReader):
+    """Batch read: ``startingOffsets`` (default earliest) to ``endingOffsets`` (default latest)."""
+
+    def __init__(self, opts: _Options):
+        self.opts = opts
+
+    def partitions(self) -> List[InputPartition]:
+        o = self.opts
+        states = o.states()
+        starts = layout.resolve(
+            o.raw.get("startingoffsets", "earliest"), "startingOffsets", states, allow_latest=False, allow_earliest=True
+        )
+        ends = layout.resolve(
+            o.raw.get("endingoffsets", "latest"), "endingOffsets", states, allow_latest=True, allow_earliest=False
+        )
+        for tp, e in ends.items():
+            if e > states[tp].latest:
+                msg = (
+                    f"{tp[0]}-{tp[1]}: ending offset {e} is past the latest readable offset {states[tp].latest} "
+                    f"(high watermark or log end of {states[tp].dir})"
+                )
+                if o.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(msg)
+                log.warning("pylog: %s; reading up to %d", msg, states[tp].latest)
+                ends[tp] = states[tp].latest
+        return list(o.plan(starts, ends, states))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(partition.value)
+
+
+class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reads with offsets ``{"topic": {"0": next_offset}}``.
+
+    ``maxOffsetsPerTrigger`` is applied through admission control and split
+    across partitions in proportion to their backlog (Kafka's rule);
+    ``trigger(availableNow=True)`` reads up to the offsets seen when the query
+    starts, in limited batches. New partitions start at the earliest offset.
+    ``commit`` is a no-op: the log is never changed by a reader.
+    """
+
+    def __init__(self, opts: _Options):
+        self.opts = opts
+        self._available_now: Optional[Dict[TopicPartition, int]] = None
+
+    def _latest(self) -> Dict[TopicPartition, int]:
+        return {tp: st.latest for tp, st in self.opts.states().items()}
+
+    def initialOffset(self) -> dict:
+        o = self.opts
+        states = o.states()
+        starts = layout.resolve(
+            o.raw.get("startingoffsets", "latest"), "startingOffsets", states, allow_latest=True, allow_earliest=True
+        )
+        return layout.offsets_to_json(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._latest()
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        return layout.offsets_to_json(self._latest())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = layout.offsets_from_json(start)
+        latest = self._latest() if self._available_now is None else dict(self._available_now)
+        states = None
+        for tp in latest:
+            if tp not in begin:
+                states = states or self.opts.states(list(latest))
+                begin[tp] = states[tp].log_start_offset
+        end = {tp: max(e, begin.get(tp, e)) for tp, e in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = _rate_limit(begin, end, limit.max_rows)
+        # Keep partitions that vanished from the directory at their last offset.
+        for tp, b in begin.items():
+            end.setdefault(tp, b)
+        return layout.offsets_to_json(end)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        s = layout.offsets_from_json(start)
+        e = {tp: o for tp, o in layout.offsets_from_json(end).items() if o > s.get(tp, -1)}
+        if not e:
+            return []
+        states = self.opts.states(sorted(e))
+        for tp in e:
+            s.setdefault(tp, states[tp].log_start_offset)
+        return list(self.opts.plan(s, e, states))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(partition.value)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint (idempotent, may arrive late)."""
+
+
+def _rate_limit(begin: Dict[TopicPartition, int], end: Dict[TopicPartition, int], limit: int) -> Dict[TopicPartition, int]:
+    """Kafka's rateLimit: share ``limit`` in proportion to each partition's backlog."""
+    sizes = {tp: e - begin.get(tp, e) for tp, e in end.items()}
+    total = sum(v for v in sizes.values() if v > 0)
+    if total <= limit:
+        return end
+    out = {}
+    for tp, e in end.items():
+        b = begin.get(tp, e)
+        size = sizes[tp]
+        if size <= 0:
+            out[tp] = e
+            continue
+        share = limit * (size / total)
+        n = int(-(-share // 1)) if share < 1 else int(share)
+        out[tp] = min(e, b + n)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Writer
+# ---------------------------------------------------------------------------
+
+
+class PylogCommitMessage(WriterCommitMessage):
+    """What one task appended: ``{(topic, partition): (first offset, last offset)}``."""
+
+    def __init__(self, appended: Dict[TopicPartition, List[int]]):
+        self.appended = appended
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (Utils.murmur2), as a signed 32-bit int; the default partitioner's hash."""
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    n4 = length // 4
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rem = length % 4
+    tail = 4 * n4
+    if rem == 3:
+        h ^= data[tail + 2] << 16
+    if rem >= 2:
+        h ^= data[tail + 1] << 8
+    if rem >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def default_partition(key: bytes, num_partitions: int) -> int:
+    """Kafka's choice for a keyed record: ``toPositive(murmur2(key)) % numPartitions``."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class PylogWriter(DataSourceArrowWriter):
+    """``df.write.format("pylog")``: append ``key``/``value`` rows to a topic in a log directory.
+
+    Columns: ``value`` (binary or string, required), ``key``, ``headers``
+    (``array<struct<key:string,value:binary>>``), ``partition`` (int),
+    ``topic`` (used when the ``topic`` option is absent). A row without a
+    partition goes to Kafka's murmur2 choice for its key, or, without a key,
+    to the task's own partition (task id modulo the partition count).
+
+    Durability: each task appends batches of up to ``batchSize`` records and
+    fsyncs before it reports success. A failed or retried task leaves what it
+    appended before failing (whole batches; never a torn record), so the
+    sink is at-least-once, like Kafka's. See docs/spark.md.
+    """
+
+    def __init__(self, options: Dict[str, str], schema: StructType):
+        opts = {k.lower(): v for k, v in options.items()}
+        path = opts.get("path")
+        if not path:
+            raise InvalidConfigurationError("the pylog sink needs the log directory: .option('path', dir) or .save(dir)")
+        self.path = os.path.abspath(path)
+        if os.path.isdir(self.path) and layout.is_cluster_dir(self.path):
+            raise InvalidConfigurationError(
+                f"{self.path} is a cluster directory: write through the cluster's producer, not into a replica"
+            )
+        names = [f.name.lower() for f in schema.fields]
+        if "value" not in names:
+            raise InvalidConfigurationError("the pylog sink needs a 'value' column (binary or string)")
+        self.topic = opts.get("topic")
+        if not self.topic and "topic" not in names:
+            raise InvalidConfigurationError("the pylog sink needs a topic: .option('topic', name) or a 'topic' column")
+        self.default_partitions = layout.parse_positive_int(opts, "numpartitions") or 1
+        self.batch_size = layout.parse_positive_int(opts, "batchsize") or 1000
+        self.lock_timeout_s = (layout.parse_positive_int(opts, "locktimeoutms") or 120_000) / 1000
+
+    def _num_partitions(self, topic: str) -> int:
+        found = [tp for tp in layout.list_topic_partitions(self.path) if tp[0] == topic] if os.path.isdir(self.path) else []
+        return max((p for _, p in found), default=self.default_partitions - 1) + 1
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
+        from pyspark import TaskContext
+
+        from pylog.storage.log import validate_topic
+        from pylog.storage.record import Record
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else 0
+        pending: Dict[TopicPartition, List[Record]] = {}
+        counts: Dict[str, int] = {}
+        for rb in iterator:
+            cols = {name.lower(): rb.column(i) for i, name in enumerate(rb.schema.names)}
+            values = cols["value"].to_pylist()
+            n = len(values)
+            keys = cols["key"].to_pylist() if "key" in cols else [None] * n
+            heads = cols["headers"].to_pylist() if "headers" in cols else [None] * n
+            parts = cols["partition"].to_pylist() if "partition" in cols else [None] * n
+            topics = [self.topic] * n if self.topic else cols["topic"].to_pylist()
+            for v, k, h, p, t in zip(values, keys, heads, parts, topics):
+                if t is None:
+                    raise InvalidConfigurationError("a row has a null topic and no 'topic' option is set")
+                if t not in counts:
+                    validate_topic(t)
+                    counts[t] = self._num_partitions(t)
+                if isinstance(v, str):
+                    v = v.encode()
+                if isinstance(k, str):
+                    k = k.encode()
+                if p is None:
+                    p = default_partition(k, counts[t]) if k is not None else task % counts[t]
+                elif not 0 <= p < counts[t]:
+                    raise InvalidConfigurationError(
+                        f"partition {p} does not exist for topic {t!r} ({counts[t]} partitions in {self.path}; "
+                        "the option numPartitions sets the count for a new topic)"
+                    )
+                hdrs = tuple((x["key"], x["value"]) for x in h) if h else ()
+                pending.setdefault((t, p), []).append(Record(value=v, key=k, headers=hdrs))
+        return PylogCommitMessage(self._append(pending))
+
+    def _append(self, pending: Dict[TopicPartition, List[object]]) -> Dict[TopicPartition, List[int]]:
+        from pylog.storage.log import Log
+
+        appended: Dict[TopicPartition, List[int]] = {}
+        if not pending:
+            return appended
+        logs = {}
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.01
+        try:
+            for tp in sorted(pending):
+                while True:
+                    try:
+                        logs[tp] = Log.open(os.path.join(self.path, f"{tp[0]}-{tp[1]}"))
+                        break
+                    except LogDirLockedError:
+                        # Another task's writer holds the directory: wait for it (tasks are short).
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(delay)
+                        delay = min(delay * 2, 0.5)
+            for tp, recs in pending.items():
+                lg = logs[tp]
+                first = last = None
+                batch: List[object] = []
+                size = 0
+                limit = lg.config.max_message_bytes // 2
+                for r in recs:
+                    rsize = len(r.value or b"") + len(r.key or b"") + 32
+                    if batch and (len(batch) >= self.batch_size or size + rsize > limit):
+                        res = lg.append(batch)
+                        first = res.base_offset if first is None else first
+                        last = res.last_offset
+                        batch, size = [], 0
+                    batch.append(r)
+                    size += rsize
+                if batch:
+                    res = lg.append(batch)
+                    first = res.base_offset if first is None else first
+                    last = res.last_offset
+                lg.flush()
+                appended[tp] = [first, last]
+        finally:
+            for lg in logs.values():
+                lg.close()
+        return appended
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        total = sum(
+            last - first + 1
+            for m in messages
+            if isinstance(m, PylogCommitMessage)
+            for first, last in m.appended.values()
+        )
+        log.info("pylog sink: %d records appended to %s", total, self.path)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        appended = {tp: r for m in messages if isinstance(m, PylogCommitMessage) for tp, r in m.appended.items()}
+        log.warning(
+            "pylog sink: job aborted; records appended by successful tasks stay in %s (a log only appends): %s",
+            self.path, appended,
+        )

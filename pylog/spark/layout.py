@@ -1,0 +1,344 @@
+"""Finding partitions in a log directory or a cluster directory, and planning reads.
+
+Driver-side half of the Spark data source, with no Spark import so that it
+can be used and tested on its own.
+
+Two layouts are understood:
+
+* a **log directory** (one broker's ``log.dirs`` entry, or a directory written
+  by :class:`pylog.Log`): ``<dir>/<topic>-<partition>/`` folders. When the
+  directory has a ``replication-offset-checkpoint`` file, a partition is read
+  below the high watermark recorded there (a partition missing from the file
+  has a high watermark of 0); without that file everything up to the log end
+  (every complete, CRC-valid batch) is readable;
+* a **cluster directory**: ``<dir>/broker-<id>/`` log directories. Per
+  partition the replica whose checkpointed high watermark is highest is read,
+  below that high watermark (ties go to the replica with the longer log, then
+  the lowest broker id).
+
+Offsets follow Spark's Kafka source: ``{"topic": {"0": 23}}`` JSON with string
+partition keys, ``-2`` for earliest and ``-1`` for latest.
+
+Thread-safety: stateless functions. Complexity: O(partitions) log opens, each
+O(segments) (see :meth:`pylog.Log.open` with ``read_only=True``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from pylog.errors import (
+    CorruptCheckpointError,
+    InvalidConfigurationError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.storage import checkpoint
+from pylog.storage.fileio import FileIO
+from pylog.storage.log import Log
+from pylog.storage.logdir import parse_partition_dir
+
+HW_CHECKPOINT = "replication-offset-checkpoint"
+EARLIEST = -2
+LATEST = -1
+_BROKER_RE = re.compile(r"^broker-(\d+)$")
+
+TopicPartition = Tuple[str, int]
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What the driver knows about one topic-partition when it plans a read.
+
+    ``latest`` is the exclusive end a consumer may read up to: the high
+    watermark when the directory records one, else the log end offset.
+    """
+
+    topic: str
+    partition: int
+    dir: str  # the chosen replica's partition directory
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: Optional[int]
+    broker: Optional[int] = None
+
+    @property
+    def latest(self) -> int:
+        if self.high_watermark is None:
+            return self.log_end_offset
+        return max(self.log_start_offset, min(self.high_watermark, self.log_end_offset))
+
+
+def is_cluster_dir(path: str) -> bool:
+    """True when ``path`` holds ``broker-<id>`` log directories."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        raise InvalidConfigurationError(f"log directory {path} does not exist") from None
+    return any(_BROKER_RE.match(n) and os.path.isdir(os.path.join(path, n)) for n in names)
+
+
+def _log_dirs(path: str) -> List[Tuple[Optional[int], str]]:
+    if is_cluster_dir(path):
+        out = []
+        for n in sorted(os.listdir(path)):
+            m = _BROKER_RE.match(n)
+            if m and os.path.isdir(os.path.join(path, n)):
+                out.append((int(m.group(1)), os.path.join(path, n)))
+        return out
+    return [(None, path)]
+
+
+def _read_hws(log_dir: str) -> Optional[Dict[TopicPartition, int]]:
+    p = os.path.join(log_dir, HW_CHECKPOINT)
+    if not os.path.exists(p):
+        return None
+    try:
+        return checkpoint.read_offsets(FileIO(), p)
+    except CorruptCheckpointError:
+        raise
+
+
+def list_topic_partitions(path: str) -> Dict[TopicPartition, List[Tuple[Optional[int], str]]]:
+    """Every ``(topic, partition)`` found, with the (broker, partition dir) of each replica."""
+    found: Dict[TopicPartition, List[Tuple[Optional[int], str]]] = {}
+    for broker, ld in _log_dirs(path):
+        for n in sorted(os.listdir(ld)):
+            full = os.path.join(ld, n)
+            tp = parse_partition_dir(n)
+            if tp is None or not os.path.isdir(full) or n.endswith((".delete", "-delete")):
+                continue
+            found.setdefault(tp, []).append((broker, full))
+    return found
+
+
+def _open_state(tp: TopicPartition, broker: Optional[int], pdir: str, hw: Optional[int]) -> PartitionState:
+    log = Log.open(pdir, read_only=True)
+    try:
+        return PartitionState(tp[0], tp[1], pdir, log.log_start_offset, log.log_end_offset, hw, broker)
+    finally:
+        log.close()
+
+
+def describe(path: str, wanted: Iterable[TopicPartition]) -> Dict[TopicPartition, PartitionState]:
+    """State of each wanted partition, choosing the replica with the highest high watermark."""
+    replicas = list_topic_partitions(path)
+    cluster = is_cluster_dir(path)
+    hw_cache: Dict[str, Optional[Dict[TopicPartition, int]]] = {}
+    out: Dict[TopicPartition, PartitionState] = {}
+    for tp in wanted:
+        cands = []
+        for broker, pdir in replicas.get(tp, []):
+            ld = os.path.dirname(pdir)
+            if ld not in hw_cache:
+                hw_cache[ld] = _read_hws(ld)
+            hws = hw_cache[ld]
+            if hws is None:
+                hw = 0 if cluster else None
+            else:
+                hw = hws.get(tp, 0)
+            cands.append(_open_state(tp, broker, pdir, hw))
+        if not cands:
+            raise UnknownTopicOrPartitionError(f"partition {tp[0]}-{tp[1]} not found under {path}")
+        cands.sort(key=lambda s: (-(s.latest), -s.log_end_offset, s.broker if s.broker is not None else -1))
+        out[tp] = cands[0]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Options: which partitions, which offsets
+# ---------------------------------------------------------------------------
+
+
+def select_partitions(path: str, options: Dict[str, str]) -> List[TopicPartition]:
+    """Apply exactly one of ``subscribe``, ``subscribePattern``, ``assign`` (Kafka's rule)."""
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k)]
+    if len(given) != 1:
+        raise InvalidConfigurationError(
+            "exactly one of the options 'subscribe', 'subscribePattern' or 'assign' must be given "
+            f"(got {len(given)}: {', '.join(given) or 'none'})"
+        )
+    kind = given[0]
+    have = list_topic_partitions(path)
+    if kind == "subscribe":
+        topics = {t.strip() for t in options["subscribe"].split(",") if t.strip()}
+        if not topics:
+            raise InvalidConfigurationError("option 'subscribe' lists no topic")
+        return sorted(tp for tp in have if tp[0] in topics)
+    if kind == "subscribepattern":
+        try:
+            pat = re.compile(options["subscribepattern"])
+        except re.error as exc:
+            raise InvalidConfigurationError(f"option 'subscribePattern' is not a valid regex: {exc}") from None
+        return sorted(tp for tp in have if pat.fullmatch(tp[0]))
+    try:
+        spec = json.loads(options["assign"])
+        wanted = sorted({(str(t), int(p)) for t, ps in spec.items() for p in ps})
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InvalidConfigurationError(
+            f"option 'assign' must be JSON like {{\"topicA\":[0,1]}}, got {options['assign']!r} ({exc})"
+        ) from None
+    for tp in wanted:
+        if tp not in have:
+            raise UnknownTopicOrPartitionError(f"assigned partition {tp[0]}-{tp[1]} not found under {path}")
+    return wanted
+
+
+def parse_offsets_json(text: str, what: str) -> Dict[TopicPartition, int]:
+    """``{"t":{"0":23}}`` -> ``{("t", 0): 23}``; raises InvalidConfigurationError."""
+    try:
+        spec = json.loads(text)
+        out = {}
+        for t, parts in spec.items():
+            for p, off in parts.items():
+                if isinstance(off, bool) or not isinstance(off, int):
+                    raise TypeError(f"offset {off!r} is not an integer")
+                out[(str(t), int(p))] = off
+        return out
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InvalidConfigurationError(
+            f"option {what!r} must be 'earliest', 'latest' or JSON like {{\"topic\":{{\"0\":23}}}}, "
+            f"got {text!r} ({exc})"
+        ) from None
+
+
+def offsets_to_json(offsets: Dict[TopicPartition, int]) -> Dict[str, Dict[str, int]]:
+    out: Dict[str, Dict[str, int]] = {}
+    for (t, p), o in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = int(o)
+    return out
+
+
+def offsets_from_json(obj: Dict[str, Dict[str, int]]) -> Dict[TopicPartition, int]:
+    return {(t, int(p)): int(o) for t, parts in obj.items() for p, o in parts.items()}
+
+
+def resolve(
+    spec: str, what: str, states: Dict[TopicPartition, PartitionState], *, allow_latest: bool, allow_earliest: bool
+) -> Dict[TopicPartition, int]:
+    """Turn ``earliest``/``latest``/JSON into concrete offsets for every partition in ``states``."""
+    s = spec.strip()
+    if s.lower() == "earliest":
+        if not allow_earliest:
+            raise InvalidConfigurationError(f"{what} can't be 'earliest'")
+        return {tp: st.log_start_offset for tp, st in states.items()}
+    if s.lower() == "latest":
+        if not allow_latest:
+            raise InvalidConfigurationError(f"{what} can't be 'latest' for batch queries (Kafka's rule)")
+        return {tp: st.latest for tp, st in states.items()}
+    given = parse_offsets_json(s, what)
+    if set(given) != set(states):
+        missing = sorted(set(states) - set(given))
+        extra = sorted(set(given) - set(states))
+        raise InvalidConfigurationError(
+            f"when {what} holds specific offsets it must list every selected partition "
+            f"(missing: {missing}, not selected: {extra})"
+        )
+    out = {}
+    for tp, off in given.items():
+        if off == EARLIEST:
+            if not allow_earliest:
+                raise InvalidConfigurationError(f"{what}: -2 (earliest) is not allowed for {tp[0]}-{tp[1]}")
+            out[tp] = states[tp].log_start_offset
+        elif off == LATEST:
+            out[tp] = states[tp].latest
+        elif off < 0:
+            raise InvalidConfigurationError(f"{what}: offset {off} for {tp[0]}-{tp[1]} is not valid")
+        else:
+            out[tp] = off
+    return out
+
+
+@dataclass(frozen=True)
+class Range:
+    """An offset range ``[start, end)`` of one partition, read from replica ``dir``."""
+
+    topic: str
+    partition: int
+    dir: str
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def split_ranges(ranges: List[Range], min_partitions: Optional[int]) -> List[Range]:
+    """Split big ranges so there are about ``min_partitions`` of them (Kafka's minPartitions).
+
+    Each range gets a share of ``min_partitions`` proportional to its size
+    (at least one), and is cut into that many nearly equal offset ranges.
+    The pieces cover every offset of the input exactly once.
+    """
+    ranges = [r for r in ranges if r.size > 0]
+    if not min_partitions or min_partitions <= len(ranges):
+        return ranges
+    total = sum(r.size for r in ranges)
+    out: List[Range] = []
+    for r in ranges:
+        parts = max(1, min(r.size, int(r.size * min_partitions / total + 0.5)))  # Math.round
+        for i in range(parts):
+            a = r.start + r.size * i // parts
+            b = r.start + r.size * (i + 1) // parts
+            if b > a:
+                out.append(Range(r.topic, r.partition, r.dir, a, b))
+    return out
+
+
+def check_start(
+    tp: TopicPartition, start: int, state: PartitionState, fail_on_data_loss: bool
+) -> Tuple[int, Optional[str]]:
+    """Move ``start`` up to the log start when retention removed offsets below it.
+
+    Returns the start to use and a data-loss message (None when nothing was
+    lost); raises :class:`OffsetOutOfRangeError` when ``fail_on_data_loss``.
+    """
+    if start >= state.log_start_offset:
+        return start, None
+    msg = (
+        f"offsets [{start}, {state.log_start_offset}) of {tp[0]}-{tp[1]} are no longer in {state.dir}: "
+        f"the log start offset is now {state.log_start_offset} (removed by retention or delete_records)"
+    )
+    if fail_on_data_loss:
+        raise OffsetOutOfRangeError(msg + ". Set the option failOnDataLoss=false to skip them.")
+    return state.log_start_offset, msg
+
+
+def parse_bool(options: Dict[str, str], key: str, default: bool) -> bool:
+    v = options.get(key)
+    if v is None:
+        return default
+    v = str(v).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise InvalidConfigurationError(f"option {key!r} must be true or false, got {v!r}")
+
+
+def parse_positive_int(options: Dict[str, str], key: str) -> Optional[int]:
+    v = options.get(key)
+    if v is None:
+        return None
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise InvalidConfigurationError(f"option {key!r} must be a positive integer, got {v!r}")
+    return n
+
+
+def isolation_level(options: Dict[str, str]) -> str:
+    """``read_uncommitted`` (default) or ``read_committed``, from ``kafka.isolation.level``/``isolation.level``."""
+    v = options.get("kafka.isolation.level") or options.get("isolation.level") or "read_uncommitted"
+    v = v.strip().lower()
+    if v not in ("read_uncommitted", "read_committed"):
+        raise InvalidConfigurationError(
+            f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, got {v!r}"
+        )
+    return v
