@@ -1,0 +1,1 @@
+"""Clients: a minimal producer and consumer (the clients issue completes them)."""

@@ -1,0 +1,337 @@
+"""``pylog.Cluster``: N in-process brokers, in real time or in seeded virtual time.
+
+>>> import tempfile, pylog.cluster
+>>> c = pylog.cluster.Cluster(tempfile.mkdtemp(), brokers=3, seed=7)
+>>> c.create_topic("orders", partitions=1, replication_factor=3, min_insync_replicas=2)
+>>> c.producer(acks="all").send("orders", b"v").result().offset
+0
+>>> c.close()
+
+* ``Cluster(path, brokers=3)`` - real time: one background loop thread runs
+  every broker, the controller and the transport (DirectTransport); client
+  calls from any thread are handed to it. :meth:`close` joins it.
+* ``Cluster(path, brokers=3, seed=7)`` - simulation: virtual time, a
+  :class:`SimulatedNetwork` with seeded latency, and a :class:`SimDisk` per
+  broker whose crash loses every byte not fsynced; everything is
+  single-threaded and replays exactly from ``seed``. A blocking call such as
+  ``send(...).result()`` runs virtual time until it completes.
+
+Each broker keeps its partitions in ``<path>/broker-<id>/<topic>-<partition>``.
+Controller state lives in a :class:`MetadataStore` owned by the cluster
+object (the ZooKeeper/KRaft quorum's role), see docs/replication.md.
+
+Durability: acknowledged ``acks=all`` writes are in the page cache of at least
+``min_insync_replicas`` brokers; they survive any ``RF - min_insync_replicas``
+broker crashes. Nothing is fsynced per write unless ``flush_messages=1`` is
+passed in ``log_config``.
+Thread-safety: every public method may be called from any thread.
+"""
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from pylog.client.consumer import Consumer
+from pylog.client.producer import Producer
+from pylog.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigurationError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.replication.controller import MetadataStore, TopicConfig
+from pylog.replication.messages import NO_LEADER
+from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
+from pylog.replication.replica_manager import ReplicaManagerConfig
+from pylog.runtime.broker import Broker, SimDisk
+from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
+from pylog.runtime.transport.direct import DirectTransport
+from pylog.runtime.transport.simnet import SimulatedNetwork
+from pylog.storage.fileio import FileIO
+
+
+class PartitionInfo(NamedTuple):
+    """One row of :meth:`Cluster.describe`."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: Tuple[int, ...]
+    isr: Tuple[int, ...]
+    high_watermark: int
+    log_end_offsets: Dict[int, int]
+
+
+class Cluster:
+    """In-process Kafka-style cluster of ``brokers`` brokers under ``path``."""
+
+    def __init__(
+        self,
+        path: "str | os.PathLike[str]",
+        brokers: int = 3,
+        seed: Optional[int] = None,
+        *,
+        replica_lag_time_max_ms: Optional[int] = None,
+        session_timeout_ms: Optional[int] = None,
+        heartbeat_interval_ms: Optional[int] = None,
+        request_timeout_ms: int = 30_000,
+        min_latency_ms: int = 1,
+        max_latency_ms: int = 5,
+        loss: float = 0.0,
+        log_config: Optional[Dict[str, object]] = None,
+    ):
+        if not isinstance(brokers, int) or brokers < 1:
+            raise InvalidConfigurationError(f"brokers must be a positive int, got {brokers!r}")
+        self.path = os.path.abspath(os.fspath(path))
+        os.makedirs(self.path, exist_ok=True)
+        self.seed = seed
+        self.simulated = seed is not None
+        self.scheduler: Scheduler
+        if self.simulated:
+            self.scheduler = SimScheduler(seed)  # type: ignore[arg-type]
+            self.transport = SimulatedNetwork(self.scheduler, min_latency_ms=min_latency_ms,
+                                              max_latency_ms=max_latency_ms, loss=loss)
+        else:
+            self.scheduler = RealScheduler()
+            self.transport = DirectTransport(self.scheduler)
+        # Simulations default to short timeouts so failures resolve in little virtual time.
+        lag = replica_lag_time_max_ms if replica_lag_time_max_ms is not None else (30_000 if not self.simulated else 10_000)
+        session = session_timeout_ms if session_timeout_ms is not None else (18_000 if not self.simulated else 3_000)
+        heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
+        self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
+        self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)))
+        self.committed: Dict[Optional[str], Dict[Tuple[str, int], int]] = {}
+        self.brokers: Dict[int, Broker] = {}
+        for b in range(brokers):
+            disk: FileIO = SimDisk() if self.simulated else FileIO()
+            self.brokers[b] = Broker(b, self.path, self.scheduler, self.transport, self.store, disk=disk,
+                                     config=self.config, log_config=log_config, heartbeat_interval_ms=heartbeat,
+                                     session_timeout_ms=session, tick_ms=50)
+        self._closed = False
+        self._clients: List[Any] = []
+        self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
+        self._wait(lambda: self.store.controller_id is not None, 10_000, "no controller elected")
+
+    # -------------------------------------------------------------- helpers
+    def _wait(self, predicate: Any, timeout_ms: int, what: str) -> None:
+        if not self.scheduler.wait_until(predicate, timeout_ms):
+            raise LeaderNotAvailableError(f"{what} within {timeout_ms} ms")
+
+    def _controller(self) -> Any:
+        cid = self.store.controller_id
+        if cid is None or self.brokers[cid].controller is None:
+            return None
+        return self.brokers[cid].controller
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise BrokerNotAvailableError(f"cluster at {self.path} is closed")
+
+    @property
+    def now_ms(self) -> int:
+        return self.scheduler.clock.now_ms()
+
+    def advance(self, ms: int) -> None:
+        """Simulated clusters: run ``ms`` virtual milliseconds. Real clusters: sleep."""
+        if self.simulated:
+            self.scheduler.run_for(ms)  # type: ignore[attr-defined]
+        else:
+            import time
+
+            time.sleep(ms / 1000.0)
+
+    # --------------------------------------------------------------- topics
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: Optional[int] = None,
+                     min_insync_replicas: int = 1, *, unclean_leader_election: bool = False,
+                     start_index: Optional[int] = None, shift: Optional[int] = None) -> None:
+        """Create a topic; returns once every partition has a leader serving it."""
+        self._ensure_open()
+        rf = replication_factor if replication_factor is not None else min(3, len(self.brokers))
+        cfg = TopicConfig(name, partitions, rf, min_insync_replicas, unclean_leader_election)
+        self._wait(lambda: self._controller() is not None, 30_000, "no active controller")
+
+        def run() -> None:
+            cid = self.store.controller_id
+            self.brokers[cid]._send(self.brokers[cid].controller.create_topic(cfg, start_index=start_index, shift=shift))
+
+        self.scheduler.run_sync(run)
+
+        def ready() -> bool:
+            for p in range(partitions):
+                st = self.store.partitions[(name, p)]
+                b = self.brokers.get(st.leader)
+                if b is None or not b.running or b.rm is None:
+                    return False
+                part = b.rm.partitions.get((name, p))
+                if part is None or part.role != LEADER or part.leader_epoch != st.leader_epoch:
+                    return False
+            return True
+
+        self._wait(ready, 30_000, f"topic {name!r} has no serving leader")
+
+    def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
+        self._ensure_open()
+        p = Producer(self, acks=acks, **kwargs)
+        self._clients.append(p)
+        return p
+
+    def consumer(self, group_id: Optional[str] = None, topics: Sequence[str] = (), **kwargs: Any) -> Consumer:
+        self._ensure_open()
+        kwargs.pop("isolation_level", None)  # no transactions yet: read_committed == read_uncommitted
+        c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
+        self._clients.append(c)
+        return c
+
+    def describe(self, topic: str) -> List[PartitionInfo]:
+        """Per partition: leader, leader_epoch, replicas, isr, high_watermark (the leader's), log_end_offsets."""
+
+        def run() -> List[PartitionInfo]:
+            cfg = self.store.topics.get(topic)
+            if cfg is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+            rows = []
+            for p in range(cfg.partitions):
+                st = self.store.partitions[(topic, p)]
+                leos: Dict[int, int] = {}
+                hw = -1
+                for r in st.replicas:
+                    b = self.brokers[r]
+                    part = b.rm.partitions.get((topic, p)) if b.running and b.rm else None
+                    if part is not None:
+                        leos[r] = part.log_end_offset
+                        if r == st.leader:
+                            hw = part.high_watermark
+                rows.append(PartitionInfo(topic, p, st.leader, st.leader_epoch, st.replicas, st.isr, hw, leos))
+            return rows
+
+        return self.scheduler.run_sync(run)
+
+    # -------------------------------------------------------------- faults
+    def stop_broker(self, broker_id: int, clean: bool = True, *, shutdown_timeout_ms: int = 10_000) -> None:
+        """Stop a broker. ``clean``: controlled shutdown (leadership moves first), then flush and close.
+
+        ``clean=False`` is a crash: logs are abandoned and, in a simulation,
+        every byte not fsynced is lost.
+        """
+        self._ensure_open()
+        b = self.brokers[broker_id]
+        if not b.running:
+            return
+        if clean:
+            self.scheduler.run_sync(b.request_controlled_shutdown)
+            self.scheduler.wait_until(lambda: b.shutdown_ok or not b.running, shutdown_timeout_ms)
+
+        def run() -> None:
+            b.stop(clean=clean)
+            for c in self._clients:
+                c._node.disconnected(broker_id)
+
+        self.scheduler.run_sync(run)
+
+    def start_broker(self, broker_id: int) -> None:
+        self._ensure_open()
+        b = self.brokers[broker_id]
+        self.scheduler.run_sync(b.start)
+
+    def partition_network(self, a: Iterable[Any], b: Optional[Iterable[Any]] = None, *, one_way: bool = False) -> None:
+        """Simulated clusters: cut the links between broker groups ``a`` and ``b`` (default: all others)."""
+        if not isinstance(self.transport, SimulatedNetwork):
+            raise InvalidConfigurationError("partition_network needs a simulated cluster (seed=...)")
+        self.transport.partition(a, b, one_way=one_way)
+
+    def heal_network(self) -> None:
+        if not isinstance(self.transport, SimulatedNetwork):
+            raise InvalidConfigurationError("heal_network needs a simulated cluster (seed=...)")
+        self.transport.heal()
+
+    def elect_preferred_leader(self, topic: str, partition: int) -> None:
+        def run() -> None:
+            c = self._controller()
+            if c is None:
+                raise LeaderNotAvailableError("no active controller")
+            self.brokers[self.store.controller_id]._send(c.elect_preferred((topic, partition)))
+
+        self.scheduler.run_sync(run)
+
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        return self.store.partitions[(topic, partition)].leader
+
+    # --------------------------------------------------------------- close
+    def close(self) -> None:
+        """Close clients, stop every broker cleanly, stop the loop thread (joined)."""
+        if self._closed:
+            return
+
+        def run() -> None:
+            for c in self._clients:
+                c._node.close_node()
+            for b in self.brokers.values():
+                if b.running:
+                    b.stop(clean=True)
+
+        try:
+            self.scheduler.run_sync(run)
+        finally:
+            self._closed = True
+            self.scheduler.close()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- checks
+    def _check(self, deep: bool = True) -> None:
+        """Assert cluster-wide invariants (the simulation calls this after every step).
+
+        * every component's own ``_check``;
+        * the controller's leader is in its ISR, ISRs are never empty;
+        * a serving leader is in its own ISR and its epoch is the controller's;
+        * (``deep``) every live ISR member that is fetching from the current
+          leader agrees with it on every offset below the leader's HW.
+        """
+
+        def run() -> None:
+            self.store._check()
+            for b in self.brokers.values():
+                b._check()
+            for tp, st in self.store.partitions.items():
+                if st.leader == NO_LEADER:
+                    continue
+                lb = self.brokers[st.leader]
+                if not lb.running or lb.rm is None:
+                    continue
+                lp = lb.rm.partitions.get(tp)
+                if lp is None or lp.role != LEADER or lp.leader_epoch != st.leader_epoch:
+                    continue
+                assert lp.broker_id in lp.isr
+                if not deep:
+                    continue
+                for r in st.isr:
+                    if r == st.leader:
+                        continue
+                    rb = self.brokers[r]
+                    if not rb.running or rb.rm is None:
+                        continue
+                    rp = rb.rm.partitions.get(tp)
+                    if rp is None or rp.role != FOLLOWER or rp.leader_epoch != st.leader_epoch or rp.follower_state != "fetching":
+                        continue
+                    end = min(lp.high_watermark, rp.log_end_offset)
+                    diff = records_equal_below(lp.log, rp.log, end)
+                    assert diff is None, (
+                        f"{tp[0]}-{tp[1]}: broker {r} differs from leader {st.leader} at offset {diff} "
+                        f"(below HW {lp.high_watermark})"
+                    )
+
+        self.scheduler.run_sync(run)
+
+
+def open(path: "str | os.PathLike[str]", **kwargs: Any) -> Cluster:  # noqa: A001 - pylog.open
+    """A single-broker real-time cluster on ``path`` (the durable local queue)."""
+    return Cluster(path, brokers=1, **kwargs)
+
+
+__all__ = ["Cluster", "PartitionInfo", "open"]

@@ -1,0 +1,357 @@
+"""The controller: topic creation, partition states, elections, broker liveness, ISR changes.
+
+Where controller state lives: in a :class:`MetadataStore`, which stands in
+for Kafka's ZooKeeper ensemble (or KRaft metadata quorum). It is *not* on any
+broker's disk and no broker crash touches it, so when the active controller's
+broker stops, the next broker to claim the controller role (bumping
+``controller_epoch``) reads the same topics, assignments, leaders, leader
+epochs, ISRs and partition epochs, and carries on. Only soft state - broker
+heartbeat times and who is shutting down - lives in the :class:`Controller`
+object, and it is rebuilt (every broker gets a fresh session) on failover.
+
+Fencing: every store write carries the writer's ``controller_epoch`` and is
+refused (:class:`StaleControllerEpochError`) from a deposed controller;
+brokers ignore LeaderAndIsr from an older controller epoch; AlterPartition
+from a stale leader epoch or partition epoch is refused.
+
+Partition state machine (Kafka's PartitionStateMachine): NonExistent -> New
+(assigned) -> Online (has a leader) <-> Offline (no live leader).
+
+Leader selectors (research §3.12, assignment order decides):
+
+* offline: first replica that is live and in the ISR; else, only with
+  ``unclean_leader_election``, the first live replica (ISR reset to it);
+* preferred: the first replica, if live and in the ISR;
+* controlled shutdown: first live ISR replica not shutting down;
+* reassignment: first replica of the new assignment that is live and in the ISR.
+
+Sans-I/O: methods take ``now_ms`` and return an :class:`Outbox`.
+Complexity: O(partitions) per broker event. Thread-safety: none.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from pylog.errors import (
+    FencedLeaderEpochError,
+    InvalidConfigurationError,
+    StaleControllerEpochError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.replication.assignment import assign_replicas
+from pylog.replication.messages import (
+    NO_LEADER,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeat,
+    HeartbeatResponse,
+    LeaderAndIsrRequest,
+    Outbox,
+    PartitionState,
+)
+from pylog.storage.log import validate_topic
+
+TP = Tuple[str, int]
+NON_EXISTENT, NEW, ONLINE, OFFLINE = "NonExistent", "New", "Online", "Offline"
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    partitions: int
+    replication_factor: int
+    min_insync_replicas: int = 1
+    unclean_leader_election: bool = False
+
+
+class MetadataStore:
+    """The durable controller state (ZooKeeper's role): controller epoch, topics, partition states.
+
+    Thread-safety: none; the runtime calls it from its one loop thread.
+    """
+
+    def __init__(self, brokers: Sequence[int], rng: random.Random):
+        self.brokers = tuple(brokers)
+        self.rng = rng
+        self.controller_id: Optional[int] = None
+        self.controller_epoch = 0
+        self.lease_ms = 0
+        self.topics: Dict[str, TopicConfig] = {}
+        self.partitions: Dict[TP, PartitionState] = {}
+        self.unclean_elections = 0
+        self.history: List[Tuple[int, PartitionState]] = []  # (controller epoch, state) of every write
+
+    # controller election (the /controller znode)
+    def try_claim(self, broker_id: int, now_ms: int, session_timeout_ms: int) -> bool:
+        """Become controller if there is none or its lease expired; True if ``broker_id`` is now controller."""
+        if self.controller_id == broker_id:
+            self.lease_ms = now_ms
+            return True
+        if self.controller_id is None or now_ms - self.lease_ms > session_timeout_ms:
+            self.controller_id = broker_id
+            self.controller_epoch += 1
+            self.lease_ms = now_ms
+            return True
+        return False
+
+    def resign(self, broker_id: int) -> None:
+        if self.controller_id == broker_id:
+            self.controller_id = None
+
+    def write(self, controller_epoch: int, st: PartitionState) -> None:
+        if controller_epoch != self.controller_epoch:
+            raise StaleControllerEpochError(
+                f"controller epoch {controller_epoch} is stale (current {self.controller_epoch}); "
+                f"write of {st.topic}-{st.partition} refused"
+            )
+        old = self.partitions.get((st.topic, st.partition))
+        if old is not None:
+            assert st.leader_epoch >= old.leader_epoch and st.partition_epoch > old.partition_epoch, (old, st)
+        assert st.isr, f"{st.topic}-{st.partition}: an ISR is never empty"
+        self.partitions[(st.topic, st.partition)] = st
+        self.history.append((controller_epoch, st))
+
+    def state_of(self, tp: TP) -> str:
+        st = self.partitions.get(tp)
+        if st is None:
+            return NON_EXISTENT
+        return ONLINE if st.leader != NO_LEADER else OFFLINE
+
+    def _check(self) -> None:
+        for tp, st in self.partitions.items():
+            assert st.isr and set(st.isr) <= set(st.replicas), st
+            assert st.leader == NO_LEADER or st.leader in st.isr, f"leader not in ISR: {st}"
+            assert len(set(st.replicas)) == len(st.replicas)
+
+
+class Controller:
+    """The active controller's logic, run on the broker that holds the controller role."""
+
+    def __init__(self, broker_id: int, store: MetadataStore, *, session_timeout_ms: int, now_ms: int,
+                 previous_controller: Optional[int] = None):
+        self.broker_id = broker_id
+        self.store = store
+        self.epoch = store.controller_epoch
+        self.session_timeout_ms = session_timeout_ms
+        # Soft state: every broker gets a fresh session, except the broker whose
+        # lease just expired (it is presumed dead; a heartbeat brings it back).
+        self.last_heartbeat: Dict[int, int] = {b: now_ms for b in store.brokers if b != previous_controller}
+        self.incarnation: Dict[int, int] = {}
+        self.shutting_down: Set[int] = set()
+        self.active = True
+
+    # --------------------------------------------------------------- liveness
+    def live_brokers(self) -> Set[int]:
+        return set(self.last_heartbeat)
+
+    def _is_live(self, b: int) -> bool:
+        return b in self.last_heartbeat
+
+    def activate(self, now_ms: int) -> Outbox:
+        """Announce this controller (its epoch) and the full state to every broker."""
+        out = Outbox()
+        for b in self.store.brokers:
+            states = tuple(st for st in self.store.partitions.values() if b in st.replicas)
+            out.send(b, LeaderAndIsrRequest(self.broker_id, self.epoch, states))
+        for tp in list(self.store.partitions):
+            st = self.store.partitions[tp]
+            if st.leader != NO_LEADER and not self._is_live(st.leader):
+                self._elect(tp, "offline", out, exclude=set())
+        return out
+
+    def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
+        out = Outbox()
+        if not self.active:
+            return out
+        try:
+            if isinstance(msg, BrokerHeartbeat):
+                self._on_heartbeat(msg, now_ms, out)
+            elif isinstance(msg, AlterPartitionRequest):
+                out.send(src, self._on_alter_partition(msg, out))
+        except StaleControllerEpochError:
+            self.active = False
+            return Outbox()
+        return out
+
+    def _on_heartbeat(self, hb: BrokerHeartbeat, now_ms: int, out: Outbox) -> None:
+        b = hb.broker_id
+        known = self.incarnation.get(b)
+        was_live = self._is_live(b)
+        if known is not None and known != hb.incarnation and was_live:
+            # Restarted within the session timeout: it lost its in-memory state
+            # (maybe unflushed data too), so fail it over first (KRaft's broker epoch).
+            self._broker_failed(b, out)
+        self.incarnation[b] = hb.incarnation
+        self.last_heartbeat[b] = now_ms
+        if not was_live or known != hb.incarnation:
+            self.shutting_down.discard(b)
+            self._broker_started(b, out)
+        if hb.want_shutdown:
+            if b not in self.shutting_down:
+                self.shutting_down.add(b)
+                self._controlled_shutdown(b, out)
+            leads = sum(1 for st in self.store.partitions.values() if st.leader == b)
+            out.send(b, HeartbeatResponse(self.epoch, should_shut_down=leads == 0, leads=leads))
+
+    def tick(self, now_ms: int) -> Outbox:
+        """Expire broker sessions (heartbeat older than the session timeout)."""
+        out = Outbox()
+        if not self.active:
+            return out
+        try:
+            for b, t in list(self.last_heartbeat.items()):
+                if b != self.broker_id and now_ms - t > self.session_timeout_ms:
+                    del self.last_heartbeat[b]
+                    self.shutting_down.discard(b)
+                    self._broker_failed(b, out)
+        except StaleControllerEpochError:
+            self.active = False
+            return Outbox()
+        return out
+
+    # --------------------------------------------------------------- events
+    def _broker_started(self, b: int, out: Outbox) -> None:
+        states = tuple(st for st in self.store.partitions.values() if b in st.replicas)
+        out.send(b, LeaderAndIsrRequest(self.broker_id, self.epoch, states))
+        for tp, st in list(self.store.partitions.items()):
+            if st.leader == NO_LEADER and b in st.replicas:
+                self._elect(tp, "offline", out, exclude=set())
+
+    def _broker_failed(self, b: int, out: Outbox) -> None:
+        for tp, st in list(self.store.partitions.items()):
+            if st.leader == b:
+                self._elect(tp, "offline", out, exclude={b})
+            elif b in st.isr and len(st.isr) > 1:
+                self._write(replace(st, isr=tuple(r for r in st.isr if r != b), partition_epoch=st.partition_epoch + 1), out)
+
+    def _controlled_shutdown(self, b: int, out: Outbox) -> None:
+        for tp, st in list(self.store.partitions.items()):
+            if st.leader == b:
+                self._elect(tp, "controlled_shutdown", out, exclude={b})
+            elif b in st.isr and len(st.isr) > 1:
+                self._write(replace(st, isr=tuple(r for r in st.isr if r != b), partition_epoch=st.partition_epoch + 1), out)
+
+    # ------------------------------------------------------------ elections
+    def select_leader(self, st: PartitionState, kind: str, exclude: Set[int]) -> Tuple[Optional[int], Tuple[int, ...]]:
+        """Apply one of Kafka's leader selectors; returns (leader or None, new ISR)."""
+        live = lambda r: self._is_live(r) and r not in exclude  # noqa: E731
+        if kind == "preferred":
+            r = st.replicas[0]
+            return (r, st.isr) if live(r) and r in st.isr else (None, st.isr)
+        if kind == "controlled_shutdown":
+            for r in st.replicas:
+                if live(r) and r in st.isr and r not in self.shutting_down:
+                    return r, tuple(x for x in st.isr if x not in exclude)
+            return None, st.isr
+        # offline
+        for r in st.replicas:
+            if live(r) and r in st.isr:
+                return r, tuple(x for x in st.isr if live(x))
+        cfg = self.store.topics.get(st.topic)
+        if cfg is not None and cfg.unclean_leader_election:
+            for r in st.replicas:
+                if live(r):
+                    self.store.unclean_elections += 1
+                    return r, (r,)
+        return None, st.isr
+
+    def _elect(self, tp: TP, kind: str, out: Outbox, exclude: Set[int]) -> bool:
+        st = self.store.partitions[tp]
+        leader, isr = self.select_leader(st, kind, exclude)
+        if leader is None:
+            if kind in ("offline",) and st.leader != NO_LEADER:
+                # No live ISR member: the partition goes Offline; keep the ISR (never empty).
+                self._write(replace(st, leader=NO_LEADER, leader_epoch=st.leader_epoch + 1,
+                                    partition_epoch=st.partition_epoch + 1), out)
+            return False
+        if leader == st.leader and kind == "preferred":
+            return False
+        self._write(replace(st, leader=leader, isr=isr, leader_epoch=st.leader_epoch + 1,
+                            partition_epoch=st.partition_epoch + 1), out)
+        return True
+
+    def elect_preferred(self, tp: TP) -> Outbox:
+        out = Outbox()
+        if tp not in self.store.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown partition {tp[0]}-{tp[1]}")
+        self._elect(tp, "preferred", out, exclude=set())
+        return out
+
+    def reassign(self, tp: TP, replicas: Sequence[int]) -> Outbox:
+        """Move ``tp`` to ``replicas`` (all must already be in the ISR: no data movement here)."""
+        out = Outbox()
+        st = self.store.partitions[tp]
+        new = tuple(replicas)
+        for r in new:
+            if self._is_live(r) and r in st.isr:
+                isr = tuple(x for x in st.isr if x in new)
+                self._write(replace(st, replicas=new, leader=r, isr=isr, leader_epoch=st.leader_epoch + 1,
+                                    partition_epoch=st.partition_epoch + 1), out)
+                return out
+        raise InvalidConfigurationError(f"no live in-sync replica of {tp[0]}-{tp[1]} in {list(new)}")
+
+    def _write(self, st: PartitionState, out: Outbox) -> None:
+        self.store.write(self.epoch, st)
+        req = LeaderAndIsrRequest(self.broker_id, self.epoch, (st,))
+        for r in st.replicas:
+            out.send(r, req)
+
+    # ---------------------------------------------------------- ISR changes
+    def _on_alter_partition(self, req: AlterPartitionRequest, out: Outbox) -> AlterPartitionResponse:
+        tp = (req.topic, req.partition)
+        st = self.store.partitions.get(tp)
+        if st is None:
+            return AlterPartitionResponse(req.topic, req.partition, UnknownTopicOrPartitionError, "unknown partition")
+        if req.broker_id != st.leader or req.leader_epoch != st.leader_epoch:
+            return AlterPartitionResponse(req.topic, req.partition, FencedLeaderEpochError,
+                                          f"{req.topic}-{req.partition}: leader {req.broker_id} epoch {req.leader_epoch} "
+                                          f"is not the current leader {st.leader} epoch {st.leader_epoch}", st)
+        if req.partition_epoch != st.partition_epoch:
+            return AlterPartitionResponse(req.topic, req.partition, FencedLeaderEpochError,
+                                          f"{req.topic}-{req.partition}: partition epoch {req.partition_epoch} is "
+                                          f"stale (current {st.partition_epoch})", st)
+        new_isr = tuple(sorted(set(req.new_isr)))
+        added = set(new_isr) - set(st.isr)
+        if req.broker_id not in new_isr or not set(new_isr) <= set(st.replicas) or any(
+            not self._is_live(r) or r in self.shutting_down for r in added
+        ):
+            return AlterPartitionResponse(req.topic, req.partition, FencedLeaderEpochError,
+                                          f"{req.topic}-{req.partition}: ineligible ISR {list(new_isr)}", st)
+        new = replace(st, isr=new_isr, partition_epoch=st.partition_epoch + 1)
+        self._write(new, out)
+        return AlterPartitionResponse(req.topic, req.partition, None, "", new)
+
+    # --------------------------------------------------------------- topics
+    def create_topic(self, cfg: TopicConfig, *, start_index: Optional[int] = None, shift: Optional[int] = None) -> Outbox:
+        validate_topic(cfg.name)
+        if cfg.name in self.store.topics:
+            raise TopicAlreadyExistsError(f"topic {cfg.name!r} already exists")
+        if cfg.min_insync_replicas < 1 or cfg.min_insync_replicas > cfg.replication_factor:
+            raise InvalidConfigurationError(
+                f"min_insync_replicas must be in [1, replication_factor={cfg.replication_factor}], "
+                f"got {cfg.min_insync_replicas}"
+            )
+        brokers = sorted(self.store.brokers)
+        assignment = assign_replicas(brokers, cfg.partitions, cfg.replication_factor, rng=self.store.rng,
+                                     start_index=start_index, shift=shift)
+        self.store.topics[cfg.name] = cfg
+        out = Outbox()
+        for p, replicas in enumerate(assignment):
+            live = [r for r in replicas if self._is_live(r)] or [replicas[0]]
+            leader = live[0] if self._is_live(live[0]) else NO_LEADER
+            st = PartitionState(cfg.name, p, tuple(replicas), leader, 0, tuple(live), 0, cfg.min_insync_replicas)
+            self.store.write(self.epoch, st)
+            req = LeaderAndIsrRequest(self.broker_id, self.epoch, (st,))
+            for r in replicas:
+                out.send(r, req)
+        return out
+
+    def _check(self) -> None:
+        self.store._check()
+        assert self.epoch <= self.store.controller_epoch
+
+
+__all__ = ["Controller", "MetadataStore", "TopicConfig", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]

@@ -1,0 +1,162 @@
+"""The requests and responses replicas, controllers and clients exchange.
+
+Named after Kafka's protocol messages and fields. Errors travel as pylog
+exception classes (``error``: ``None`` or a :class:`PylogError` subclass) plus
+a message. The transports in this package are in-process, so messages are
+plain frozen dataclasses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple, Type
+
+from pylog.errors import PylogError
+
+ErrorType = Optional[Type[PylogError]]
+NO_LEADER = -1
+ACKS_ALL = -1
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """The controller's record of one partition (Kafka's LeaderAndIsr / PartitionRegistration)."""
+
+    topic: str
+    partition: int
+    replicas: Tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    isr: Tuple[int, ...]
+    partition_epoch: int
+    min_insync_replicas: int = 1
+
+
+@dataclass(frozen=True)
+class LeaderAndIsrRequest:
+    controller_id: int
+    controller_epoch: int
+    states: Tuple[PartitionState, ...]
+
+
+@dataclass(frozen=True)
+class ProduceRequest:
+    topic: str
+    partition: int
+    records: Sequence[object]
+    acks: int
+    timeout_ms: int
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class ProduceResponse:
+    topic: str
+    partition: int
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    base_offset: int = -1
+    timestamp: int = -1
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    """A follower (``replica_id >= 0``, reads to the LEO) or consumer (``-1``, reads below the HW) fetch."""
+
+    replica_id: int
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int
+    correlation_id: int
+    max_bytes: int = 1 << 20
+    max_wait_ms: int = 0
+    log_start_offset: int = 0
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    topic: str
+    partition: int
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class OffsetsForLeaderEpochRequest:
+    replica_id: int
+    topic: str
+    partition: int
+    current_leader_epoch: int
+    leader_epoch: int
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class OffsetsForLeaderEpochResponse:
+    topic: str
+    partition: int
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+@dataclass(frozen=True)
+class AlterPartitionRequest:
+    broker_id: int
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AlterPartitionResponse:
+    topic: str
+    partition: int
+    error: ErrorType = None
+    message: str = ""
+    state: Optional[PartitionState] = None
+
+
+@dataclass(frozen=True)
+class BrokerHeartbeat:
+    broker_id: int
+    incarnation: int
+    want_shutdown: bool = False
+
+
+@dataclass(frozen=True)
+class HeartbeatResponse:
+    controller_epoch: int
+    should_shut_down: bool = False
+    leads: int = 0
+
+
+@dataclass(frozen=True)
+class StopReplicaRequest:
+    controller_epoch: int
+    topic: str
+    partition: int
+
+
+@dataclass
+class Outbox:
+    """Messages a state machine wants sent: ``(destination, message)`` pairs."""
+
+    items: List[Tuple[object, object]] = field(default_factory=list)
+
+    def send(self, dst: object, msg: object) -> None:
+        self.items.append((dst, msg))
+
+    def extend(self, other: "Outbox") -> None:
+        self.items.extend(other.items)

@@ -1,0 +1,484 @@
+"""One replica of one partition, as leader or follower (Kafka's ``Partition`` + ``Replica``).
+
+Sans-I/O: every method takes ``now_ms`` from its caller and returns what must
+be sent; the only I/O is the replica's own :class:`pylog.storage.log.Log`.
+
+Leader rules (research §3.2-3.7, Kafka's Partition.scala):
+
+* a follower's fetch offset *is* its log end offset (LEO);
+  ``last_caught_up_ms`` follows ``Replica.updateFetchStateOrThrow``;
+* a follower is out of sync unless its LEO equals the leader's or it caught up
+  within ``replica_lag_time_max_ms``; the leader proposes ISR changes to the
+  controller (AlterPartition), one at a time; during a pending change the
+  *maximal* ISR (old ISR plus any member being added) is used for the HW;
+* a follower may rejoin once its LEO reaches both the HW and the start offset
+  of the leader's current epoch (KAFKA-7128);
+* HW = min LEO over the maximal ISR; it never moves back and does not
+  advance while the ISR is smaller than ``min(min_insync_replicas, RF)``
+  (KAFKA-15583).
+
+Follower rules: on every new leader epoch the follower first truncates by
+OffsetsForLeaderEpoch with KIP-279's iteration (never to its HW), then fetches
+from its LEO; its HW is ``min(leader HW, own LEO)``.
+
+Deviation from Kafka: the HW only waits for ISR members, not for caught-up
+non-ISR replicas (Kafka's "ISR-eligible" extension of maybeIncrementLeaderHW).
+
+Complexity: O(replicas) per request plus the log's own cost.
+Durability: the HW is checkpointed by :class:`ReplicaManager`
+(``replication-offset-checkpoint``); the epoch cache by the log.
+Thread-safety: none; one scheduler thread drives it.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from pylog.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+)
+from pylog.replication.messages import (
+    ACKS_ALL,
+    NO_LEADER,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    PartitionState,
+)
+from pylog.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from pylog.storage.log import AppendResult, Log
+
+LEADER = "leader"
+FOLLOWER = "follower"
+NONE = "none"
+TRUNCATING = "truncating"
+FETCHING = "fetching"
+
+
+class ReplicaState:
+    """The leader's view of one follower (Kafka's ``Replica``)."""
+
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
+
+    def __init__(self, last_caught_up_ms: int):
+        self.log_end_offset = -1
+        self.last_caught_up_ms = last_caught_up_ms
+        self.last_fetch_leader_leo = -1
+        self.last_fetch_ms = 0
+
+    def update(self, fetch_offset: int, now_ms: int, leader_leo: int) -> None:
+        if fetch_offset >= leader_leo:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+        elif fetch_offset >= self.last_fetch_leader_leo:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_leader_leo = leader_leo
+        self.last_fetch_ms = now_ms
+
+
+class Partition:
+    """Leader or follower state of one partition on one broker.
+
+    ``truncate_to_hw_on_become_follower`` is a *test-only* switch restoring
+    Kafka's pre-0.11 behaviour (truncate to the local HW when becoming a
+    follower), under which KIP-101's scenarios lose or diverge data.
+    """
+
+    truncate_to_hw_on_become_follower: bool = False
+
+    def __init__(self, broker_id: int, log: Log, *, high_watermark: int = 0, replica_lag_time_max_ms: int = 30_000):
+        self.broker_id = broker_id
+        self.log = log
+        self.topic, self.partition = log.topic, log.partition
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.high_watermark = max(0, min(high_watermark, log.log_end_offset))
+        self.role = NONE
+        self.follower_state = TRUNCATING
+        self.leader = NO_LEADER
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: Tuple[int, ...] = ()
+        self.isr: Set[int] = set()
+        self.min_insync_replicas = 1
+        self.pending_isr: Optional[Set[int]] = None
+        self.pending_since_ms = 0
+        self.remote: Dict[int, ReplicaState] = {}
+        self.leader_epoch_start_offset = 0
+        self.truncations = 0
+
+    # ------------------------------------------------------------ properties
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == LEADER
+
+    @property
+    def maximal_isr(self) -> Set[int]:
+        return self.isr | (self.pending_isr or set())
+
+    @property
+    def effective_min_isr(self) -> int:
+        return min(self.min_insync_replicas, max(1, len(self.replicas)))
+
+    @property
+    def tp(self) -> Tuple[str, int]:
+        return (self.topic, self.partition)
+
+    def __repr__(self) -> str:
+        return (
+            f"Partition({self.topic}-{self.partition}@{self.broker_id} {self.role} epoch={self.leader_epoch} "
+            f"leader={self.leader} isr={sorted(self.isr)} hw={self.high_watermark} leo={self.log_end_offset})"
+        )
+
+    # ------------------------------------------------------ LeaderAndIsr
+    def apply_state(self, st: PartitionState, now_ms: int) -> str:
+        """Apply the controller's state; returns "leader", "follower", "isr" or "stale".
+
+        A state with an older leader epoch, or the same epoch and a partition
+        epoch not newer than ours, is stale and ignored (KIP-320 fencing).
+        """
+        if st.leader_epoch < self.leader_epoch:
+            return "stale"
+        same_epoch = st.leader_epoch == self.leader_epoch
+        if same_epoch and st.partition_epoch <= self.partition_epoch and self.role != NONE:
+            return "stale"
+        self.replicas = tuple(st.replicas)
+        self.min_insync_replicas = st.min_insync_replicas
+        if st.leader == self.broker_id:
+            if same_epoch and self.role == LEADER:
+                self.isr = set(st.isr)
+                self.partition_epoch = st.partition_epoch
+                self.pending_isr = None
+                for r in self.replicas:
+                    if r != self.broker_id and r not in self.remote:
+                        self.remote[r] = ReplicaState(0)
+                self.maybe_increment_hw(now_ms)
+                return "isr"
+            self._make_leader(st, now_ms)
+            return "leader"
+        if same_epoch and self.role == FOLLOWER and st.leader == self.leader:
+            self.isr = set(st.isr)
+            self.partition_epoch = st.partition_epoch
+            return "isr"
+        self._make_follower(st)
+        return "follower"
+
+    def _make_leader(self, st: PartitionState, now_ms: int) -> None:
+        self.role = LEADER
+        self.leader = self.broker_id
+        self.leader_epoch = st.leader_epoch
+        self.partition_epoch = st.partition_epoch
+        self.isr = set(st.isr)
+        self.pending_isr = None
+        leo = self.log.log_end_offset
+        # Kafka's Partition.makeLeader: the new epoch starts at the current LEO.
+        # Log has no public call for this, so use its cache and checkpoint writer.
+        if self.log.epochs.assign(st.leader_epoch, leo):
+            self.log._write_epochs()
+        self.leader_epoch_start_offset = leo
+        self.remote = {
+            r: ReplicaState(now_ms if r in self.isr else 0) for r in self.replicas if r != self.broker_id
+        }
+        self.high_watermark = min(self.high_watermark, leo)
+        self.maybe_increment_hw(now_ms)
+
+    def _make_follower(self, st: PartitionState) -> None:
+        self.role = FOLLOWER
+        self.leader = st.leader
+        self.leader_epoch = st.leader_epoch
+        self.partition_epoch = st.partition_epoch
+        self.isr = set(st.isr)
+        self.pending_isr = None
+        self.remote = {}
+        if self.truncate_to_hw_on_become_follower:
+            self._truncate(self.high_watermark)
+            self.follower_state = FETCHING
+        else:
+            self.follower_state = TRUNCATING
+
+    def stop(self) -> None:
+        """Stop serving (StopReplica or broker shutdown); the log stays open."""
+        self.role = NONE
+        self.leader = NO_LEADER
+        self.pending_isr = None
+        self.remote = {}
+
+    # ----------------------------------------------------------- leader side
+    def _leader_error(self, current_leader_epoch: int) -> Optional[Tuple[type, str]]:
+        if self.role != LEADER:
+            return NotLeaderError, f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}"
+        if current_leader_epoch >= 0 and current_leader_epoch < self.leader_epoch:
+            return FencedLeaderEpochError, (
+                f"{self.topic}-{self.partition}: request epoch {current_leader_epoch} < leader epoch {self.leader_epoch}"
+            )
+        if current_leader_epoch > self.leader_epoch:
+            return UnknownLeaderEpochError, (
+                f"{self.topic}-{self.partition}: request epoch {current_leader_epoch} > leader epoch {self.leader_epoch}"
+            )
+        return None
+
+    def append_as_leader(self, records: Sequence[object], acks: int, now_ms: int) -> AppendResult:
+        """Append a producer's records, stamped with the leader epoch.
+
+        Raises NotLeaderError, or NotEnoughReplicasError (nothing appended)
+        when ``acks`` is all and the ISR is below the effective min ISR.
+        """
+        if self.role != LEADER:
+            raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}")
+        if acks == ACKS_ALL and len(self.isr) < self.effective_min_isr:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.partition}: ISR {sorted(self.isr)} is smaller than "
+                f"min_insync_replicas={self.min_insync_replicas}; nothing was appended"
+            )
+        res = self.log.append(list(records), leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
+        self.maybe_increment_hw(now_ms)
+        return res
+
+    def handle_fetch(self, req: FetchRequest, now_ms: int) -> Tuple[FetchResponse, Optional[AlterPartitionRequest]]:
+        """Serve a follower or consumer fetch; may return an ISR expansion to propose."""
+        err = self._leader_error(req.current_leader_epoch)
+        base = dict(topic=self.topic, partition=self.partition, correlation_id=req.correlation_id)
+        if err is not None:
+            return FetchResponse(**base, error=err[0], message=err[1], leader_epoch=self.leader_epoch), None
+        leo = self.log.log_end_offset
+        if req.fetch_offset > leo or req.fetch_offset < self.log.log_start_offset:
+            return FetchResponse(
+                **base,
+                error=OffsetOutOfRangeError,
+                message=f"fetch offset {req.fetch_offset} out of range [{self.log.log_start_offset}, {leo}] "
+                f"for {self.topic}-{self.partition}",
+                high_watermark=self.high_watermark,
+                log_start_offset=self.log.log_start_offset,
+                log_end_offset=leo,
+                leader_epoch=self.leader_epoch,
+            ), None
+        alter = None
+        if req.replica_id >= 0:
+            records = self.log.fetch(req.fetch_offset, req.max_bytes) if req.fetch_offset < leo else b""
+            st = self.remote.get(req.replica_id)
+            if st is not None:
+                st.update(req.fetch_offset, now_ms, leo)
+                alter = self.maybe_expand_isr(req.replica_id, now_ms)
+                self.maybe_increment_hw(now_ms)
+        else:
+            hw = self.high_watermark
+            records = self.log.fetch(req.fetch_offset, req.max_bytes, max_offset=hw) if req.fetch_offset < hw else b""
+        return FetchResponse(
+            **base,
+            records=records,
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log.log_start_offset,
+            log_end_offset=leo,
+            leader_epoch=self.leader_epoch,
+        ), alter
+
+    def handle_offsets_for_leader_epoch(self, req: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+        """Answer "where does epoch E end?" with (largest epoch <= E, its end offset)."""
+        base = dict(topic=self.topic, partition=self.partition, correlation_id=req.correlation_id)
+        err = self._leader_error(req.current_leader_epoch)
+        if err is not None:
+            return OffsetsForLeaderEpochResponse(**base, error=err[0], message=err[1])
+        epoch, end = self.log.epochs.end_offset_for(req.leader_epoch, self.log.log_end_offset)
+        return OffsetsForLeaderEpochResponse(**base, leader_epoch=epoch, end_offset=end)
+
+    def is_caught_up(self, replica: int, now_ms: int) -> bool:
+        st = self.remote.get(replica)
+        if st is None:
+            return False
+        return st.log_end_offset == self.log.log_end_offset or now_ms - st.last_caught_up_ms <= self.replica_lag_time_max_ms
+
+    def _propose(self, new_isr: Set[int], now_ms: int) -> AlterPartitionRequest:
+        self.pending_isr = set(new_isr)
+        self.pending_since_ms = now_ms
+        return AlterPartitionRequest(
+            self.broker_id, self.topic, self.partition, self.leader_epoch, self.partition_epoch, tuple(sorted(new_isr))
+        )
+
+    def _pending_blocks(self, now_ms: int, retry_after_ms: int) -> bool:
+        if self.pending_isr is None:
+            return False
+        if now_ms - self.pending_since_ms >= retry_after_ms:  # request or reply lost: allow a new proposal
+            self.pending_isr = None
+            return False
+        return True
+
+    def maybe_expand_isr(self, replica: int, now_ms: int, retry_after_ms: int = 2_000) -> Optional[AlterPartitionRequest]:
+        if self.role != LEADER or replica in self.isr or replica not in self.replicas:
+            return None
+        if self._pending_blocks(now_ms, retry_after_ms):
+            return None
+        leo = self.remote[replica].log_end_offset
+        if leo >= self.high_watermark and leo >= self.leader_epoch_start_offset:
+            return self._propose(self.isr | {replica}, now_ms)
+        return None
+
+    def maybe_shrink_isr(self, now_ms: int, retry_after_ms: int = 2_000) -> Optional[AlterPartitionRequest]:
+        """ISR expiration: propose removing followers not caught up within the lag time."""
+        if self.role != LEADER or self._pending_blocks(now_ms, retry_after_ms):
+            return None
+        out = {r for r in self.isr if r != self.broker_id and not self.is_caught_up(r, now_ms)}
+        if not out:
+            return None
+        proposal = self._propose(self.isr - out, now_ms)
+        # While a shrink is pending the maximal ISR is the old ISR (Kafka's PendingShrinkIsr).
+        self.pending_isr = set()
+        return proposal
+
+    def on_alter_partition_response(self, resp: AlterPartitionResponse, now_ms: int) -> bool:
+        """Adopt the controller's committed ISR; True if the ISR changed."""
+        st = resp.state
+        self.pending_isr = None
+        if st is None or self.role != LEADER or st.leader != self.broker_id or st.leader_epoch != self.leader_epoch:
+            return False
+        if st.partition_epoch <= self.partition_epoch:
+            return False
+        self.isr = set(st.isr)
+        self.partition_epoch = st.partition_epoch
+        for r in st.replicas:
+            if r != self.broker_id and r not in self.remote:
+                self.remote[r] = ReplicaState(0)
+        self.maybe_increment_hw(now_ms)
+        return True
+
+    def maybe_increment_hw(self, now_ms: int) -> bool:
+        """Advance the HW to the min LEO over the maximal ISR; True if it moved."""
+        if self.role != LEADER or len(self.isr) < self.effective_min_isr:
+            return False
+        new_hw = self.log.log_end_offset
+        for r in self.maximal_isr:
+            if r == self.broker_id:
+                continue
+            st = self.remote.get(r)
+            new_hw = min(new_hw, st.log_end_offset if st is not None else -1)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    # --------------------------------------------------------- follower side
+    def next_follower_request(self, correlation_id: int, max_wait_ms: int = 0) -> Optional[object]:
+        """The follower's next request to its leader: OffsetsForLeaderEpoch while truncating, else Fetch."""
+        if self.role != FOLLOWER or self.leader < 0:
+            return None
+        if self.follower_state == TRUNCATING:
+            if self.log.epochs.latest_epoch == UNDEFINED_EPOCH:
+                # Nothing stamped with an epoch: nothing to compare, fetch from the log end.
+                if self.log.log_end_offset > 0:
+                    self._truncate(self.high_watermark)
+                self.follower_state = FETCHING
+            else:
+                return OffsetsForLeaderEpochRequest(
+                    self.broker_id, self.topic, self.partition, self.leader_epoch,
+                    self.log.epochs.latest_epoch, correlation_id,
+                )
+        return FetchRequest(
+            self.broker_id, self.topic, self.partition, self.log.log_end_offset, self.leader_epoch,
+            correlation_id, max_wait_ms=max_wait_ms, log_start_offset=self.log.log_start_offset,
+        )
+
+    def on_offsets_for_leader_epoch(self, resp: OffsetsForLeaderEpochResponse) -> bool:
+        """KIP-101/KIP-279 truncation; True when the follower may start fetching."""
+        if self.role != FOLLOWER or self.follower_state != TRUNCATING or resp.error is not None:
+            return False
+        leo = self.log.log_end_offset
+        if resp.leader_epoch == UNDEFINED_EPOCH or resp.end_offset == UNDEFINED_OFFSET:
+            self._truncate(min(self.high_watermark, leo))  # Kafka's legacy fallback
+            self.follower_state = FETCHING
+            return True
+        f_epoch, f_end = self.log.epochs.end_offset_for(resp.leader_epoch, leo)
+        if f_epoch != resp.leader_epoch or f_end == UNDEFINED_OFFSET:
+            # We do not know the leader's epoch: cut back to the end of our largest
+            # epoch below it and ask again (KIP-279's iteration).
+            target = min(f_end if f_end != UNDEFINED_OFFSET else 0, leo)
+            self._truncate(target)
+            if self.log.epochs.latest_epoch == UNDEFINED_EPOCH:
+                self.follower_state = FETCHING
+                return True
+            return False
+        self._truncate(min(f_end, resp.end_offset, leo))
+        self.follower_state = FETCHING
+        return True
+
+    def on_fetch_response(self, req: FetchRequest, resp: FetchResponse, now_ms: int) -> int:
+        """Append what the leader sent; returns the number of records appended."""
+        if self.role != FOLLOWER or self.follower_state != FETCHING or resp.leader_epoch != self.leader_epoch:
+            return 0
+        if req.fetch_offset != self.log.log_end_offset:
+            return 0  # truncated meanwhile; this response is stale
+        if resp.error is OffsetOutOfRangeError:
+            if resp.log_end_offset >= 0 and resp.log_end_offset < self.log.log_end_offset:
+                self._truncate(resp.log_end_offset)  # only after an unclean election
+            elif req.fetch_offset < resp.log_start_offset:
+                self.log.truncate_fully_and_start_at(resp.log_start_offset)
+                self.high_watermark = resp.log_start_offset
+                self.truncations += 1
+            return 0
+        if resp.error is not None:
+            return 0
+        appended = 0
+        if resp.records:
+            res = self.log.append_batches(resp.records, assign_offsets=False)
+            appended = res.count
+        new_hw = min(resp.high_watermark, self.log.log_end_offset)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+        return appended
+
+    def _truncate(self, offset: int) -> None:
+        if offset < self.log.log_end_offset:
+            self.log.truncate_to(offset)
+            self.truncations += 1
+        if self.high_watermark > self.log.log_end_offset:
+            self.high_watermark = self.log.log_end_offset
+
+    # ---------------------------------------------------------------- checks
+    def _check(self) -> None:
+        """Assert this replica's invariants."""
+        leo = self.log.log_end_offset
+        assert 0 <= self.high_watermark <= leo, (self, leo)
+        assert all(s <= leo for _, s in self.log.epochs.entries), (self, self.log.epochs.entries)
+        if self.role == LEADER:
+            assert self.leader == self.broker_id
+            assert self.broker_id in self.isr, f"leader {self.broker_id} not in its ISR {self.isr}"
+            assert self.isr <= set(self.replicas), (self.isr, self.replicas)
+            assert self.log.epochs.latest_epoch <= self.leader_epoch
+        if self.pending_isr is not None:
+            assert self.pending_isr <= set(self.replicas)
+
+
+def records_equal_below(a: Log, b: Log, end: int) -> Optional[int]:
+    """First offset below ``end`` where the two logs differ (batch CRC, offsets, epoch), else None."""
+    ia = _batch_index(a, end)
+    ib = _batch_index(b, end)
+    for off in sorted(set(ia) | set(ib)):
+        if off >= end:
+            break
+        if ia.get(off) != ib.get(off):
+            return off
+    return None
+
+
+def _batch_index(log: Log, end: int) -> Dict[int, Tuple[int, int, int]]:
+    out: Dict[int, Tuple[int, int, int]] = {}
+    off = log.log_start_offset
+    end = min(end, log.log_end_offset)
+    while off < end:
+        batches = log.read_batches(off, 1 << 20, max_offset=end)
+        if not batches:
+            break
+        for b in batches:
+            out[b.base_offset] = (b.last_offset, b.partition_leader_epoch, b.info.crc)
+            off = b.last_offset + 1
+    return out
+
+
+__all__: List[str] = ["Partition", "ReplicaState", "records_equal_below", "LEADER", "FOLLOWER", "TRUNCATING", "FETCHING"]

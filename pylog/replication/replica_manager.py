@@ -1,0 +1,415 @@
+"""All replicas on one broker: request dispatch, purgatories, follower fetching (Kafka's ReplicaManager).
+
+Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
+:meth:`ReplicaManager.tick` takes ``now_ms``; both return an :class:`Outbox` of
+``(destination, message)`` pairs for the runtime to send. The destination
+:data:`CONTROLLER` means "whichever broker is the active controller".
+
+* Produce with ``acks=all`` waits in the produce purgatory until the HW passes
+  the batch (then ``NotEnoughReplicasAfterAppendError`` if the maximal ISR is
+  below min ISR, else success), the replica stops leading (``NotLeaderError``),
+  or ``timeout_ms`` passes (``RequestTimedOutError``).
+* Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
+  and complete when the leader appends or its HW moves.
+* Followers keep one request in flight per partition (OffsetsForLeaderEpoch
+  while truncating, then Fetch) and resend after ``request_timeout_ms``.
+* ISR expiration runs every ``replica_lag_time_max_ms / 2``; the HW
+  checkpoint (``replication-offset-checkpoint``) every
+  ``hw_checkpoint_interval_ms`` and on clean shutdown.
+
+Complexity: O(partitions) per tick. Durability: the HW checkpoint is written
+atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from pylog.errors import (
+    CorruptCheckpointError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderError,
+    PylogError,
+    RequestTimedOutError,
+    StaleControllerEpochError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.replication.messages import (
+    ACKS_ALL,
+    AlterPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    LeaderAndIsrRequest,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    Outbox,
+    ProduceRequest,
+    ProduceResponse,
+    StopReplicaRequest,
+)
+from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, Partition
+from pylog.storage import checkpoint
+from pylog.storage.fileio import FileIO
+from pylog.storage.log import Log
+
+CONTROLLER = "controller"
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+TP = Tuple[str, int]
+
+
+@dataclass
+class ReplicaManagerConfig:
+    """Kafka's broker settings that govern replication (snake_case, same defaults unless noted)."""
+
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_max_wait_ms: int = 500
+    replica_fetch_backoff_ms: int = 100
+    replica_fetch_max_bytes: int = 1 << 20
+    request_timeout_ms: int = 30_000
+    hw_checkpoint_interval_ms: int = 5_000
+    alter_partition_retry_ms: int = 2_000
+
+
+@dataclass
+class _DelayedProduce:
+    src: object
+    req: ProduceRequest
+    required_offset: int
+    deadline_ms: int
+    base_offset: int
+    timestamp: int
+
+
+@dataclass
+class _DelayedFetch:
+    src: object
+    req: FetchRequest
+    deadline_ms: int
+    hw_at_hold: int
+
+
+class ReplicaManager:
+    """The replicas hosted by broker ``broker_id`` in log directory ``log_dir``."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        log_dir: str,
+        *,
+        file_io: Optional[FileIO] = None,
+        clock_ms: Callable[[], int],
+        config: Optional[ReplicaManagerConfig] = None,
+        log_config: Optional[Dict[str, object]] = None,
+    ):
+        self.broker_id = broker_id
+        self.log_dir = log_dir
+        self.io = file_io or FileIO()
+        self.clock_ms = clock_ms
+        self.config = config or ReplicaManagerConfig()
+        self.log_config = dict(log_config or {})
+        self.partitions: Dict[TP, Partition] = {}
+        self.controller_epoch = -1
+        self.delayed_produce: Dict[TP, List[_DelayedProduce]] = {}
+        self.delayed_fetch: Dict[TP, List[_DelayedFetch]] = {}
+        self.inflight: Dict[TP, Tuple[int, object, int]] = {}
+        self.next_fetch_at: Dict[TP, int] = {}
+        self._corr = 0
+        now = clock_ms()
+        self._last_isr_check = now
+        self._last_hw_checkpoint = now
+        self.io.makedirs(log_dir)
+        try:
+            self._hw_at_start = checkpoint.read_offsets(self.io, os.path.join(log_dir, HW_CHECKPOINT_FILE))
+        except CorruptCheckpointError:
+            self._hw_at_start = {}
+        self.closed = False
+
+    # ----------------------------------------------------------- partitions
+    def get_or_create(self, topic: str, partition: int) -> Partition:
+        tp = (topic, partition)
+        p = self.partitions.get(tp)
+        if p is None:
+            log = Log.open(
+                os.path.join(self.log_dir, f"{topic}-{partition}"), file_io=self.io, clock_ms=self.clock_ms,
+                **self.log_config,
+            )
+            p = Partition(
+                self.broker_id, log, high_watermark=self._hw_at_start.get(tp, 0),
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            )
+            self.partitions[tp] = p
+        return p
+
+    def _next_corr(self) -> int:
+        self._corr += 1
+        return self._corr
+
+    # -------------------------------------------------------------- dispatch
+    def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
+        """Process one incoming message; returns what to send."""
+        out = Outbox()
+        if self.closed:
+            return out
+        if isinstance(msg, FetchRequest):
+            self._on_fetch(src, msg, now_ms, out)
+        elif isinstance(msg, ProduceRequest):
+            self._on_produce(src, msg, now_ms, out)
+        elif isinstance(msg, FetchResponse):
+            self._on_fetch_response(msg, now_ms, out)
+        elif isinstance(msg, OffsetsForLeaderEpochRequest):
+            p = self.partitions.get((msg.topic, msg.partition))
+            if p is None:
+                out.send(src, OffsetsForLeaderEpochResponse(msg.topic, msg.partition, msg.correlation_id,
+                                                            error=NotLeaderError, message="no such replica"))
+            else:
+                out.send(src, p.handle_offsets_for_leader_epoch(msg))
+        elif isinstance(msg, OffsetsForLeaderEpochResponse):
+            self._on_epoch_response(msg, now_ms, out)
+        elif isinstance(msg, LeaderAndIsrRequest):
+            self._on_leader_and_isr(msg, now_ms, out)
+        elif isinstance(msg, AlterPartitionResponse):
+            p = self.partitions.get((msg.topic, msg.partition))
+            if p is not None and p.on_alter_partition_response(msg, now_ms):
+                self._complete_delayed((msg.topic, msg.partition), now_ms, out)
+        elif isinstance(msg, StopReplicaRequest):
+            if msg.controller_epoch >= self.controller_epoch:
+                tp = (msg.topic, msg.partition)
+                p = self.partitions.get(tp)
+                if p is not None:
+                    p.stop()
+                    self._fail_delayed_produce(tp, NotLeaderError, out)
+        return out
+
+    def _on_leader_and_isr(self, req: LeaderAndIsrRequest, now_ms: int, out: Outbox) -> None:
+        if req.controller_epoch < self.controller_epoch:
+            return  # a deposed controller (StaleControllerEpochError in Kafka's response)
+        self.controller_epoch = req.controller_epoch
+        for st in req.states:
+            if self.broker_id not in st.replicas:
+                continue
+            p = self.get_or_create(st.topic, st.partition)
+            outcome = p.apply_state(st, now_ms)
+            tp = (st.topic, st.partition)
+            if outcome == "follower":
+                self._fail_delayed_produce(tp, NotLeaderError, out)
+                self._complete_delayed_fetch(tp, now_ms, out, force=True)
+                self.inflight.pop(tp, None)
+                self.next_fetch_at[tp] = now_ms
+                self._maybe_send_follower(tp, now_ms, out)
+            elif outcome == "leader":
+                self.inflight.pop(tp, None)
+                self._complete_delayed(tp, now_ms, out)
+            elif outcome == "isr":
+                self._complete_delayed(tp, now_ms, out)
+
+    # -------------------------------------------------------------- produce
+    def _on_produce(self, src: object, req: ProduceRequest, now_ms: int, out: Outbox) -> None:
+        tp = (req.topic, req.partition)
+        p = self.partitions.get(tp)
+
+        def reply(**kw: object) -> None:
+            if req.acks != 0:
+                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, **kw))  # type: ignore[arg-type]
+
+        if p is None:
+            reply(error=UnknownTopicOrPartitionError if not self.partitions else NotLeaderError,
+                  message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}")
+            return
+        try:
+            res = p.append_as_leader(req.records, req.acks, now_ms)
+        except PylogError as exc:
+            reply(error=type(exc), message=str(exc))
+            return
+        self._complete_delayed_fetch(tp, now_ms, out)
+        if req.acks != ACKS_ALL:
+            reply(base_offset=res.base_offset, timestamp=res.max_timestamp)
+            self._complete_delayed(tp, now_ms, out)
+            return
+        self.delayed_produce.setdefault(tp, []).append(
+            _DelayedProduce(src, req, res.last_offset + 1, now_ms + req.timeout_ms, res.base_offset, res.max_timestamp)
+        )
+        self._complete_delayed(tp, now_ms, out)
+
+    def _complete_delayed(self, tp: TP, now_ms: int, out: Outbox) -> None:
+        """Re-check the produce and fetch purgatories of ``tp`` (after a HW or ISR change)."""
+        p = self.partitions.get(tp)
+        waiting = self.delayed_produce.get(tp)
+        if waiting and p is not None:
+            keep = []
+            for d in waiting:
+                r = d.req
+                if p.role != LEADER:
+                    out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=NotLeaderError,
+                                                    message=f"broker {self.broker_id} stopped leading {r.topic}-{r.partition}"))
+                elif p.high_watermark >= d.required_offset:
+                    if len(p.maximal_isr) >= p.effective_min_isr:
+                        out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id,
+                                                        base_offset=d.base_offset, timestamp=d.timestamp))
+                    else:
+                        out.send(d.src, ProduceResponse(
+                            r.topic, r.partition, r.correlation_id, error=NotEnoughReplicasAfterAppendError,
+                            message=f"{r.topic}-{r.partition}: offset {d.base_offset} appended but the ISR "
+                            f"{sorted(p.maximal_isr)} shrank below min_insync_replicas={p.min_insync_replicas}"))
+                elif now_ms >= d.deadline_ms:
+                    out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=RequestTimedOutError,
+                                                    message=f"{r.topic}-{r.partition}: offset {d.base_offset} not "
+                                                    f"replicated to the ISR within {r.timeout_ms} ms"))
+                else:
+                    keep.append(d)
+            self.delayed_produce[tp] = keep
+        self._complete_delayed_fetch(tp, now_ms, out)
+
+    def _fail_delayed_produce(self, tp: TP, error: type, out: Outbox) -> None:
+        for d in self.delayed_produce.pop(tp, []):
+            r = d.req
+            out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=error,
+                                            message=f"broker {self.broker_id} stopped leading {r.topic}-{r.partition}"))
+
+    # ---------------------------------------------------------------- fetch
+    def _on_fetch(self, src: object, req: FetchRequest, now_ms: int, out: Outbox) -> None:
+        tp = (req.topic, req.partition)
+        p = self.partitions.get(tp)
+        if p is None:
+            out.send(src, FetchResponse(req.topic, req.partition, req.correlation_id, error=NotLeaderError,
+                                        message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}"))
+            return
+        hw_before = p.high_watermark
+        resp, alter = p.handle_fetch(req, now_ms)
+        if alter is not None:
+            out.send(CONTROLLER, alter)
+        if p.high_watermark != hw_before:
+            self._complete_delayed(tp, now_ms, out)
+        if resp.error is None and not resp.records and req.max_wait_ms > 0:
+            self.delayed_fetch.setdefault(tp, []).append(_DelayedFetch(src, req, now_ms + req.max_wait_ms, p.high_watermark))
+            return
+        out.send(src, resp)
+
+    def _complete_delayed_fetch(self, tp: TP, now_ms: int, out: Outbox, force: bool = False) -> None:
+        held = self.delayed_fetch.pop(tp, None)
+        if not held:
+            return
+        p = self.partitions.get(tp)
+        keep: List[_DelayedFetch] = []
+        for d in held:
+            if p is None:
+                continue
+            if not force and now_ms < d.deadline_ms and p.role == LEADER:
+                limit = p.log_end_offset if d.req.replica_id >= 0 else p.high_watermark
+                if d.req.fetch_offset >= limit and p.high_watermark == d.hw_at_hold:
+                    keep.append(d)
+                    continue
+            resp, alter = p.handle_fetch(d.req, now_ms)
+            if alter is not None:
+                out.send(CONTROLLER, alter)
+            out.send(d.src, resp)
+        if keep:
+            self.delayed_fetch[tp] = keep
+
+    # -------------------------------------------------------- follower side
+    def _maybe_send_follower(self, tp: TP, now_ms: int, out: Outbox) -> None:
+        p = self.partitions.get(tp)
+        if p is None or p.role != FOLLOWER or tp in self.inflight or p.leader < 0:
+            return
+        if now_ms < self.next_fetch_at.get(tp, 0):
+            return
+        req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms)
+        if req is None:
+            return
+        self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
+        out.send(p.leader, req)
+
+    def _take_inflight(self, tp: TP, corr: int) -> Optional[object]:
+        cur = self.inflight.get(tp)
+        if cur is None or cur[0] != corr:
+            return None
+        del self.inflight[tp]
+        return cur[1]
+
+    def _on_fetch_response(self, resp: FetchResponse, now_ms: int, out: Outbox) -> None:
+        tp = (resp.topic, resp.partition)
+        req = self._take_inflight(tp, resp.correlation_id)
+        p = self.partitions.get(tp)
+        if req is None or p is None or not isinstance(req, FetchRequest):
+            return
+        p.on_fetch_response(req, resp, now_ms)
+        if resp.error is not None:
+            self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
+        self._maybe_send_follower(tp, now_ms, out)
+
+    def _on_epoch_response(self, resp: OffsetsForLeaderEpochResponse, now_ms: int, out: Outbox) -> None:
+        tp = (resp.topic, resp.partition)
+        req = self._take_inflight(tp, resp.correlation_id)
+        p = self.partitions.get(tp)
+        if req is None or p is None:
+            return
+        if isinstance(req, OffsetsForLeaderEpochRequest) and req.current_leader_epoch == p.leader_epoch:
+            p.on_offsets_for_leader_epoch(resp)
+        if resp.error is not None:
+            self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
+        self._maybe_send_follower(tp, now_ms, out)
+
+    # ----------------------------------------------------------------- tick
+    def tick(self, now_ms: int) -> Outbox:
+        """Timers: ISR expiration, purgatory deadlines, follower resends, HW checkpoint."""
+        out = Outbox()
+        if self.closed:
+            return out
+        cfg = self.config
+        if now_ms - self._last_isr_check >= cfg.replica_lag_time_max_ms // 2:
+            self._last_isr_check = now_ms
+            for p in self.partitions.values():
+                alter = p.maybe_shrink_isr(now_ms, cfg.alter_partition_retry_ms)
+                if alter is not None:
+                    out.send(CONTROLLER, alter)
+        for tp in list(self.delayed_produce):
+            if any(now_ms >= d.deadline_ms for d in self.delayed_produce[tp]):
+                self._complete_delayed(tp, now_ms, out)
+        for tp in list(self.delayed_fetch):
+            if any(now_ms >= d.deadline_ms for d in self.delayed_fetch[tp]):
+                self._complete_delayed_fetch(tp, now_ms, out)
+        for tp, p in self.partitions.items():
+            if p.role != FOLLOWER:
+                continue
+            cur = self.inflight.get(tp)
+            if cur is not None and now_ms - cur[2] >= cfg.request_timeout_ms:
+                del self.inflight[tp]
+            self._maybe_send_follower(tp, now_ms, out)
+        if now_ms - self._last_hw_checkpoint >= cfg.hw_checkpoint_interval_ms:
+            self.checkpoint_high_watermarks()
+        return out
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every replica's HW to ``replication-offset-checkpoint`` (atomically)."""
+        self._last_hw_checkpoint = self.clock_ms()
+        hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
+        checkpoint.write_offsets(self.io, os.path.join(self.log_dir, HW_CHECKPOINT_FILE), hws)
+
+    # ------------------------------------------------------------- shutdown
+    def shutdown(self, clean: bool) -> None:
+        """Clean: checkpoint HWs and close (flush) every log. Unclean: abandon them (a crash)."""
+        if self.closed:
+            return
+        self.closed = True
+        if clean:
+            self.checkpoint_high_watermarks()
+            for p in self.partitions.values():
+                p.stop()
+                p.log.close()
+        else:
+            for p in self.partitions.values():
+                p.stop()
+                p.log.abandon()
+        self.delayed_produce.clear()
+        self.delayed_fetch.clear()
+        self.inflight.clear()
+
+    def _check(self) -> None:
+        for p in self.partitions.values():
+            p._check()
+            p.log._check()
+        for tp in self.inflight:
+            assert tp in self.partitions, tp
+
+
+__all__ = ["ReplicaManager", "ReplicaManagerConfig", "CONTROLLER", "HW_CHECKPOINT_FILE", "StaleControllerEpochError"]

@@ -1,0 +1,182 @@
+"""A broker node: drives one ReplicaManager (and the Controller when it holds the role) on a scheduler.
+
+The broker owns a log directory (``<cluster>/broker-<id>``) on a disk
+(:class:`FileIO`, or :class:`SimulatedDiskIO` in simulations), registers its
+handler with the transport, and runs a periodic tick that:
+
+* claims or renews the controller role in the :class:`MetadataStore`
+  (a crashed controller's lease expires after the session timeout; a clean
+  stop resigns at once), and runs the :class:`Controller` while it holds it;
+* heartbeats to the controller every ``heartbeat_interval_ms``;
+* runs the replica manager's timers.
+
+Messages addressed to :data:`CONTROLLER` go to the broker the store names.
+
+Durability: :meth:`stop` with ``clean=True`` checkpoints HWs and closes every
+log (flush + clean-shutdown marker); ``clean=False`` abandons the logs and,
+on a simulated disk, drops every byte not fsynced.
+Thread-safety: all methods run on the scheduler's thread.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Hashable, Optional
+
+from pylog.replication.controller import Controller, MetadataStore
+from pylog.replication.messages import (
+    AlterPartitionRequest,
+    BrokerHeartbeat,
+    HeartbeatResponse,
+    Outbox,
+)
+from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, ReplicaManagerConfig
+from pylog.runtime.scheduler import Scheduler, Timer
+from pylog.runtime.transport.base import Transport
+from pylog.storage.fileio import FileIO, SimulatedDiskIO
+
+
+class _NoRealSync(FileIO):
+    """A FileIO whose fsyncs are no-ops on the real disk (the simulated disk tracks durability itself)."""
+
+    def fsync(self, fd: int) -> None:
+        pass
+
+    def fsync_dir(self, path: str) -> None:
+        pass
+
+
+class SimDisk(SimulatedDiskIO, _NoRealSync):
+    """SimulatedDiskIO (crash drops unsynced bytes) without paying for real fsyncs."""
+
+
+class Broker:
+    """One in-process broker."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        path: str,
+        scheduler: Scheduler,
+        transport: Transport,
+        store: MetadataStore,
+        *,
+        disk: FileIO,
+        config: ReplicaManagerConfig,
+        log_config: Optional[Dict[str, object]] = None,
+        heartbeat_interval_ms: int = 500,
+        session_timeout_ms: int = 3_000,
+        tick_ms: int = 50,
+    ):
+        self.broker_id = broker_id
+        self.log_dir = os.path.join(path, f"broker-{broker_id}")
+        self.scheduler = scheduler
+        self.transport = transport
+        self.store = store
+        self.disk = disk
+        self.config = config
+        self.log_config = log_config or {}
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.tick_ms = tick_ms
+        self.rm: Optional[ReplicaManager] = None
+        self.controller: Optional[Controller] = None
+        self.running = False
+        self.incarnation = 0
+        self.want_shutdown = False
+        self.shutdown_ok = False
+        self.leads = -1
+        self._timer: Optional[Timer] = None
+        self._last_heartbeat = -(10**12)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self.running:
+            return
+        now = self.scheduler.clock.now_ms()
+        self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
+                                 config=self.config, log_config=self.log_config)
+        self.incarnation += 1
+        self.running = True
+        self.want_shutdown = self.shutdown_ok = False
+        self._last_heartbeat = -(10**12)
+        self.transport.register(self.broker_id, self._on_message)
+        self._tick()
+        _ = now
+
+    def stop(self, clean: bool) -> None:
+        """Stop now (the caller has already done a controlled shutdown if it wanted one)."""
+        if not self.running:
+            return
+        self.running = False
+        if self._timer is not None:
+            self._timer.cancel()
+        self.transport.unregister(self.broker_id)
+        self.controller = None
+        assert self.rm is not None
+        self.rm.shutdown(clean=clean)
+        if clean:
+            self.store.resign(self.broker_id)
+        elif isinstance(self.disk, SimulatedDiskIO):
+            self.disk.crash()
+
+    # -------------------------------------------------------------- plumbing
+    def _send(self, out: Outbox) -> None:
+        for dst, msg in out.items:
+            if dst == CONTROLLER:
+                dst = self.store.controller_id
+                if dst is None:
+                    continue
+            self.transport.send(self.broker_id, dst, msg)
+
+    def _on_message(self, src: Hashable, msg: Any) -> None:
+        if not self.running:
+            return
+        now = self.scheduler.clock.now_ms()
+        if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest)):
+            if self.controller is not None and self.controller.active and self.store.controller_id == self.broker_id:
+                self._send(self.controller.handle(src, msg, now))
+            return
+        if isinstance(msg, HeartbeatResponse):
+            self.leads = msg.leads
+            self.shutdown_ok = msg.should_shut_down
+            return
+        assert self.rm is not None
+        self._send(self.rm.handle(src, msg, now))
+
+    def _tick(self) -> None:
+        if not self.running:
+            return
+        now = self.scheduler.clock.now_ms()
+        previous = self.store.controller_id
+        if self.store.try_claim(self.broker_id, now, self.session_timeout_ms):
+            if self.controller is None or self.controller.epoch != self.store.controller_epoch:
+                self.controller = Controller(self.broker_id, self.store, session_timeout_ms=self.session_timeout_ms,
+                                             now_ms=now, previous_controller=previous if previous != self.broker_id else None)
+                self._send(self.controller.activate(now))
+            self._send(self.controller.tick(now))
+        else:
+            self.controller = None
+        if now - self._last_heartbeat >= self.heartbeat_interval_ms:
+            self._last_heartbeat = now
+            self._send_heartbeat()
+        assert self.rm is not None
+        self._send(self.rm.tick(now))
+        self._timer = self.scheduler.call_later(self.tick_ms, self._tick)
+
+    def _send_heartbeat(self) -> None:
+        out = Outbox()
+        out.send(CONTROLLER, BrokerHeartbeat(self.broker_id, self.incarnation, self.want_shutdown))
+        self._send(out)
+
+    def request_controlled_shutdown(self) -> None:
+        self.want_shutdown = True
+        self._send_heartbeat()
+
+    def _check(self) -> None:
+        if self.rm is not None and self.running:
+            self.rm._check()
+        if self.controller is not None:
+            self.controller._check()
+
+
+__all__ = ["Broker", "SimDisk"]

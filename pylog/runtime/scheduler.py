@@ -1,0 +1,229 @@
+"""Schedulers: run callbacks at times, in virtual time or on a background thread.
+
+Both implementations run every callback on *one* thread (the simulation's
+caller, or the real scheduler's loop thread), so the state machines they drive
+need no locks. Code on other threads hands work to the loop with
+:meth:`Scheduler.run_sync` or :meth:`Scheduler.call_soon`.
+
+* :class:`SimScheduler` - a heap of timers ordered by (time, sequence); virtual
+  time jumps to the next timer; every random choice comes from ``rng``
+  (one ``random.Random(seed)``), so a run replays exactly from its seed.
+* :class:`RealScheduler` - a daemon loop thread with a heap and a condition
+  variable; :meth:`close` stops it and joins it.
+
+Complexity: O(log n) per timer. Durability: none (in memory).
+"""
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+from typing import Any, Callable, List, Optional, Tuple
+
+from pylog.errors import RequestTimedOutError
+from pylog.runtime.clock import Clock, RealClock, SimClock
+
+
+class Timer:
+    """A scheduled callback; :meth:`cancel` stops it from running."""
+
+    __slots__ = ("when", "fn", "args", "cancelled")
+
+    def __init__(self, when: int, fn: Callable[..., Any], args: Tuple[Any, ...]):
+        self.when = when
+        self.fn = fn
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Scheduler:
+    """Interface shared by the simulated and the real scheduler."""
+
+    clock: Clock
+    rng: random.Random
+    simulated: bool = False
+
+    def call_later(self, delay_ms: int, fn: Callable[..., Any], *args: Any) -> Timer:  # pragma: no cover
+        raise NotImplementedError
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> Timer:
+        return self.call_later(0, fn, *args)
+
+    def run_sync(self, fn: Callable[[], Any]) -> Any:  # pragma: no cover
+        """Run ``fn`` on the scheduler's thread and return its result (or raise its exception)."""
+        raise NotImplementedError
+
+    def wait_until(self, predicate: Callable[[], bool], timeout_ms: Optional[int]) -> bool:  # pragma: no cover
+        """Block until ``predicate()`` is true (evaluated on the loop); False on timeout."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class SimScheduler(Scheduler):
+    """Virtual time, single thread, deterministic from ``seed``.
+
+    ``wait_until`` *runs* timers (advancing virtual time) until the predicate
+    holds, so a blocking client call in a simulation completes without any
+    real waiting.
+
+    Thread-safety: none; use from one thread.
+    """
+
+    simulated = True
+
+    def __init__(self, seed: int, clock: Optional[SimClock] = None):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clock = clock or SimClock()
+        self._heap: List[Tuple[int, int, Timer]] = []
+        self._seq = 0
+        self.events_run = 0
+
+    @property
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def call_later(self, delay_ms: int, fn: Callable[..., Any], *args: Any) -> Timer:
+        t = Timer(self.clock.now_ms() + max(0, int(delay_ms)), fn, args)
+        self._seq += 1
+        heapq.heappush(self._heap, (t.when, self._seq, t))
+        return t
+
+    def step(self) -> bool:
+        """Run the next timer; False when none is left."""
+        while self._heap:
+            when, _, t = heapq.heappop(self._heap)
+            if t.cancelled:
+                continue
+            self.clock.advance_to(max(when, self.clock.now_ms()))
+            self.events_run += 1
+            t.fn(*t.args)
+            return True
+        return False
+
+    def run_for(self, ms: int) -> None:
+        """Run every timer due in the next ``ms`` virtual milliseconds, then set the clock there."""
+        end = self.clock.now_ms() + ms
+        while self._heap and self._heap[0][0] <= end:
+            self.step()
+        self.clock.advance_to(max(end, self.clock.now_ms()))
+
+    def wait_until(self, predicate: Callable[[], bool], timeout_ms: Optional[int]) -> bool:
+        deadline = None if timeout_ms is None else self.clock.now_ms() + timeout_ms
+        while not predicate():
+            if not self._heap:
+                return False
+            if deadline is not None and self._heap[0][0] > deadline:
+                self.clock.advance_to(max(deadline, self.clock.now_ms()))
+                return predicate()
+            self.step()
+        return True
+
+    def run_sync(self, fn: Callable[[], Any]) -> Any:
+        return fn()
+
+    def _check(self) -> None:
+        assert all(w >= 0 for w, _, _ in self._heap)
+
+
+class RealScheduler(Scheduler):
+    """Wall-clock timers run by one background thread (named ``pylog-loop``).
+
+    Thread-safety: :meth:`call_later`, :meth:`call_soon`, :meth:`run_sync`
+    and :meth:`wait_until` may be called from any thread; callbacks run on the
+    loop thread one at a time. :meth:`close` joins the loop thread.
+    """
+
+    def __init__(self, seed: Optional[int] = None):
+        self.rng = random.Random(seed)
+        self.clock = RealClock()
+        self._heap: List[Tuple[int, int, Timer]] = []
+        self._seq = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="pylog-loop", daemon=True)
+        self._thread.start()
+
+    def call_later(self, delay_ms: int, fn: Callable[..., Any], *args: Any) -> Timer:
+        t = Timer(self.clock.now_ms() + max(0, int(delay_ms)), fn, args)
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (t.when, self._seq, t))
+            self._cond.notify_all()
+        return t
+
+    def on_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closed:
+                        return
+                    now = self.clock.now_ms()
+                    if self._heap and self._heap[0][0] <= now:
+                        _, _, t = heapq.heappop(self._heap)
+                        break
+                    wait = (self._heap[0][0] - now) / 1000.0 if self._heap else None
+                    self._cond.wait(wait)
+            if t.cancelled:
+                continue
+            try:
+                t.fn(*t.args)
+            except Exception:  # a callback bug must not kill the loop; surface it
+                import traceback
+
+                traceback.print_exc()
+            with self._cond:
+                self._cond.notify_all()
+
+    def run_sync(self, fn: Callable[[], Any]) -> Any:
+        if self.on_loop():
+            return fn()
+        done = threading.Event()
+        box: List[Any] = [None, None]
+
+        def run() -> None:
+            try:
+                box[0] = fn()
+            except BaseException as exc:  # handed back to the caller
+                box[1] = exc
+            finally:
+                done.set()
+
+        self.call_soon(run)
+        while not done.wait(0.05):
+            if self._closed:
+                raise RequestTimedOutError("the cluster was closed while a call was pending")
+        if box[1] is not None:
+            raise box[1]
+        return box[0]
+
+    def wait_until(self, predicate: Callable[[], bool], timeout_ms: Optional[int]) -> bool:
+        import time
+
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        while True:
+            if self.run_sync(predicate):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            with self._cond:
+                self._cond.wait(0.005 if deadline is None else max(0.0, min(0.005, deadline - time.monotonic())))
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if not self.on_loop():
+            self._thread.join()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
