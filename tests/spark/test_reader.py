@@ -1,0 +1,151 @@
+"""The Spark source's executor and planner halves, without Spark: Arrow batches vs pylog's reader."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+import pylog  # noqa: E402
+from pylog.errors import CorruptRecordError, InvalidConfigurationError, OffsetOutOfRangeError  # noqa: E402
+from pylog.spark import layout  # noqa: E402
+from pylog.spark.reader import DataLossError, ReadSpec, arrow_schema, read_range  # noqa: E402
+from tests.spark.helpers import corrupt_batch, pylog_rows, segment_files, write_hw, write_partition  # noqa: E402
+
+
+def arrow_rows(spec: ReadSpec, chunk_bytes: int = 1 << 20):
+    batches = list(read_range(spec, chunk_bytes=chunk_bytes))
+    for b in batches:
+        assert b.schema.equals(arrow_schema(spec.include_headers))
+    rows = pa.Table.from_batches(batches, schema=arrow_schema(spec.include_headers)).to_pylist() if batches else []
+    out = []
+    for r in rows:
+        assert r["topic"] == spec.topic and r["partition"] == spec.partition
+        assert r["timestampType"] == 0
+        ms = round(r["timestamp"].timestamp() * 1000)
+        heads = tuple((h["key"], h["value"]) for h in r["headers"]) if spec.include_headers and r["headers"] else None
+        out.append((r["key"], r["value"], r["offset"], ms, heads))
+    return out
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("logs"))
+    write_partition(d, "orders", 0, 1200)
+    write_partition(d, "orders", 1, 333, batch=7)
+    return d
+
+
+@pytest.mark.parametrize("headers", [False, True])
+@pytest.mark.parametrize("start,end", [(0, 1200), (1, 1199), (49, 51), (600, 601), (1199, 1200)])
+def test_arrow_rows_equal_pylog_reader(logdir, headers, start, end):
+    part = os.path.join(logdir, "orders-0")
+    spec = ReadSpec("orders", 0, part, start, end, include_headers=headers)
+    got = arrow_rows(spec, chunk_bytes=4096)  # small chunks: many Arrow batches, batches cut at chunk ends
+    want = pylog_rows(part, start, end)
+    if not headers:
+        want = [w[:4] + (None,) for w in want]
+    assert len(segment_files(part)) >= 3
+    assert got == want
+
+
+def test_arrow_schema_matches_spark_conversion():
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from pylog.spark.datasource import kafka_schema
+
+    for h in (False, True):
+        assert to_arrow_schema(kafka_schema(h), timezone="UTC").equals(arrow_schema(h))
+
+
+def test_split_ranges_cover_every_offset_once():
+    ranges = [layout.Range("a", 0, "/x", 0, 1000), layout.Range("a", 1, "/y", 10, 13), layout.Range("b", 0, "/z", 5, 5)]
+    for k in (1, 2, 3, 7, 50, 5000):
+        pieces = layout.split_ranges(ranges, k)
+        covered = sorted((p.topic, p.partition, o) for p in pieces for o in range(p.start, p.end))
+        want = sorted((r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end))
+        assert covered == want
+        assert all(p.end > p.start for p in pieces)
+        if k > 2:
+            assert len(pieces) >= min(k, 1003) * 0.5
+
+
+def test_describe_uses_high_watermark_and_best_replica(tmp_path):
+    single = str(tmp_path / "single")
+    write_partition(single, "t", 0, 100)
+    st = layout.describe(single, [("t", 0)])[("t", 0)]
+    assert (st.latest, st.high_watermark) == (100, None)
+    write_hw(single, {("t", 0): 60})
+    assert layout.describe(single, [("t", 0)])[("t", 0)].latest == 60
+
+    cluster = tmp_path / "cluster"
+    for broker, n, hw in ((1, 80, 50), (2, 100, 70), (3, 90, 70)):
+        write_partition(str(cluster / f"broker-{broker}"), "t", 0, n)
+        write_hw(str(cluster / f"broker-{broker}"), {("t", 0): hw})
+    st = layout.describe(str(cluster), [("t", 0)])[("t", 0)]
+    assert (st.broker, st.latest, st.log_end_offset) == (2, 70, 100)
+
+
+def test_options_validation(logdir):
+    with pytest.raises(InvalidConfigurationError, match="exactly one"):
+        layout.select_partitions(logdir, {})
+    with pytest.raises(InvalidConfigurationError, match="exactly one"):
+        layout.select_partitions(logdir, {"subscribe": "orders", "assign": '{"orders":[0]}'})
+    assert layout.select_partitions(logdir, {"subscribepattern": "ord.*"}) == [("orders", 0), ("orders", 1)]
+    assert layout.select_partitions(logdir, {"subscribepattern": "ord"}) == []
+    assert layout.select_partitions(logdir, {"assign": '{"orders":[1]}'}) == [("orders", 1)]
+    states = layout.describe(logdir, [("orders", 0), ("orders", 1)])
+    with pytest.raises(InvalidConfigurationError, match="every selected partition"):
+        layout.resolve('{"orders":{"0":1}}', "startingOffsets", states, allow_latest=True, allow_earliest=True)
+    with pytest.raises(InvalidConfigurationError, match="latest"):
+        layout.resolve("latest", "startingOffsets", states, allow_latest=False, allow_earliest=True)
+    got = layout.resolve('{"orders":{"0":-2,"1":-1}}', "s", states, allow_latest=True, allow_earliest=True)
+    assert got == {("orders", 0): 0, ("orders", 1): 333}
+
+
+def test_corrupt_batch_raises_naming_file_or_is_skipped_and_reported(tmp_path):
+    d = str(tmp_path)
+    write_partition(d, "t", 0, 600, compress_every=0)
+    part = os.path.join(d, "t-0")
+    seg = segment_files(part)[0]
+    pos, base, last = corrupt_batch(seg, 3)
+    with pytest.raises(CorruptRecordError) as exc:
+        list(read_range(ReadSpec("t", 0, part, 0, 600)))
+    assert seg in str(exc.value) and "failOnDataLoss" in str(exc.value)
+
+    report = str(tmp_path / "loss.jsonl")
+    spec = ReadSpec("t", 0, part, 0, 600, fail_on_data_loss=False, data_loss_log=report)
+    got = [r[2] for r in arrow_rows(spec)]
+    assert got == [o for o in range(600) if not base <= o <= last]
+    entries = [json.loads(line) for line in open(report)]
+    assert [(e["from"], e["until"], e["file"]) for e in entries] == [(base, last + 1, seg)]
+
+
+def test_retention_loss(tmp_path):
+    d = str(tmp_path)
+    write_partition(d, "t", 0, 400)
+    lg = pylog.Log.open(os.path.join(d, "t-0"))
+    start = lg.delete_records_before(130)
+    lg.close()
+    part = os.path.join(d, "t-0")
+    with pytest.raises(DataLossError, match=r"offsets \[0, 1\d\d\)"):
+        list(read_range(ReadSpec("t", 0, part, 0, 400)))
+    rows = arrow_rows(ReadSpec("t", 0, part, 0, 400, fail_on_data_loss=False))
+    assert rows[0][2] == start and [r[2] for r in rows] == list(range(start, 400))
+    state = layout.describe(d, [("t", 0)])[("t", 0)]
+    with pytest.raises(OffsetOutOfRangeError, match="failOnDataLoss"):
+        layout.check_start(("t", 0), 0, state, True)
+    assert layout.check_start(("t", 0), 0, state, False)[0] == start
+
+
+def test_truncated_after_planning_is_data_loss(tmp_path):
+    d = str(tmp_path)
+    write_partition(d, "t", 0, 300)
+    part = os.path.join(d, "t-0")
+    lg = pylog.Log.open(part)
+    lg.truncate_to(200)
+    lg.close()
+    with pytest.raises(DataLossError, match=r"\[200, 300\)"):
+        list(read_range(ReadSpec("t", 0, part, 0, 300)))
