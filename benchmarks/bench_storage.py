@@ -161,19 +161,21 @@ def test_reopen_clean(benchmark: Any, throughput: Any, filled_log: Any, segment_
 
 
 @pytest.mark.parametrize(
-    "log_records,tail_records", [(100_000, 10_000), (100_000, 100_000), (1_000_000, 10_000)]
+    "log_records,tail_records,segment_mib",
+    [(100_000, 10_000, 1024), (100_000, 100_000, 1024), (1_000_000, 10_000, 1024), (1_000_000, 10_000, 16)],
 )
 def test_crash_recovery(
-    benchmark: Any, throughput: Any, new_log_path: Any, log_records: int, tail_records: int
+    benchmark: Any, throughput: Any, new_log_path: Any, log_records: int, tail_records: int, segment_mib: int
 ) -> None:
     """Reopen after abandon() (a killed process) with ``tail_records`` appended after the last flush().
 
-    Recovery scans from the segment holding the recovery point; with the
-    default 1 GiB segments that is the whole log here, which is what the
-    ``bytes_scanned`` extra_info shows.
+    Recovery scans from the start of the segment holding the recovery point;
+    with the default 1 GiB segments that is the whole log here, with 16 MiB
+    segments at most one segment plus the tail (``extra_info["bytes_scanned"]``).
     """
     path = new_log_path()
-    build_log(path, log_records, 100, 1000)
+    cfg = dict(segment_bytes=segment_mib * MiB, recovery_checkpoint_interval_ms=0)
+    build_log(path, log_records, 100, 1000, **cfg)
     tail = batched(make_values(tail_records, 100, seed=11), 1000)
     opened: List[Log] = []
     expected: List[int] = []
@@ -182,7 +184,7 @@ def test_crash_recovery(
     def setup() -> None:
         while opened:
             opened.pop().close()
-        log = Log.open(path, recovery_checkpoint_interval_ms=0)
+        log = Log.open(path, **cfg)
         log.flush()  # recovery point = log end, checkpointed
         for b in tail:
             log.append(b)
@@ -190,7 +192,7 @@ def test_crash_recovery(
         log.abandon()
 
     def run() -> None:
-        log = Log.open(path, recovery_checkpoint_interval_ms=0)
+        log = Log.open(path, **cfg)
         opened.append(log)
         assert log.recovery is not None
         scanned.append(log.recovery.bytes_scanned)

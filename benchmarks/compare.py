@@ -25,7 +25,7 @@ count, same values), so a fast wrong answer cannot pass.
 
 Usage::
 
-    .venv/bin/python benchmarks/compare.py                    # the full run (1,000,000 records, 1 GiB reopen log)
+    .venv/bin/python benchmarks/compare.py                    # the full run (1,000,000 records, 1 GB reopen log)
     .venv/bin/python benchmarks/compare.py --records 100000 --reopen-bytes 200000000   # a quick run
     .venv/bin/python benchmarks/compare.py --json results.json
 """
@@ -282,8 +282,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             logs.append(pylog_append(path, batches))
             return logs[-1]
 
-        t_pl, log = best_of(rep, pl_run, pl_setup)
-        log.close()  # every run wrote the same bytes; keep the last, reopened cleanly
+        t_pl, _ = best_of(rep, pl_run, pl_setup)
+        for lg in logs:  # every run wrote the same bytes; keep the last, reopened cleanly
+            lg.close()
         log = open_log(pl_path)
         assert log.log_end_offset == n
         say("append: BufferedWriter ...")
@@ -431,7 +432,7 @@ def print_table(result: Dict[str, Any], args: argparse.Namespace) -> None:
     print(f"data: {args.records:,} records x {args.value_size} bytes, batches of {args.batch}; "
           f"best of {args.repeat}; command: {result['command']}")
     print()
-    head = ("benchmark", "pylog", "peer", "peer value", "ratio", "target", "")
+    head = ("benchmark", "pylog", "peer", "peer value", "ratio", "target", "status", "note")
     lines = []
     for r in result["rows"]:
         unit = r["unit"]
@@ -447,14 +448,13 @@ def print_table(result: Dict[str, Any], args: argparse.Namespace) -> None:
 
         status = "" if r["met"] is None else ("MET" if r["met"] else "NOT MET")
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-        name = r["name"] + (f" ({r['note']})" if r.get("note") else "")
-        lines.append((name, val(r["pylog"]), r["peer"], val(r["peer_value"]), ratio, r["target"], status))
+        lines.append((r["name"], val(r["pylog"]), r["peer"], val(r["peer_value"]), ratio, r["target"], status, r.get("note", "")))
     widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
-    fmt = "  ".join("{:<%d}" % w if i in (0, 2, 5, 6) else "{:>%d}" % w for i, w in enumerate(widths))
+    fmt = "  ".join("{:<%d}" % w if i in (0, 2, 5, 6, 7) else "{:>%d}" % w for i, w in enumerate(widths))
     print(fmt.format(*head))
     print("  ".join("-" * w for w in widths))
     for l in lines:
-        print(fmt.format(*l))
+        print(fmt.format(*l).rstrip())
     ex = result["extra"]
     if "random_read_us" in ex:
         print()
@@ -472,7 +472,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--value-size", type=int, default=100, help="bytes per value (default 100)")
     p.add_argument("--batch", type=int, default=1000, help="values per pylog append (default 1,000)")
     p.add_argument("--random-reads", type=int, default=10_000, help="random reads by offset (default 10,000)")
-    p.add_argument("--reopen-bytes", type=int, default=GiB, help="size of the log reopened and crashed (default 1 GiB)")
+    p.add_argument("--reopen-bytes", type=int, default=10**9,
+                   help="size of the log reopened and crashed (default 1 GB: one 1 GiB segment)")
     p.add_argument("--segment-bytes", type=int, default=GiB, help="segment_bytes of that log (default 1 GiB)")
     p.add_argument("--tail-records", type=int, default=100_000, help="unflushed records before a crash (default 100,000)")
     p.add_argument("--crc-mib", type=int, default=1024, help="MiB hashed per CRC32C run (default 1024)")
