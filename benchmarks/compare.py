@@ -494,6 +494,29 @@ def print_table(result: Dict[str, Any], args: argparse.Namespace) -> None:
     print(f"targets met: {sum(1 for r in met if r['met'])} of {len(met)}")
 
 
+def markdown_table(result: Dict[str, Any]) -> str:
+    """The result rows as a Markdown table (for docs/benchmarks.md)."""
+    out = ["| benchmark | pylog | peer | peer | ratio | target | status | note |",
+           "|---|--:|---|--:|--:|---|---|---|"]
+    for r in result["rows"]:
+        unit = r["unit"]
+
+        def val(x: Optional[float]) -> str:
+            if x is None:
+                return ""
+            if unit in ("records/s", "reads/s"):
+                return fmt_rate(x)[:-2].rstrip() + " " + unit
+            if unit == "GB/s":
+                return f"{x:.1f} GB/s"
+            return f"{x:,.1f} {unit}"
+
+        status = "" if r["met"] is None else ("**MET**" if r["met"] else "**NOT MET**")
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        out.append(f"| {r['name']} | {val(r['pylog'])} | {r['peer']} | {val(r['peer_value'])} | {ratio} | "
+                   f"{r['target'].replace('>=', '≥')} | {status} | {r.get('note', '')} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--records", type=int, default=1_000_000, help="records to append and read (default 1,000,000)")
@@ -510,6 +533,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--dir", help="work directory (default: a fresh temporary directory, removed afterwards)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     if args.records < args.batch or args.records <= 0:
@@ -518,6 +542,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "args": vars(args)}
     result.update(run(args))
     print_table(result, args)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_table(result))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
