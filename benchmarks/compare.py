@@ -448,6 +448,7 @@ def machine() -> Dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "pylog": pylog.__version__,
         "crc32c_hardware": _native.crc32c_hardware(),
+        "load_average_1min_at_start": round(os.getloadavg()[0], 2),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
@@ -456,7 +457,8 @@ def print_table(result: Dict[str, Any], args: argparse.Namespace) -> None:
     m = result["machine"]
     print(f"pylog {m['pylog']} vs peers — {m['date']}")
     print(f"machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}; SQLite {m['sqlite']}; "
-          f"CRC32C instruction: {'yes' if m['crc32c_hardware'] else 'no'}")
+          f"CRC32C instruction: {'yes' if m['crc32c_hardware'] else 'no'}; load average (1 min) "
+          f"{m['load_average_1min_at_start']} at start, {m['load_average_1min_at_end']} at end")
     print(f"data: {args.records:,} records x {args.value_size} bytes, batches of {args.batch}; "
           f"best of {args.repeat}; command: {result['command']}")
     print()
@@ -541,6 +543,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     result = {"machine": machine(), "command": " ".join([os.path.relpath(sys.argv[0])] + list(sys.argv[1:] if argv is None else argv)),
               "args": vars(args)}
     result.update(run(args))
+    result["machine"]["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
     print_table(result, args)
     if args.markdown:
         with open(args.markdown, "w") as f:
