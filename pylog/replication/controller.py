@@ -78,20 +78,29 @@ class MetadataStore:
         self.rng = rng
         self.controller_id: Optional[int] = None
         self.controller_epoch = 0
+        self.controller_incarnation = 0
         self.lease_ms = 0
         self.topics: Dict[str, TopicConfig] = {}
         self.partitions: Dict[TP, PartitionState] = {}
         self.unclean_elections = 0
+        #: broker id -> incarnation of its current registration (Kafka's broker epoch); durable, so a
+        #: new controller still recognises a broker that restarted.
+        self.broker_incarnations: Dict[int, int] = {}
         self.history: List[Tuple[int, PartitionState]] = []  # (controller epoch, state) of every write
 
     # controller election (the /controller znode)
-    def try_claim(self, broker_id: int, now_ms: int, session_timeout_ms: int) -> bool:
-        """Become controller if there is none or its lease expired; True if ``broker_id`` is now controller."""
-        if self.controller_id == broker_id:
+    def try_claim(self, broker_id: int, now_ms: int, session_timeout_ms: int, incarnation: int = 0) -> bool:
+        """Become controller if there is none or its lease expired; True if ``broker_id`` is now controller.
+
+        The lease belongs to one incarnation (a ZooKeeper session): a broker that
+        restarted cannot renew its predecessor's lease, it waits for it to expire.
+        """
+        if self.controller_id == broker_id and self.controller_incarnation == incarnation:
             self.lease_ms = now_ms
             return True
         if self.controller_id is None or now_ms - self.lease_ms > session_timeout_ms:
             self.controller_id = broker_id
+            self.controller_incarnation = incarnation
             self.controller_epoch += 1
             self.lease_ms = now_ms
             return True
@@ -139,7 +148,7 @@ class Controller:
         # Soft state: every broker gets a fresh session, except the broker whose
         # lease just expired (it is presumed dead; a heartbeat brings it back).
         self.last_heartbeat: Dict[int, int] = {b: now_ms for b in store.brokers if b != previous_controller}
-        self.incarnation: Dict[int, int] = {}
+        self.incarnation = store.broker_incarnations
         self.shutting_down: Set[int] = set()
         self.active = True
 
@@ -155,7 +164,7 @@ class Controller:
         out = Outbox()
         for b in self.store.brokers:
             states = tuple(st for st in self.store.partitions.values() if b in st.replicas)
-            out.send(b, LeaderAndIsrRequest(self.broker_id, self.epoch, states))
+            out.send(b, self._lai(b, states))
         for tp in list(self.store.partitions):
             st = self.store.partitions[tp]
             if st.leader != NO_LEADER and not self._is_live(st.leader):
@@ -180,7 +189,7 @@ class Controller:
         b = hb.broker_id
         known = self.incarnation.get(b)
         was_live = self._is_live(b)
-        if known is not None and known != hb.incarnation and was_live:
+        if known is not None and known != hb.incarnation:
             # Restarted within the session timeout: it lost its in-memory state
             # (maybe unflushed data too), so fail it over first (KRaft's broker epoch).
             self._broker_failed(b, out)
@@ -189,6 +198,12 @@ class Controller:
         if not was_live or known != hb.incarnation:
             self.shutting_down.discard(b)
             self._broker_started(b, out)
+        applied = {(t, p): e for t, p, e in hb.partition_epochs}
+        missed = tuple(
+            st for tp, st in self.store.partitions.items() if b in st.replicas and applied.get(tp, -1) < st.partition_epoch
+        )
+        if missed:
+            out.send(b, self._lai(b, missed))
         if hb.want_shutdown:
             if b not in self.shutting_down:
                 self.shutting_down.add(b)
@@ -215,7 +230,7 @@ class Controller:
     # --------------------------------------------------------------- events
     def _broker_started(self, b: int, out: Outbox) -> None:
         states = tuple(st for st in self.store.partitions.values() if b in st.replicas)
-        out.send(b, LeaderAndIsrRequest(self.broker_id, self.epoch, states))
+        out.send(b, self._lai(b, states))
         for tp, st in list(self.store.partitions.items()):
             if st.leader == NO_LEADER and b in st.replicas:
                 self._elect(tp, "offline", out, exclude=set())
@@ -295,9 +310,11 @@ class Controller:
 
     def _write(self, st: PartitionState, out: Outbox) -> None:
         self.store.write(self.epoch, st)
-        req = LeaderAndIsrRequest(self.broker_id, self.epoch, (st,))
         for r in st.replicas:
-            out.send(r, req)
+            out.send(r, self._lai(r, (st,)))
+
+    def _lai(self, b: int, states: Tuple[PartitionState, ...]) -> LeaderAndIsrRequest:
+        return LeaderAndIsrRequest(self.broker_id, self.epoch, states, self.incarnation.get(b, -1))
 
     # ---------------------------------------------------------- ISR changes
     def _on_alter_partition(self, req: AlterPartitionRequest, out: Outbox) -> AlterPartitionResponse:
@@ -344,9 +361,8 @@ class Controller:
             leader = live[0] if self._is_live(live[0]) else NO_LEADER
             st = PartitionState(cfg.name, p, tuple(replicas), leader, 0, tuple(live), 0, cfg.min_insync_replicas)
             self.store.write(self.epoch, st)
-            req = LeaderAndIsrRequest(self.broker_id, self.epoch, (st,))
             for r in replicas:
-                out.send(r, req)
+                out.send(r, self._lai(r, (st,)))
         return out
 
     def _check(self) -> None:

@@ -33,9 +33,14 @@ class PartitionState:
 
 @dataclass(frozen=True)
 class LeaderAndIsrRequest:
+    """``broker_incarnation`` is the registration the controller addressed (KIP-380's broker epoch):
+    a broker that restarted since ignores it, so state meant for its predecessor - which may have
+    had data this one lost - is never acted on. -1: the broker never registered."""
+
     controller_id: int
     controller_epoch: int
     states: Tuple[PartitionState, ...]
+    broker_incarnation: int = -1
 
 
 @dataclass(frozen=True)
@@ -130,9 +135,13 @@ class AlterPartitionResponse:
 
 @dataclass(frozen=True)
 class BrokerHeartbeat:
+    """Liveness plus the partition epochs the broker has applied (so the controller can resend
+    any LeaderAndIsr it missed, as a KRaft broker catches up on the metadata log)."""
+
     broker_id: int
     incarnation: int
     want_shutdown: bool = False
+    partition_epochs: Tuple[Tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

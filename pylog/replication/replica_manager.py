@@ -101,8 +101,10 @@ class ReplicaManager:
         clock_ms: Callable[[], int],
         config: Optional[ReplicaManagerConfig] = None,
         log_config: Optional[Dict[str, object]] = None,
+        incarnation: int = 0,
     ):
         self.broker_id = broker_id
+        self.incarnation = incarnation
         self.log_dir = log_dir
         self.io = file_io or FileIO()
         self.clock_ms = clock_ms
@@ -184,6 +186,8 @@ class ReplicaManager:
     def _on_leader_and_isr(self, req: LeaderAndIsrRequest, now_ms: int, out: Outbox) -> None:
         if req.controller_epoch < self.controller_epoch:
             return  # a deposed controller (StaleControllerEpochError in Kafka's response)
+        if req.broker_incarnation not in (-1, self.incarnation):
+            return  # addressed to this broker's previous incarnation (KIP-380 broker epoch)
         self.controller_epoch = req.controller_epoch
         for st in req.states:
             if self.broker_id not in st.replicas:

@@ -93,9 +93,9 @@ class Broker:
         if self.running:
             return
         now = self.scheduler.clock.now_ms()
-        self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
-                                 config=self.config, log_config=self.log_config)
         self.incarnation += 1
+        self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
+                                 config=self.config, log_config=self.log_config, incarnation=self.incarnation)
         self.running = True
         self.want_shutdown = self.shutdown_ok = False
         self._last_heartbeat = -(10**12)
@@ -148,10 +148,14 @@ class Broker:
             return
         now = self.scheduler.clock.now_ms()
         previous = self.store.controller_id
-        if self.store.try_claim(self.broker_id, now, self.session_timeout_ms):
+        if self.store.try_claim(self.broker_id, now, self.session_timeout_ms, self.incarnation):
             if self.controller is None or self.controller.epoch != self.store.controller_epoch:
                 self.controller = Controller(self.broker_id, self.store, session_timeout_ms=self.session_timeout_ms,
                                              now_ms=now, previous_controller=previous if previous != self.broker_id else None)
+                # Register this incarnation first: if this broker restarted, its old
+                # leaderships are failed over before the full state goes out.
+                applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())  # type: ignore[union-attr]
+                self._send(self.controller.handle(self.broker_id, BrokerHeartbeat(self.broker_id, self.incarnation, False, applied), now))
                 self._send(self.controller.activate(now))
             self._send(self.controller.tick(now))
         else:
@@ -165,7 +169,9 @@ class Broker:
 
     def _send_heartbeat(self) -> None:
         out = Outbox()
-        out.send(CONTROLLER, BrokerHeartbeat(self.broker_id, self.incarnation, self.want_shutdown))
+        assert self.rm is not None
+        applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())
+        out.send(CONTROLLER, BrokerHeartbeat(self.broker_id, self.incarnation, self.want_shutdown, applied))
         self._send(out)
 
     def request_controlled_shutdown(self) -> None:

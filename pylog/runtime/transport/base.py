@@ -19,11 +19,15 @@ class Transport:
 
     def __init__(self) -> None:
         self.handlers: Dict[Hashable, Handler] = {}
+        #: bumped on every register(): a message sent to an earlier registration of a
+        #: node (a process that has since restarted) is dropped, as its TCP connection was.
+        self.generation: Dict[Hashable, int] = {}
         self.sent = 0
         self.dropped = 0
 
     def register(self, node: Hashable, handler: Handler) -> None:
         self.handlers[node] = handler
+        self.generation[node] = self.generation.get(node, 0) + 1
 
     def unregister(self, node: Hashable) -> None:
         self.handlers.pop(node, None)
@@ -31,9 +35,9 @@ class Transport:
     def send(self, src: Hashable, dst: Hashable, msg: Any) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def _deliver(self, src: Hashable, dst: Hashable, msg: Any) -> None:
+    def _deliver(self, src: Hashable, dst: Hashable, msg: Any, generation: int = -1) -> None:
         handler = self.handlers.get(dst)
-        if handler is None:
+        if handler is None or (generation >= 0 and self.generation.get(dst) != generation):
             self.dropped += 1
             return
         handler(src, msg)

@@ -20,4 +20,4 @@ class DirectTransport(Transport):
 
     def send(self, src: Hashable, dst: Hashable, msg: Any) -> None:
         self.sent += 1
-        self.scheduler.call_soon(self._deliver, src, dst, msg)
+        self.scheduler.call_soon(self._deliver, src, dst, msg, self.generation.get(dst, -1))

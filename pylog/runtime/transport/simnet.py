@@ -80,13 +80,13 @@ class SimulatedNetwork(Transport):
         now = self.scheduler.clock.now_ms()
         arrive = max(now + latency + self.extra.get(src, 0) + self.extra.get(dst, 0), self._last_arrival.get((src, dst), 0))
         self._last_arrival[(src, dst)] = arrive
-        self.scheduler.call_later(arrive - now, self._arrive, src, dst, msg)
+        self.scheduler.call_later(arrive - now, self._arrive, src, dst, msg, self.generation.get(dst, -1))
 
-    def _arrive(self, src: Hashable, dst: Hashable, msg: Any) -> None:
+    def _arrive(self, src: Hashable, dst: Hashable, msg: Any, generation: int) -> None:
         if self.is_blocked(src, dst):
             self.dropped += 1
             return
-        self._deliver(src, dst, msg)
+        self._deliver(src, dst, msg, generation)
 
     def _check(self) -> None:
         super()._check()
