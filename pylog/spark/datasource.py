@@ -202,7 +202,7 @@ class PylogBatchReader(DataSourceReader):
         return list(o.plan(starts, ends, states))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition.value)
+        return _read(partition)
 
 
 class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -268,10 +268,17 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return list(self.opts.plan(s, e, states))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition.value)
+        return _read(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress lives in Spark's checkpoint (idempotent, may arrive late)."""
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Spark turns an empty partitions() list into one InputPartition(None).
+    if partition.value is None:
+        return iter(())
+    return read_range(partition.value)
 
 
 def _rate_limit(begin: Dict[TopicPartition, int], end: Dict[TopicPartition, int], limit: int) -> Dict[TopicPartition, int]:

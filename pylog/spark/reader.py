@@ -466,9 +466,9 @@ def _read_log(lg: Log, spec: ReadSpec, chunk_bytes: int) -> Iterator[pa.RecordBa
                     yield rb
                 target = max(target, infos[-1].last_offset + 1)
                 last_path, last_pos = path, pos + infos[-1].position + infos[-1].size
-            if len(infos) < len(res.batches):
+            if len(infos) < len(res.batches) or target >= end:
                 target = max(target, end)
-                break
+                break  # the range ends here: whatever follows is not ours to judge
             pos += res.valid_bytes
             if res.status == _native.OK:
                 continue

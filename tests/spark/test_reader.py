@@ -149,3 +149,18 @@ def test_truncated_after_planning_is_data_loss(tmp_path):
     lg.close()
     with pytest.raises(DataLossError, match=r"\[200, 300\)"):
         list(read_range(ReadSpec("t", 0, part, 0, 300)))
+
+
+def test_split_ranges_around_a_corrupt_batch(tmp_path):
+    """A range ending right before the damage reads cleanly; the next one reports the damage once."""
+    d = str(tmp_path)
+    write_partition(d, "t", 0, 500, compress_every=0)
+    part = os.path.join(d, "t-0")
+    seg = segment_files(part)[0]
+    _, base, last = corrupt_batch(seg, 4)
+    assert [r[2] for r in arrow_rows(ReadSpec("t", 0, part, 0, base - 34))] == list(range(base - 34))
+    assert [r[2] for r in arrow_rows(ReadSpec("t", 0, part, 0, base))] == list(range(base))
+    report = str(tmp_path / "loss.jsonl")
+    spec = ReadSpec("t", 0, part, base - 10, 500, fail_on_data_loss=False, data_loss_log=report)
+    assert [r[2] for r in arrow_rows(spec)] == list(range(base - 10, base)) + list(range(last + 1, 500))
+    assert [(e["from"], e["until"]) for e in map(json.loads, open(report))] == [(base, last + 1)]
