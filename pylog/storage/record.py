@@ -798,6 +798,8 @@ def py_decode_batch(data: bytes) -> Tuple[dict, List[Record]]:
         pos += 1
         tsd, pos = py_read_varint(data, pos, 10)
         od, pos = py_read_varint(data, pos, 5)
+        if od < 0:
+            raise ValueError("negative offset delta")
         fields = []
         for _f in range(2):
             n, pos = py_read_varint(data, pos, 5)
@@ -806,6 +808,8 @@ def py_decode_batch(data: bytes) -> Tuple[dict, List[Record]]:
             fields.append(None if n < 0 else bytes(data[pos : pos + n]))
             pos += max(n, 0)
         hc, pos = py_read_varint(data, pos, 5)
+        if hc < 0:
+            raise ValueError("negative header count")
         headers = []
         for _h in range(hc):
             kn, pos = py_read_varint(data, pos, 5)
