@@ -165,10 +165,9 @@ class Controller:
         for b in self.store.brokers:
             states = tuple(st for st in self.store.partitions.values() if b in st.replicas)
             out.send(b, self._lai(b, states))
-        for tp in list(self.store.partitions):
-            st = self.store.partitions[tp]
-            if st.leader != NO_LEADER and not self._is_live(st.leader):
-                self._elect(tp, "offline", out, exclude=set())
+        for b in self.store.brokers:
+            if not self._is_live(b):  # the previous controller's broker: its lease expired
+                self._broker_failed(b, out)
         return out
 
     def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
