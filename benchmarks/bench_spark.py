@@ -3,8 +3,8 @@
 
 A script (not collected by pytest). Steps, all in one run:
 
-1. write ``--records`` records of ``--value-size`` random bytes (seeded; 10%
-   with a 16-byte key) to ``--partitions`` partitions of one topic with
+1. write ``--records`` records of ``--value-size`` random bytes (seeded,
+   incompressible; every 10th with a 16-byte key) to ``--partitions`` partitions of one topic with
    :meth:`pylog.Log.append`, ``--batch`` records per batch;
 2. start one SparkSession (``local[2]``, like the tests) and register the source;
 3. write the source's rows once to Parquet (snappy) and once to JSON lines
@@ -41,7 +41,6 @@ def write_logs(root: str, topic: str, partitions: int, records: int, value_size:
     from pylog.storage.record import Record
 
     rnd = random.Random(seed)
-    blob = rnd.randbytes(value_size * 4096 + value_size)
     started = time.perf_counter()
     per = records // partitions
     for p in range(partitions):
@@ -50,10 +49,10 @@ def write_logs(root: str, topic: str, partitions: int, records: int, value_size:
         done = 0
         while done < n:
             k = min(batch, n - done)
+            blob = rnd.randbytes(k * value_size)  # random: Parquet cannot compress it away
             recs = []
-            for i in range(done, done + k):
-                j = (i * 7919 + p) % 4096 * value_size
-                v = blob[j : j + value_size]
+            for i in range(k):
+                v = blob[i * value_size : (i + 1) * value_size]
                 recs.append(Record(value=v, key=v[:16]) if i % 10 == 0 else v)
             lg.append(recs)
             done += k

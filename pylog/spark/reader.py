@@ -146,6 +146,34 @@ def _iota32(n: int) -> pa.Array:
     return cur.slice(0, n)
 
 
+_IOTA64: List[pa.Array] = [pa.array([0], pa.int64())]
+_IOTA_BYTES: List[bytes] = [b""]
+
+
+def _iota64(n: int) -> pa.Array:
+    cur = _IOTA64[0]
+    if len(cur) < n:
+        cur = pa.array(range(max(n, 2 * len(cur))), pa.int64())
+        _IOTA64[0] = cur
+    return cur.slice(0, n)
+
+
+def _iota_bytes(n: int) -> bytes:
+    """0..n-1 as little-endian int32 bytes: what a dense batch's offset deltas look like."""
+    cur = _IOTA_BYTES[0]
+    if len(cur) < 4 * n:
+        cur = _iota32(max(n, 1024)).buffers()[1].to_pybytes()[: 4 * max(n, 1024)]
+        _IOTA_BYTES[0] = cur
+    return cur[: 4 * n]
+
+
+def _spans_of(infos: List[BatchInfo], bases: List[int]) -> Iterator[Tuple[int, int, int]]:
+    k = 0
+    for info, b in zip(infos, bases):
+        yield k, info.records_count, b
+        k += info.records_count
+
+
 def _binary_from_lens(lens: pa.Array, data: pa.Buffer, n: int) -> pa.Array:
     """A binary array from int32 lengths (-1: null) and the values copied back to back."""
     valid = pc.greater_equal(lens, 0)
@@ -270,7 +298,9 @@ def build_arrow(
     scratch = ffi.new("int32_t[]", max(i.records_count for i in data) + 1)
     k = 0
     wv = wk = 0
-    off_parts: List[pa.Array] = []
+    off_bases: List[int] = []
+    dense = True
+    prev_last = -1
     ts_parts: List[pa.Array] = []
     type_parts: List[Tuple[int, int]] = []
     any_key = False
@@ -306,7 +336,14 @@ def build_arrow(
             rc = lib.plg_gather(buf, len(buf), kpos + k, klen + k, c, arr.keys_ptr + wk, cap - wk, scratch, used)
             _native.check(rc, "gather keys", path, info.position)
             wk += used[0]
-        off_parts.append(pc.add(od_arr.slice(k, c), pa.scalar(info.base_offset, pa.int64())))
+        if dense and (
+            info.last_offset - info.base_offset + 1 != c
+            or (k and info.base_offset != prev_last + 1)
+            or ffi.buffer(arr.ptr("offset_delta") + k, 4 * c)[:] != _iota_bytes(c)
+        ):
+            dense = False
+        prev_last = info.last_offset
+        off_bases.append(info.base_offset)
         if info.attributes & ATTR_LOG_APPEND_TIME:
             ts_parts.append(_const_i64(info.max_timestamp * 1000, c))
             type_parts.append((1, c))
@@ -331,7 +368,12 @@ def build_arrow(
         keys = _binary_from_lens(arr.int_array("key_len", pa.int32(), n), arr.keys, n)
     else:
         keys = pa.nulls(n, pa.binary())
-    offsets = off_parts[0] if len(off_parts) == 1 else pa.concat_arrays(off_parts)
+    if dense:  # offsets first..first+n-1 (no compaction gaps): one Arrow call for the chunk
+        offsets = pc.add(_iota64(n), pa.scalar(off_bases[0], pa.int64()))
+    else:
+        offsets = pa.concat_arrays(
+            [pc.add(od_arr.slice(s, c), pa.scalar(b, pa.int64())) for s, c, b in _spans_of(data, off_bases)]
+        )
     ts = ts_parts[0] if len(ts_parts) == 1 else pa.concat_arrays(ts_parts)
     if all(t == type_parts[0][0] for t, _ in type_parts):
         tstype = _const_i32(type_parts[0][0], n)

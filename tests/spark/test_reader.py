@@ -164,3 +164,22 @@ def test_split_ranges_around_a_corrupt_batch(tmp_path):
     spec = ReadSpec("t", 0, part, base - 10, 500, fail_on_data_loss=False, data_loss_log=report)
     assert [r[2] for r in arrow_rows(spec)] == list(range(base - 10, base)) + list(range(last + 1, 500))
     assert [(e["from"], e["until"]) for e in map(json.loads, open(report))] == [(base, last + 1)]
+
+
+def test_offset_gaps_between_batches(tmp_path):
+    """Batches copied with their own offsets (as from a compacted Kafka log) keep those offsets."""
+    from pylog.storage.record import encode_batch
+
+    from tests.spark.helpers import record_for
+
+    part = os.path.join(str(tmp_path), "g-0")
+    lg = pylog.Log.open(part)
+    want = []
+    for base in (0, 10, 500, 503):
+        recs = [record_for("g", 0, base + i) for i in range(3)]
+        lg.append_batches(encode_batch(recs, now_ms=0, base_offset=base), assign_offsets=False)
+        want += [base, base + 1, base + 2]
+    lg.close()
+    for start, end in ((0, 506), (1, 502), (11, 504)):
+        got = [r[2] for r in arrow_rows(ReadSpec("g", 0, part, start, end))]
+        assert got == [o for o in want if start <= o < end]
