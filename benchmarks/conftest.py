@@ -4,8 +4,9 @@ Run them with ``./dev bench`` or ``.venv/bin/python -m pytest benchmarks
 --benchmark-only -q``. The default test run never collects this folder
 (pyproject's ``testpaths`` is ``tests``).
 
-Files named ``bench_*.py`` are collected here (pytest's default pattern is
-``test_*.py``). Each benchmark sets ``benchmark.extra_info["bytes"]`` (value
+Files named ``bench_*.py`` that define ``test_`` functions are collected
+here (pytest's default pattern is ``test_*.py``); stand-alone scripts such as
+``bench_spark.py`` are not. Each benchmark sets ``benchmark.extra_info["bytes"]`` (value
 bytes handled per round) so MB/s can be read from the saved JSON; the end of
 the run prints MB/s and records/s per benchmark as well.
 """
@@ -24,8 +25,10 @@ _throughput: List[Tuple[str, float, float, float]] = []  # (name, bytes, records
 
 
 def pytest_collect_file(file_path: Any, parent: Any) -> Any:
+    """Collect ``bench_*.py`` files that hold pytest benchmarks (``def test_``); stand-alone scripts are left alone."""
     if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
-        return pytest.Module.from_parent(parent, path=file_path)
+        if "\ndef test_" in file_path.read_text(encoding="utf-8"):
+            return pytest.Module.from_parent(parent, path=file_path)
     return None
 
 
