@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from pylog import _native
 from pylog._native import ffi, lib
-from pylog.errors import CorruptRecordError, OffsetOutOfRangeError
+from pylog.errors import CorruptRecordError, InvalidConfigurationError, OffsetOutOfRangeError
 from pylog.storage import compression as codecs
 from pylog.storage.log import Log
 from pylog.storage.record import (
@@ -278,11 +278,9 @@ def build_arrow(
     data = [i for i in infos if not (i.magic == 2 and i.attributes & ATTR_CONTROL)]
     if spec.read_committed and any(i.magic == 2 and i.attributes & ATTR_TRANSACTIONAL for i in data):
         first = next(i for i in data if i.attributes & ATTR_TRANSACTIONAL)
-        raise CorruptRecordError(
-            f"{spec.topic}-{spec.partition}: transactional batch at offset {first.base_offset} cannot be read with "
-            "kafka.isolation.level=read_committed yet (pylog has no transaction index); use read_uncommitted",
-            path=path,
-            position=first.position,
+        raise InvalidConfigurationError(
+            f"{spec.topic}-{spec.partition}: the transactional batch at offset {first.base_offset} in {path} cannot be "
+            "read with kafka.isolation.level=read_committed yet (pylog has no transaction index); use read_uncommitted"
         )
     if not data:
         return None

@@ -183,3 +183,22 @@ def test_offset_gaps_between_batches(tmp_path):
     for start, end in ((0, 506), (1, 502), (11, 504)):
         got = [r[2] for r in arrow_rows(ReadSpec("g", 0, part, start, end))]
         assert got == [o for o in want if start <= o < end]
+
+
+def test_control_batches_skipped_and_read_committed_refuses_transactions(tmp_path):
+    from pylog.storage.record import Record, encode_batch
+
+    part = os.path.join(str(tmp_path), "x-0")
+    lg = pylog.Log.open(part)
+    lg.append([b"a", b"b"])
+    lg.append([b"t1"], producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
+    marker = encode_batch([Record(value=b"\x00\x00\x00\x00\x00\x00", key=b"\x00\x00\x00\x01")], now_ms=0,
+                          base_offset=3, producer_id=5, producer_epoch=0, transactional=True, control=True)
+    lg.append_batches(marker, assign_offsets=False)
+    lg.append([b"c"])
+    lg.close()
+    rows = arrow_rows(ReadSpec("x", 0, part, 0, 5))
+    assert [(r[2], r[1]) for r in rows] == [(0, b"a"), (1, b"b"), (2, b"t1"), (4, b"c")]
+    assert [r[2] for r in arrow_rows(ReadSpec("x", 0, part, 0, 2, read_committed=True))] == [0, 1]
+    with pytest.raises(InvalidConfigurationError, match="read_committed"):
+        list(read_range(ReadSpec("x", 0, part, 0, 5, read_committed=True)))
