@@ -78,7 +78,15 @@ def is_cluster_dir(path: str) -> bool:
         names = os.listdir(path)
     except FileNotFoundError:
         raise InvalidConfigurationError(f"log directory {path} does not exist") from None
-    return any(_BROKER_RE.match(n) and os.path.isdir(os.path.join(path, n)) for n in names)
+    return any(_is_broker_dir(path, n) for n in names)
+
+
+def _is_broker_dir(path: str, name: str) -> bool:
+    """``broker-<id>`` holding no segment files (a partition ``broker``-<id> of a topic "broker" holds them)."""
+    full = os.path.join(path, name)
+    if not _BROKER_RE.match(name) or not os.path.isdir(full):
+        return False
+    return not any(n.endswith(".log") for n in os.listdir(full))
 
 
 def _log_dirs(path: str) -> List[Tuple[Optional[int], str]]:
@@ -86,7 +94,7 @@ def _log_dirs(path: str) -> List[Tuple[Optional[int], str]]:
         out = []
         for n in sorted(os.listdir(path)):
             m = _BROKER_RE.match(n)
-            if m and os.path.isdir(os.path.join(path, n)):
+            if m and _is_broker_dir(path, n):
                 out.append((int(m.group(1)), os.path.join(path, n)))
         return out
     return [(None, path)]

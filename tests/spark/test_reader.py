@@ -202,3 +202,10 @@ def test_control_batches_skipped_and_read_committed_refuses_transactions(tmp_pat
     assert [r[2] for r in arrow_rows(ReadSpec("x", 0, part, 0, 2, read_committed=True))] == [0, 1]
     with pytest.raises(InvalidConfigurationError, match="read_committed"):
         list(read_range(ReadSpec("x", 0, part, 0, 5, read_committed=True)))
+
+
+def test_topic_named_broker_is_not_a_cluster(tmp_path):
+    d = str(tmp_path)
+    write_partition(d, "broker", 1, 10)
+    assert not layout.is_cluster_dir(d)
+    assert layout.describe(d, [("broker", 1)])[("broker", 1)].latest == 10
