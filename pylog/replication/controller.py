@@ -194,14 +194,15 @@ class Controller:
             self._broker_failed(b, out)
         self.incarnation[b] = hb.incarnation
         self.last_heartbeat[b] = now_ms
-        if not was_live or known != hb.incarnation:
+        started = not was_live or known != hb.incarnation
+        if started:
             self.shutting_down.discard(b)
             self._broker_started(b, out)
         applied = {(t, p): e for t, p, e in hb.partition_epochs}
         missed = tuple(
             st for tp, st in self.store.partitions.items() if b in st.replicas and applied.get(tp, -1) < st.partition_epoch
         )
-        if missed:
+        if missed and not started:
             out.send(b, self._lai(b, missed))
         if hb.want_shutdown:
             if b not in self.shutting_down:

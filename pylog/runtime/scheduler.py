@@ -94,31 +94,39 @@ class SimScheduler(Scheduler):
         heapq.heappush(self._heap, (t.when, self._seq, t))
         return t
 
+    def _next_when(self) -> Optional[int]:
+        """Time of the next live timer (dropping cancelled ones), or None."""
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
     def step(self) -> bool:
         """Run the next timer; False when none is left."""
-        while self._heap:
-            when, _, t = heapq.heappop(self._heap)
-            if t.cancelled:
-                continue
-            self.clock.advance_to(max(when, self.clock.now_ms()))
-            self.events_run += 1
-            t.fn(*t.args)
-            return True
-        return False
+        if self._next_when() is None:
+            return False
+        when, _, t = heapq.heappop(self._heap)
+        self.clock.advance_to(max(when, self.clock.now_ms()))
+        self.events_run += 1
+        t.fn(*t.args)
+        return True
 
     def run_for(self, ms: int) -> None:
         """Run every timer due in the next ``ms`` virtual milliseconds, then set the clock there."""
         end = self.clock.now_ms() + ms
-        while self._heap and self._heap[0][0] <= end:
+        while True:
+            nxt = self._next_when()
+            if nxt is None or nxt > end:
+                break
             self.step()
         self.clock.advance_to(max(end, self.clock.now_ms()))
 
     def wait_until(self, predicate: Callable[[], bool], timeout_ms: Optional[int]) -> bool:
         deadline = None if timeout_ms is None else self.clock.now_ms() + timeout_ms
         while not predicate():
-            if not self._heap:
+            nxt = self._next_when()
+            if nxt is None:
                 return False
-            if deadline is not None and self._heap[0][0] > deadline:
+            if deadline is not None and nxt > deadline:
                 self.clock.advance_to(max(deadline, self.clock.now_ms()))
                 return predicate()
             self.step()

@@ -1,0 +1,109 @@
+"""Runtime: simulated clock and scheduler, simulated network faults, real scheduler threads."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pylog.runtime.clock import SimClock
+from pylog.runtime.scheduler import RealScheduler, SimScheduler
+from pylog.runtime.transport.direct import DirectTransport
+from pylog.runtime.transport.simnet import SimulatedNetwork
+
+
+def test_sim_clock_never_goes_back():
+    c = SimClock(100)
+    c.advance_to(150)
+    with pytest.raises(ValueError):
+        c.advance_to(149)
+    assert c.now_ms() == 150 and c() == 150
+
+
+def test_sim_scheduler_runs_in_time_order_and_ties_fifo():
+    s = SimScheduler(1)
+    seen = []
+    s.call_later(30, seen.append, "c")
+    s.call_later(10, seen.append, "a")
+    s.call_later(10, seen.append, "b")
+    t = s.call_later(20, seen.append, "cancelled")
+    t.cancel()
+    start = s.clock.now_ms()
+    s.run_for(25)
+    assert seen == ["a", "b"] and s.clock.now_ms() == start + 25
+    assert s.wait_until(lambda: "c" in seen, None)
+    assert s.clock.now_ms() == start + 30
+    assert not s.wait_until(lambda: False, 100)
+    s._check()
+
+
+def _run_net(seed):
+    s = SimScheduler(seed)
+    net = SimulatedNetwork(s, min_latency_ms=1, max_latency_ms=50, loss=0.2)
+    got = []
+    net.register("b", lambda src, m: got.append((s.clock.now_ms(), m)))
+    net.register("a", lambda src, m: None)
+    for i in range(200):
+        net.send("a", "b", i)
+    s.run_for(1_000)
+    return got
+
+
+def test_simnet_is_fifo_per_link_lossy_and_deterministic():
+    got = _run_net(5)
+    msgs = [m for _, m in got]
+    assert msgs == sorted(msgs)  # FIFO despite random latency
+    assert 100 < len(msgs) < 200  # ~20% lost
+    assert got == _run_net(5)
+    assert got != _run_net(6)
+
+
+def test_simnet_partitions_one_way_and_heal():
+    s = SimScheduler(0)
+    net = SimulatedNetwork(s)
+    got = []
+    for n in (0, 1, 2):
+        net.register(n, lambda src, m, n=n: got.append((src, n, m)))
+    net.partition([0], [1, 2], one_way=True)
+    net.send(0, 1, "x")
+    net.send(1, 0, "y")
+    s.run_for(100)
+    assert got == [(1, 0, "y")]
+    net.partition([2])  # two-way from everyone else
+    net.send(2, 1, "z")
+    net.send(1, 2, "w")
+    s.run_for(100)
+    assert len(got) == 1
+    net.heal()
+    net.send(0, 1, "x2")
+    net.send(2, 1, "z2")
+    s.run_for(100)
+    assert sorted(m for _, _, m in got) == ["x2", "y", "z2"]
+    net._check()
+
+
+def test_messages_to_a_restarted_node_are_dropped():
+    s = SimScheduler(0)
+    net = SimulatedNetwork(s, min_latency_ms=10, max_latency_ms=10)
+    got = []
+    net.register("b", lambda src, m: got.append(("old", m)))
+    net.send("a", "b", 1)
+    net.unregister("b")
+    net.register("b", lambda src, m: got.append(("new", m)))  # restarted before delivery
+    net.send("a", "b", 2)
+    s.run_for(100)
+    assert got == [("new", 2)]
+
+
+def test_real_scheduler_runs_on_its_thread_and_close_joins():
+    s = RealScheduler()
+    t = DirectTransport(s)
+    seen = []
+    t.register("x", lambda src, m: seen.append((threading.current_thread().name, m)))
+    t.send("y", "x", "hello")
+    assert s.wait_until(lambda: bool(seen), 5_000)
+    assert seen == [("pylog-loop", "hello")]
+    assert s.run_sync(lambda: threading.current_thread().name) == "pylog-loop"
+    with pytest.raises(ZeroDivisionError):
+        s.run_sync(lambda: 1 / 0)
+    s.close()
+    assert not s.thread.is_alive()
