@@ -21,6 +21,7 @@ import struct
 import zlib
 from array import array
 from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pylog import _native
@@ -122,37 +123,70 @@ class ScanResult(NamedTuple):
         return _native.strerror(self.status)
 
 
+def _info_unpacker() -> Tuple[struct.Struct, "itemgetter[Tuple[int, ...]]"]:
+    """A ``struct`` layout of ``plg_batch_info_t`` (as the compiler laid it out)
+    and a getter that reorders its fields into :class:`BatchInfo` order, so an
+    array of infos becomes tuples without touching each field through cffi."""
+    ctype = ffi.typeof("plg_batch_info_t")
+    codes = {"uint64_t": "Q", "int64_t": "q", "uint32_t": "I", "int32_t": "i", "int16_t": "h", "int8_t": "b"}
+    fields = sorted(ctype.fields, key=lambda nf: nf[1].offset)
+    fmt, at = "=", 0
+    for _name, f in fields:
+        if f.offset > at:
+            fmt += f"{f.offset - at}x"
+        fmt += codes[f.type.cname]
+        at = f.offset + ffi.sizeof(f.type)
+    if ffi.sizeof(ctype) > at:
+        fmt += f"{ffi.sizeof(ctype) - at}x"
+    layout = struct.Struct(fmt)
+    assert layout.size == ffi.sizeof(ctype)
+    names = [name for name, _f in fields]
+    return layout, itemgetter(*[names.index(n) for n in BatchInfo._fields])
+
+
+_INFO_LAYOUT, _INFO_ORDER = _info_unpacker()
+_MIN_ENTRY = LOG_OVERHEAD + lib.PLG_LEGACY_V0_OVERHEAD  # the smallest thing a scan can return
+
+
 def scan(data: Buffer, *, verify_crc: bool = True, max_batches: int = 1 << 62) -> ScanResult:
     """Walk the batches at the start of ``data``, validating framing (and CRCs).
 
-    Complexity: O(bytes) with CRC verification, O(batches) without.
+    Complexity: O(bytes) with CRC verification, O(batches) without; the
+    batch infos come back from C in chunks and are unpacked in bulk.
     """
     buf = ffi.from_buffer(data)
     n_total = len(buf)
     found: List[BatchInfo] = []
     pos = 0
-    chunk = 256
+    chunk = max(1, min(256, max_batches, n_total // _MIN_ENTRY + 1))
     n_out = ffi.new("uint64_t *")
     valid = ffi.new("uint64_t *")
     infos = ffi.new("plg_batch_info_t[]", chunk)
+    size = _INFO_LAYOUT.size
     flags = lib.PLG_SCAN_VERIFY_CRC if verify_crc else 0
     while True:
         want = min(chunk, max_batches - len(found))
         rc = lib.plg_scan(buf + pos, n_total - pos, flags, infos, want, n_out, valid)
+        n = n_out[0]
         prev = found[-1] if found else None
-        for k in range(n_out[0]):
-            info = _info_tuple(infos[k])
-            found.append(info._replace(position=info.position + pos))
+        rows = map(_INFO_ORDER, _INFO_LAYOUT.iter_unpack(ffi.buffer(infos, n * size)))
+        if pos:  # positions are relative to this chunk
+            found.extend([_new_tuple(BatchInfo, (r[0] + pos,) + r[1:]) for r in rows])
+        else:
+            found.extend(map(_new_tuple, repeat(BatchInfo), rows))
         # Offsets must also increase across chunk boundaries (the C scan only
         # sees one chunk); checked whatever stopped this chunk.
-        if prev is not None and n_out[0]:
-            first = found[len(found) - n_out[0]]
+        if prev is not None and n:
+            first = found[len(found) - n]
             if first.base_offset <= prev.last_offset:  # legacy: base == last
-                del found[len(found) - n_out[0] :]
+                del found[len(found) - n :]
                 return ScanResult(found, first.position, _native.ECORRUPT)
         pos += valid[0]
-        if rc != _native.OK or pos >= n_total or len(found) >= max_batches or n_out[0] < want:
+        if rc != _native.OK or pos >= n_total or len(found) >= max_batches or n < want:
             return ScanResult(found, pos, rc)
+        if chunk < 4096:  # a long walk: fewer, larger chunks
+            chunk = min(4096, chunk * 4)
+            infos = ffi.new("plg_batch_info_t[]", chunk)
 
 
 class RecordBatch:

@@ -61,7 +61,7 @@ def record_lists(draw, min_size=1, max_size=30):
         base = draw(st.integers(0, 2**45))  # realistic epoch milliseconds
         ts = st.integers(max(0, base - 10**6), base + 10**6)
     else:
-        ts = st.integers(-(2**62), 2**62)  # any delta still fits in int64
+        ts = st.integers(-(2**62), 2**62 - 1)  # every delta from the first still fits in int64
     return [
         Record(draw(maybe_bytes), draw(maybe_bytes), draw(headers), draw(ts)) for _ in range(n)
     ]
@@ -117,6 +117,25 @@ def test_c_encode_equals_python_oracle(records, h):
     c = encode_batch(records, now_ms=0, **h)
     py = py_encode_batch(records, **_py_kwargs(h))
     assert bytes(c) == py
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [[-(2**62), 2**62], [2**62, -(2**62) - 1], [0, 2**63], [-(2**63) - 1], [2**63 - 1, -2]],
+)
+def test_encode_refuses_timestamps_outside_int64_deltas(stamps):
+    from pylog.errors import InvalidRecordError
+
+    with pytest.raises(InvalidRecordError):
+        encode_batch([Record(b"v", timestamp=t) for t in stamps], now_ms=0)
+
+
+def test_encode_accepts_the_extreme_int64_deltas():
+    for stamps in ([-(2**62), 2**62 - 1], [2**62 - 1, -(2**62)], [-(2**63), -1], [2**63 - 1], [2**63 - 1, -1]):
+        recs = [Record(b"v", timestamp=t) for t in stamps]
+        data = encode_batch(recs, now_ms=0)
+        assert bytes(data) == py_encode_batch(recs)
+        assert [r.timestamp for r in only_batch(data).records()] == stamps
 
 
 @given(values=st.lists(st.binary(max_size=100), min_size=1, max_size=50), now=st.integers(0, 2**50))
