@@ -498,7 +498,7 @@ def print_table(result: Dict[str, Any], args: argparse.Namespace) -> None:
 
 def markdown_table(result: Dict[str, Any]) -> str:
     """The result rows as a Markdown table (for docs/benchmarks.md)."""
-    out = ["| benchmark | pylog | peer | peer | ratio | target | status | note |",
+    out = ["| benchmark | pylog | peer | peer rate | ratio | target | status | note |",
            "|---|--:|---|--:|--:|---|---|---|"]
     for r in result["rows"]:
         unit = r["unit"]

@@ -100,10 +100,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr = terminalreporter
     tr.write_sep("-", "throughput (best round; bytes = value bytes handled per round)")
     width = max(len(n) for n, *_ in _throughput)
+    tr.write_line(f"{'benchmark':<{width}}  {'best round':>12}  {'MB/s':>10}  {'records/s':>14}")
     for name, nbytes, records, best in _throughput:
         mbs = nbytes / best / 1e6 if best > 0 else float("inf")
-        rps = records / best if best > 0 else float("inf")
-        line = f"{name:<{width}}  {mbs:10.1f} MB/s"
-        if records:
-            line += f"  {rps:14,.0f} records/s"
-        tr.write_line(line)
+        rps = f"{records / best:14,.0f}" if records and best > 0 else ""
+        tr.write_line(f"{name:<{width}}  {best * 1e3:9.3f} ms  {mbs:10.1f}  {rps:>14}")
