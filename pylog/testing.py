@@ -31,14 +31,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"pylog: pylog_cluster simulations use seed {config.getoption('--pylog-seed')}"
+    seed = config.getoption("--pylog-seed", default=0)
+    return f"pylog: pylog_cluster simulations use seed {seed}"
 
 
 @pytest.fixture
 def pylog_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A 3-broker simulated :class:`pylog.Cluster` in a fresh directory; closed after the test."""
     marker = request.node.get_closest_marker("pylog_seed")
-    seed = int(marker.args[0]) if marker is not None else int(request.config.getoption("--pylog-seed"))
+    seed = int(marker.args[0]) if marker is not None else int(request.config.getoption("--pylog-seed", default=0) or 0)
     cluster = Cluster(tmp_path_factory.mktemp("pylog-cluster"), brokers=3, seed=seed)
     try:
         yield cluster
