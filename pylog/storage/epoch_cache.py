@@ -80,7 +80,12 @@ class LeaderEpochCache:
         return UNDEFINED_EPOCH, UNDEFINED_OFFSET
 
     def truncate_from_end(self, end_offset: int) -> bool:
-        """Drop entries starting at or after ``end_offset`` (the log was truncated there)."""
+        """Drop entries starting at or after ``end_offset`` (the log was truncated there).
+
+        A negative ``end_offset`` (UNDEFINED_OFFSET) changes nothing, as in Kafka.
+        """
+        if end_offset < 0:
+            return False
         before = len(self._entries)
         self._entries = [(e, s) for e, s in self._entries if s < end_offset]
         return len(self._entries) != before

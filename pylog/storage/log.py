@@ -239,7 +239,7 @@ class Log:
         except CorruptCheckpointError:
             self.epochs = LeaderEpochCache()
             needs_recovery = True
-            recovery_point = 0
+            recovery_point = self.recovery.recovery_point = 0  # rebuild the cache from every batch
         if needs_recovery and self.segments:
             rebuilt = LeaderEpochCache([(e, s) for e, s in self.epochs.entries if s < recovery_point])
             self.epochs = rebuilt
@@ -250,14 +250,28 @@ class Log:
                         self.epochs.assign(b.partition_leader_epoch, b.base_offset)
 
             recover(self.segments, self.recovery, on_batches)
+        checkpointed_start = ld.log_start_offsets.get(tp, 0)
+        if self.segments and self.segments.peekitem(-1)[1].next_offset() < checkpointed_start:
+            # Every record is below the durable log start (the tail was lost or
+            # files were removed): restart the log empty there, as Kafka's
+            # LogLoader does, rather than move the log start backwards.
+            for base in list(self.segments.keys()):
+                self.segments.pop(base).delete()
+                self.recovery.segments_deleted.append(base)
+            io.fsync_dir(self.dir)
+            self.epochs.clear()
+            needs_recovery = True
         if not self.segments:
-            start = ld.log_start_offsets.get(tp, 0)
-            self.segments[start] = self._new_segment(start)
+            self.segments[checkpointed_start] = self._new_segment(checkpointed_start)
         self.log_end_offset = self.active_segment.next_offset()
         self.log_start_offset = max(ld.log_start_offsets.get(tp, 0), self.segments.keys()[0])
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset) if needs_recovery else self.log_end_offset
-        if self.epochs.truncate_from_end(self.log_end_offset) or needs_recovery:
+        # Kafka's LogLoader: drop epochs past the log end, then move the first
+        # one up to the log start (a rebuild from batches can start below it).
+        changed = self.epochs.truncate_from_end(self.log_end_offset)
+        changed = self.epochs.truncate_from_start(self.log_start_offset) or changed
+        if changed or needs_recovery:
             self._write_epochs()
         ld.recovery_points[tp] = self.recovery_point
         ld.log_start_offsets[tp] = self.log_start_offset
@@ -537,7 +551,7 @@ class Log:
             target = offset
             while idx < len(bases) and target < limit:
                 seg = self.segments[bases[idx]]
-                found = seg.translate_offset(target)
+                found = seg.translate_offset(target, allow_torn_tail=self.read_only and idx == len(bases) - 1)
                 if found is None:
                     idx += 1
                     continue
@@ -569,12 +583,8 @@ class Log:
                     remaining -= info.size
                     target = info.last_offset + 1
                 if res.status not in (_native.OK, _native.ETRUNCATED) and not stop and remaining > 0:
-                    if not (self.read_only and idx == len(bases) - 1):
-                        raise CorruptRecordError(
-                            f"invalid batch in {self.topic}-{self.partition}: {res.reason}",
-                            path=seg.log_path,
-                            position=position + res.valid_bytes,
-                        )
+                    # Return the valid batches before the bad one; the next read,
+                    # which starts at the bad batch, raises the error above.
                     break
                 if stop or remaining <= 0 or not res.batches:
                     break
@@ -678,8 +688,13 @@ class Log:
             self.log_end_offset = seg.next_offset()
             if self.epochs.truncate_from_end(self.log_end_offset):
                 self._write_epochs()
-            if self.recovery_point > self.log_end_offset:
-                self._set_recovery_point(self.log_end_offset)
+            # A batch straddling the log start is removed whole, which can put
+            # the log end below the log start (Kafka: logStartOffset = min(target, logStartOffset)).
+            start_moved = self.log_start_offset > self.log_end_offset
+            if start_moved:
+                self.log_start_offset = self.log_end_offset
+            if self.recovery_point > self.log_end_offset or start_moved:
+                self._set_recovery_point(min(self.recovery_point, self.log_end_offset))
                 self._checkpoint()
             return removed
 

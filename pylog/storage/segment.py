@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from typing import List, NamedTuple, Optional, Tuple
 
 from pylog import _native
@@ -123,7 +124,12 @@ class LogSegment:
                 raise CorruptIndexError("index file is missing", path=self.offset_index.path)
             self.offset_index.load(self.size)
             self.time_index.load(self.size)
+            if len(self.offset_index) and not len(self.time_index):
+                # Entries exist for offsets but none for time: the time index
+                # was lost, and the segment's max timestamp with it.
+                raise CorruptIndexError("time index is empty but the offset index is not", path=self.time_index.path)
             self._sync_state_from_indexes()
+            self._rescan_max_timestamp()
             self._indexes_ready = True
         except CorruptIndexError:
             if self.read_only:
@@ -191,10 +197,16 @@ class LogSegment:
         n = max(0, min(max_bytes, end - position))
         return self.io.pread(self.fd, n, position) if n else b""
 
-    def translate_offset(self, offset: int, start_position: int = 0) -> Optional[Tuple[int, int]]:
+    def translate_offset(
+        self, offset: int, start_position: int = 0, *, allow_torn_tail: bool = True
+    ) -> Optional[Tuple[int, int]]:
         """``(position, last offset)`` of the first batch whose last offset is >= ``offset``.
 
-        ``None`` when no batch in this segment reaches ``offset``.
+        ``None`` when no batch in this segment reaches ``offset``. A batch
+        whose length runs past the end of the file is a write still in
+        progress (a reader racing the writer) when ``allow_torn_tail``, and
+        otherwise :class:`CorruptRecordError` naming the file and position:
+        a rolled segment, or a writer's recovered one, never has a torn tail.
         Complexity: O(log index entries) + a scan of at most about
         ``index_interval_bytes`` plus one batch.
         """
@@ -220,7 +232,13 @@ class LogSegment:
                 # One batch larger than the chunk: read it whole to step over it.
                 whole = self._read_whole_batch(pos)
                 if whole is None:
-                    return None  # torn tail
+                    if allow_torn_tail:
+                        return None  # torn tail
+                    raise CorruptRecordError(
+                        f"batch length runs past the end of the file while looking for offset {offset}",
+                        path=self.log_path,
+                        position=pos,
+                    )
                 if whole.last_offset >= offset:
                     return pos, whole.last_offset
                 advanced = whole.size
@@ -247,8 +265,21 @@ class LogSegment:
         Scans from the last index entry to the end: O(index_interval_bytes).
         """
         self.ensure_indexes()
-        _, pos = self.offset_index.last_entry()
-        nxt = self.base_offset
+        # Normally the scan from the last index entry finds a batch. A reader
+        # racing the writer can see an index entry for a batch whose bytes it
+        # does not see whole yet; then step back to earlier entries (and to 0).
+        index = self.offset_index
+        n = len(index)
+        for k in range(n - 1, -2, -1):
+            pos = struct.unpack_from(">i", index.data, k * 8 + 4)[0] if k >= 0 else 0
+            nxt = self._next_offset_from(pos)
+            if nxt is not None:
+                return nxt
+        return self.base_offset
+
+    def _next_offset_from(self, pos: int) -> Optional[int]:
+        """The offset after the last complete batch found scanning from ``pos``; None if none."""
+        nxt = None
         size = self.size
         while pos < size:
             chunk = self.io.pread(self.fd, min(4 * 1024 * 1024, size - pos), pos)
@@ -458,9 +489,38 @@ class LogSegment:
         st.max_timestamp_so_far = -1
         st.offset_of_max_timestamp = self.base_offset
         self._sync_state_from_indexes()
+        self._rescan_max_timestamp()
         if position == 0:
             self.first_batch_timestamp = None
         return removed
+
+    def _rescan_max_timestamp(self) -> None:
+        """Fold the batches after the last offset-index entry into the max timestamp.
+
+        The time index only holds a sample; after a truncation the largest
+        timestamp may belong to a batch no entry points at (Kafka's
+        LogSegment.readLargestTimestamp). O(index_interval_bytes + one batch).
+        """
+        st = self._state
+        _, pos = self.offset_index.last_entry()
+        size = self.size
+        while pos < size:
+            chunk = self.io.pread(self.fd, min(4 * 1024 * 1024, size - pos), pos)
+            found = scan(chunk, verify_crc=False)
+            for info in found.batches:
+                if info.max_timestamp > st.max_timestamp_so_far:
+                    st.max_timestamp_so_far = info.max_timestamp
+                    st.offset_of_max_timestamp = info.last_offset
+            if found.valid_bytes == 0:
+                whole = self._read_whole_batch(pos) if found.status == _native.ETRUNCATED else None
+                if whole is None:
+                    break
+                if whole.max_timestamp > st.max_timestamp_so_far:
+                    st.max_timestamp_so_far = whole.max_timestamp
+                    st.offset_of_max_timestamp = whole.last_offset
+                pos += whole.size
+                continue
+            pos += found.valid_bytes
 
     # ---- lifecycle ---------------------------------------------------------------
     def on_become_inactive(self) -> None:
