@@ -194,6 +194,38 @@ def pylog_read_zero_copy(log: Log) -> Tuple[int, bytes]:
     return n, bytes(last)
 
 
+def columnar_prototype() -> Optional[Callable[[Log], Tuple[int, bytes]]]:
+    """A reader of value columns (one buffer + position/length arrays per batch), for comparison only.
+
+    Not a pylog API: it calls the private C column decoder to show what a
+    columnar ``RecordBatch`` accessor would cost. Returns None when those
+    private names have changed.
+    """
+    try:
+        from pylog.storage.record import BATCH_OVERHEAD, _decode_columns
+    except ImportError:
+        return None
+    buffer = _native.ffi.buffer
+
+    def read(log: Log) -> Tuple[int, bytes]:
+        off, end, n = log.log_start_offset, log.log_end_offset, 0
+        last = b""
+        while off < end:
+            batches = log.read_batches(off, MiB)
+            for b in batches:
+                count = b.records_count
+                section = b.buffer[BATCH_OVERHEAD:]
+                cols = _decode_columns(section, count, None, None)
+                pos = memoryview(buffer(cols.value_pos, 4 * count)).cast("I")
+                lens = memoryview(buffer(cols.value_len, 4 * count)).cast("i")
+                n += len(pos)
+                last = bytes(section[pos[-1] : pos[-1] + lens[-1]])
+            off = batches[-1].last_offset + 1
+        return n, last
+
+    return read
+
+
 def sqlite_scan(conn: sqlite3.Connection, chunk: int) -> Tuple[int, bytes]:
     cur = conn.execute("SELECT v FROM t ORDER BY id")
     n = 0
@@ -340,11 +372,15 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
         # ---- sequential reads
         say("sequential read: pylog Records, pylog zero-copy, SQLite scan (taking turns) ...")
-        got = interleaved(rep, {
+        contenders: Dict[str, Tuple[Callable[..., Any], Optional[Callable[[], Any]]]] = {
             "records": (lambda: pylog_read_records(log), None),
             "zero_copy": (lambda: pylog_read_zero_copy(log), None),
             "SQLite": (lambda: sqlite_scan(conn, bsz), None),
-        })
+        }
+        columnar = columnar_prototype()
+        if columnar is not None:
+            contenders["columnar"] = (lambda: columnar(log), None)
+        got = interleaved(rep, contenders)
         for name, (_, (cnt, last)) in got.items():
             assert cnt == n and last == values[-1], (name, cnt, n)
         t_rd, t_zc, t_ss = got["records"][0], got["zero_copy"][0], got["SQLite"][0]
@@ -353,6 +389,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         row("zero-copy batch read (memoryviews)", "records/s", n / t_zc, "SQLite scan", n / t_ss,
             ">= 5x", n / t_zc >= 5.0 * n / t_ss)
         extra["read_seconds"] = {"pylog_records": t_rd, "pylog_zero_copy": t_zc, "SQLite_scan": t_ss}
+        if "columnar" in got:
+            t_col = got["columnar"][0]
+            row("(not an API) value columns: buffer + position/length arrays", "records/s", n / t_col, "SQLite scan",
+                n / t_ss, "", None, note="what a columnar RecordBatch accessor would give")
+            extra["read_seconds"]["columnar_prototype"] = t_col
 
         # ---- random reads
         k = args.random_reads
