@@ -430,18 +430,39 @@ class Log:
         first, last = batches[0], batches[-1]
         max_ts = max(b.max_timestamp for b in batches)
         offset_of_max = next(b.last_offset for b in batches if b.max_timestamp == max_ts)
-        seg = self._maybe_roll(size, first.base_offset, last.last_offset)
+        try:
+            seg = self._maybe_roll(size, first.base_offset, last.last_offset)
+        except OSError as exc:
+            raise self._storage_error(exc, f"roll before the append at offset {first.base_offset}") from exc
         position = seg.append(data, last.last_offset, max_ts, offset_of_max)
+        prev_end, prev_epochs = self.log_end_offset, self.epochs.entries
         self.log_end_offset = last.last_offset + 1
-        changed = False
-        for b in batches:
-            changed |= self.epochs.assign(b.partition_leader_epoch, b.base_offset)
-        if changed:
-            self._write_epochs()
         count = self.log_end_offset - first.base_offset
-        self._unflushed_messages += count
-        self._maybe_flush()
+        try:
+            changed = False
+            for b in batches:
+                changed |= self.epochs.assign(b.partition_leader_epoch, b.base_offset)
+            if changed:
+                self._write_epochs()
+            self._unflushed_messages += count
+            self._maybe_flush()
+        except OSError as exc:
+            # Not acknowledged, so not kept: cut the batch off again (all-or-nothing).
+            self._unflushed_messages = max(0, self._unflushed_messages - count)
+            try:
+                seg.truncate_to(first.base_offset)
+            except OSError:
+                pass
+            self.log_end_offset = prev_end
+            self.epochs = LeaderEpochCache(prev_epochs)
+            raise self._storage_error(exc, f"append at offset {first.base_offset}") from exc
         return AppendResult(first.base_offset, last.last_offset, max_ts, position, count)
+
+    def _storage_error(self, exc: OSError, what: str) -> KafkaStorageError:
+        if isinstance(exc, KafkaStorageError):
+            return exc
+        where = f" ({exc.filename})" if exc.filename else ""
+        return KafkaStorageError(exc.errno, f"{what} in {self.dir} failed: {exc.strerror or exc}{where}")
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> LogSegment:
         seg = self.active_segment
@@ -496,8 +517,11 @@ class Log:
         with self._lock:
             self._ensure_writable()
             start = max(0, self.segments.bisect_right(self.recovery_point) - 1)
-            for base in self.segments.keys()[start:]:
-                self.segments[base].flush()
+            try:
+                for base in self.segments.keys()[start:]:
+                    self.segments[base].flush()
+            except OSError as exc:
+                raise self._storage_error(exc, "flush") from exc
             self._unflushed_messages = 0
             now = self.clock_ms()
             self._last_flush_ms = now

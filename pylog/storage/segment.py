@@ -176,14 +176,34 @@ class LogSegment:
         idx = ffi.new("uint8_t[8]")
         tidx = ffi.new("uint8_t[12]")
         flags = ffi.new("uint32_t *")
+        saved = ffi.new("plg_segment_state_t *")
+        ffi.memmove(saved, st, ffi.sizeof("plg_segment_state_t"))
+        n_index, n_time = len(self.offset_index), len(self.time_index)
         _native.check(
             lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags),
             f"index append in {self.log_path}",
         )
-        if flags[0] & 1:
-            self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
-        if flags[0] & 2:
-            self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
+        try:
+            if flags[0] & 1:
+                self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
+            if flags[0] & 2:
+                self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
+        except OSError as exc:
+            # The batch is in the .log but its index entry is not: undo both,
+            # so a failed append leaves nothing behind.
+            ffi.memmove(st, saved, ffi.sizeof("plg_segment_state_t"))
+            for index, keep in ((self.offset_index, n_index), (self.time_index, n_time)):
+                try:
+                    index._truncate_entries(keep)
+                except OSError:
+                    pass
+            try:
+                self.io.truncate(self.fd, position)
+            except OSError:
+                pass
+            raise KafkaStorageError(
+                exc.errno, f"index append for {self.log_path} at byte {position} failed: {exc.strerror} ({exc.filename})"
+            ) from exc
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = max_timestamp
         if self.verified_bytes == position:
