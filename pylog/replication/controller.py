@@ -133,6 +133,7 @@ class MetadataStore:
         for tp, st in self.partitions.items():
             assert st.isr and set(st.isr) <= set(st.replicas), st
             assert st.leader == NO_LEADER or st.leader in st.isr, f"leader not in ISR: {st}"
+            assert not set(st.elr) & set(st.isr) and set(st.elr) <= set(st.replicas), f"bad ELR: {st}"
             assert len(set(st.replicas)) == len(st.replicas)
 
 
@@ -189,9 +190,9 @@ class Controller:
         known = self.incarnation.get(b)
         was_live = self._is_live(b)
         if known is not None and known != hb.incarnation:
-            # Restarted within the session timeout: it lost its in-memory state
-            # (maybe unflushed data too), so fail it over first (KRaft's broker epoch).
-            self._broker_failed(b, out)
+            # Restarted: it lost its in-memory state (and after a crash maybe unflushed
+            # data too), so fail it over first (KRaft's broker epoch, KIP-966's unclean flag).
+            self._broker_failed(b, out, unclean=hb.unclean_restart)
         self.incarnation[b] = hb.incarnation
         self.last_heartbeat[b] = now_ms
         started = not was_live or known != hb.incarnation
@@ -235,19 +236,40 @@ class Controller:
             if st.leader == NO_LEADER and b in st.replicas:
                 self._elect(tp, "offline", out, exclude=set())
 
-    def _broker_failed(self, b: int, out: Outbox) -> None:
-        for tp, st in list(self.store.partitions.items()):
-            if st.leader == b:
-                self._elect(tp, "offline", out, exclude={b})
+    def _broker_failed(self, b: int, out: Outbox, unclean: bool = False) -> None:
+        """``b`` is gone (session expired) or came back as a new incarnation (``unclean``: after a crash)."""
+        lost = {b} if unclean else set()
+        for tp in list(self.store.partitions):
+            st = self.store.partitions[tp]
+            if b in st.elr and unclean:  # it may have lost the committed records it held
+                st = self._write(self._next(st, isr=st.isr, unclean=lost), out)
+            if st.leader == b or (unclean and st.leader == NO_LEADER and st.isr == (b,)):
+                self._elect(tp, "offline", out, exclude={b}, unclean=lost)
             elif b in st.isr and len(st.isr) > 1:
-                self._write(replace(st, isr=tuple(r for r in st.isr if r != b), partition_epoch=st.partition_epoch + 1), out)
+                self._write(self._next(st, isr=tuple(r for r in st.isr if r != b), unclean=lost), out)
 
     def _controlled_shutdown(self, b: int, out: Outbox) -> None:
         for tp, st in list(self.store.partitions.items()):
             if st.leader == b:
                 self._elect(tp, "controlled_shutdown", out, exclude={b})
             elif b in st.isr and len(st.isr) > 1:
-                self._write(replace(st, isr=tuple(r for r in st.isr if r != b), partition_epoch=st.partition_epoch + 1), out)
+                self._write(self._next(st, isr=tuple(r for r in st.isr if r != b)), out)
+
+    @staticmethod
+    def _next(st: PartitionState, *, isr: Sequence[int], unclean: Set[int] = frozenset(), **changes: object) -> PartitionState:  # type: ignore[assignment]
+        """The next version of ``st`` with ``isr``; maintains the ELR (KIP-966).
+
+        While the ISR is below ``min(min_insync_replicas, RF)`` the HW is frozen, so
+        members leaving the ISR then keep every committed record and join the ELR;
+        an ISR back at min ISR clears it; a broker that restarted uncleanly leaves it.
+        """
+        isr = tuple(isr)
+        if len(isr) >= min(st.min_insync_replicas, len(st.replicas)):
+            elr: Tuple[int, ...] = ()
+        else:
+            elr = tuple(r for r in st.replicas
+                        if (r in st.elr or r in st.isr) and r not in isr and r not in unclean)
+        return replace(st, isr=isr, elr=elr, partition_epoch=st.partition_epoch + 1, **changes)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------ elections
     def select_leader(self, st: PartitionState, kind: str, exclude: Set[int]) -> Tuple[Optional[int], Tuple[int, ...]]:
@@ -261,10 +283,13 @@ class Controller:
                 if live(r) and r in st.isr and r not in self.shutting_down:
                     return r, tuple(x for x in st.isr if x not in exclude)
             return None, st.isr
-        # offline
+        # offline: a live ISR member, else a live eligible leader replica (KIP-966)
         for r in st.replicas:
             if live(r) and r in st.isr:
                 return r, tuple(x for x in st.isr if live(x))
+        for r in st.replicas:
+            if live(r) and r in st.elr:
+                return r, (r,)
         cfg = self.store.topics.get(st.topic)
         if cfg is not None and cfg.unclean_leader_election:
             for r in st.replicas:
@@ -273,19 +298,18 @@ class Controller:
                     return r, (r,)
         return None, st.isr
 
-    def _elect(self, tp: TP, kind: str, out: Outbox, exclude: Set[int]) -> bool:
+    def _elect(self, tp: TP, kind: str, out: Outbox, exclude: Set[int], unclean: Set[int] = frozenset()) -> bool:  # type: ignore[assignment]
         st = self.store.partitions[tp]
         leader, isr = self.select_leader(st, kind, exclude)
         if leader is None:
             if kind in ("offline",) and st.leader != NO_LEADER:
                 # No live ISR member: the partition goes Offline; keep the ISR (never empty).
-                self._write(replace(st, leader=NO_LEADER, leader_epoch=st.leader_epoch + 1,
-                                    partition_epoch=st.partition_epoch + 1), out)
+                self._write(self._next(st, isr=st.isr, unclean=unclean, leader=NO_LEADER,
+                                       leader_epoch=st.leader_epoch + 1), out)
             return False
         if leader == st.leader and kind == "preferred":
             return False
-        self._write(replace(st, leader=leader, isr=isr, leader_epoch=st.leader_epoch + 1,
-                            partition_epoch=st.partition_epoch + 1), out)
+        self._write(self._next(st, isr=isr, unclean=unclean, leader=leader, leader_epoch=st.leader_epoch + 1), out)
         return True
 
     def elect_preferred(self, tp: TP) -> Outbox:
@@ -303,15 +327,16 @@ class Controller:
         for r in new:
             if self._is_live(r) and r in st.isr:
                 isr = tuple(x for x in st.isr if x in new)
-                self._write(replace(st, replicas=new, leader=r, isr=isr, leader_epoch=st.leader_epoch + 1,
+                self._write(replace(st, replicas=new, leader=r, isr=isr, elr=(), leader_epoch=st.leader_epoch + 1,
                                     partition_epoch=st.partition_epoch + 1), out)
                 return out
         raise InvalidConfigurationError(f"no live in-sync replica of {tp[0]}-{tp[1]} in {list(new)}")
 
-    def _write(self, st: PartitionState, out: Outbox) -> None:
+    def _write(self, st: PartitionState, out: Outbox) -> PartitionState:
         self.store.write(self.epoch, st)
         for r in st.replicas:
             out.send(r, self._lai(r, (st,)))
+        return st
 
     def _lai(self, b: int, states: Tuple[PartitionState, ...]) -> LeaderAndIsrRequest:
         return LeaderAndIsrRequest(self.broker_id, self.epoch, states, self.incarnation.get(b, -1))
@@ -337,7 +362,7 @@ class Controller:
         ):
             return AlterPartitionResponse(req.topic, req.partition, FencedLeaderEpochError,
                                           f"{req.topic}-{req.partition}: ineligible ISR {list(new_isr)}", st)
-        new = replace(st, isr=new_isr, partition_epoch=st.partition_epoch + 1)
+        new = self._next(st, isr=new_isr)
         self._write(new, out)
         return AlterPartitionResponse(req.topic, req.partition, None, "", new)
 

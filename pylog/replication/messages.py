@@ -29,6 +29,9 @@ class PartitionState:
     isr: Tuple[int, ...]
     partition_epoch: int
     min_insync_replicas: int = 1
+    #: KIP-966's eligible leader replicas: members removed while the ISR was below min ISR
+    #: (the HW was frozen, so they hold every committed record). Electable when no ISR member is.
+    elr: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ class BrokerHeartbeat:
     incarnation: int
     want_shutdown: bool = False
     partition_epochs: Tuple[Tuple[str, int, int], ...] = ()
+    #: the previous incarnation crashed (no clean shutdown): it may have lost unflushed data
+    unclean_restart: bool = False
 
 
 @dataclass(frozen=True)

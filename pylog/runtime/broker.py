@@ -85,6 +85,7 @@ class Broker:
         self.want_shutdown = False
         self.shutdown_ok = False
         self.leads = -1
+        self.last_stop_clean = True
         self._timer: Optional[Timer] = None
         self._last_heartbeat = -(10**12)
 
@@ -108,6 +109,7 @@ class Broker:
         if not self.running:
             return
         self.running = False
+        self.last_stop_clean = clean
         if self._timer is not None:
             self._timer.cancel()
         self.transport.unregister(self.broker_id)
@@ -155,7 +157,8 @@ class Broker:
                 # Register this incarnation first: if this broker restarted, its old
                 # leaderships are failed over before the full state goes out.
                 applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())  # type: ignore[union-attr]
-                self._send(self.controller.handle(self.broker_id, BrokerHeartbeat(self.broker_id, self.incarnation, False, applied), now))
+                self._send(self.controller.handle(self.broker_id, BrokerHeartbeat(self.broker_id, self.incarnation, False, applied,
+                                                                                  unclean_restart=not self.last_stop_clean), now))
                 self._send(self.controller.activate(now))
             self._send(self.controller.tick(now))
         else:
@@ -171,7 +174,8 @@ class Broker:
         out = Outbox()
         assert self.rm is not None
         applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())
-        out.send(CONTROLLER, BrokerHeartbeat(self.broker_id, self.incarnation, self.want_shutdown, applied))
+        out.send(CONTROLLER, BrokerHeartbeat(self.broker_id, self.incarnation, self.want_shutdown, applied,
+                                             unclean_restart=not self.last_stop_clean))
         self._send(out)
 
     def request_controlled_shutdown(self) -> None:

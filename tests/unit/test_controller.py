@@ -63,7 +63,7 @@ def test_session_expiry_elects_from_live_isr_in_assignment_order():
 
 
 def test_no_live_isr_goes_offline_without_unclean():
-    store, c = setup()
+    store, c = setup(min_isr=1)  # ISR (0,) meets min ISR 1: nobody becomes an eligible leader replica
     c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 0, (0,)), 0)  # ISR shrinks to the leader
     assert store.partitions[("t", 0)].isr == (0,)
     c.last_heartbeat.pop(0)
@@ -79,7 +79,7 @@ def test_no_live_isr_goes_offline_without_unclean():
 
 
 def test_unclean_election_only_when_enabled():
-    store, c = setup(unclean=True)
+    store, c = setup(unclean=True, min_isr=1)
     c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 0, (0,)), 0)
     c.last_heartbeat.pop(0)
     from pylog.replication.messages import Outbox
@@ -151,3 +151,27 @@ def test_lease_cannot_be_renewed_by_a_restarted_incarnation():
     assert not store.try_claim(0, 10, SESSION, incarnation=2)
     assert store.try_claim(0, 10 + SESSION + 1, SESSION, incarnation=2)
     assert store.controller_epoch == 2
+
+
+def test_eligible_leader_replicas_kip966():
+    """ISR shrinks below min ISR -> the removed members (which hold every committed record,
+    since the HW froze) become eligible leaders; an unclean restart removes a broker from the ELR."""
+    from pylog.replication.messages import Outbox
+
+    store, c = setup(min_isr=2)
+    c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 0, (0,)), 0)
+    s = store.partitions[("t", 0)]
+    assert s.isr == (0,) and s.elr == (1, 2)
+    # The ISR member restarts after a crash (it may have lost data): an ELR member leads instead.
+    c._broker_failed(0, Outbox(), unclean=True)
+    s = store.partitions[("t", 0)]
+    assert s.leader == 1 and s.isr == (1,) and s.elr == (2,) and store.unclean_elections == 0
+    # 2 crashes and comes back: it leaves the ELR.
+    c.handle(2, BrokerHeartbeat(2, 2, unclean_restart=True), 10)
+    assert store.partitions[("t", 0)].elr == ()
+    # The ISR back at min ISR clears the ELR.
+    s = store.partitions[("t", 0)]
+    c.handle(1, AlterPartitionRequest(1, "t", 0, s.leader_epoch, s.partition_epoch, (1, 2)), 20)
+    s = store.partitions[("t", 0)]
+    assert s.isr == (1, 2) and s.elr == ()
+    store._check()
