@@ -362,7 +362,7 @@ class Log:
 
         Complexity: O(bytes). Durability: see the module docstring.
         """
-        if isinstance(records, (bytes, bytearray, memoryview, Record)) or records is None:
+        if isinstance(records, (bytes, bytearray, memoryview, str, Record)) or records is None:
             raise InvalidConfigurationError("append() takes a list of records; wrap a single record in a list")
         records = list(records)
         with self._lock:

@@ -1,0 +1,210 @@
+"""Bad input: each is a pylog.errors exception saying what and where, and nothing is written.
+
+(I/O errors injected with SimulatedDiskIO - ENOSPC/EIO on write and fsync -
+are in tests/fault/test_power_loss.py.)
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Iterator
+
+import pytest
+
+import pylog
+from pylog import errors
+from pylog.storage.log import validate_topic
+
+
+@pytest.fixture
+def log(tmp_path) -> Iterator[pylog.Log]:
+    lg = pylog.Log.open(str(tmp_path / "orders-2"), max_message_bytes=1000, segment_bytes=4096)
+    lg.append([b"a", b"b", b"c"])
+    yield lg
+    lg.close()
+
+
+def _files(log: pylog.Log) -> Dict[str, int]:
+    return {n: os.path.getsize(os.path.join(log.dir, n)) for n in sorted(os.listdir(log.dir))}
+
+
+class _Unchanged:
+    """Asserts the log end, the log start and every file size are as before."""
+
+    def __init__(self, log: pylog.Log):
+        self.log = log
+
+    def __enter__(self) -> "_Unchanged":
+        self.before = (self.log.log_start_offset, self.log.log_end_offset, _files(self.log))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert (self.log.log_start_offset, self.log.log_end_offset, _files(self.log)) == self.before
+        self.log._check()
+
+
+@pytest.mark.parametrize("offset", [-1, -100, 4, 1000, 2**70])
+def test_read_out_of_range(log: pylog.Log, offset: int) -> None:
+    with _Unchanged(log), pytest.raises(errors.OffsetOutOfRangeError) as info:
+        list(log.read(offset))
+    msg = str(info.value)
+    assert str(offset) in msg and "orders-2" in msg and "log end 3" in msg
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("offset", ["1", 1.0, None, True])
+def test_read_offset_of_the_wrong_type(log: pylog.Log, offset: object) -> None:
+    with _Unchanged(log), pytest.raises(errors.PylogError) as info:
+        list(log.read(offset))  # type: ignore[arg-type]
+    assert type(offset).__name__ in str(info.value)
+
+
+@pytest.mark.parametrize("max_bytes", [-1, "10", None])
+def test_read_bad_max_bytes(log: pylog.Log, max_bytes: object) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        list(log.read(0, max_bytes))  # type: ignore[arg-type]
+    assert "max_bytes" in str(info.value)
+
+
+@pytest.mark.parametrize("call", ["truncate_to", "delete_records_before"])
+@pytest.mark.parametrize("offset", [-1, "2", 2.0, None])
+def test_truncation_offsets(log: pylog.Log, call: str, offset: object) -> None:
+    with _Unchanged(log), pytest.raises(errors.OffsetOutOfRangeError) as info:
+        getattr(log, call)(offset)
+    assert repr(offset) in str(info.value) or str(offset) in str(info.value)
+
+
+def test_delete_records_past_the_end(log: pylog.Log) -> None:
+    with _Unchanged(log), pytest.raises(errors.OffsetOutOfRangeError) as info:
+        log.delete_records_before(4)
+    assert "4" in str(info.value) and "orders-2" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "records, what",
+    [
+        (["text"], "record 0"),
+        ([b"ok", 7], "record 1"),
+        ([b"ok", b"ok", 1.5], "record 2"),
+        ([pylog.Record(value="text")], "value"),
+        ([pylog.Record(value=b"v", key="k")], "key"),
+        ([pylog.Record(value=b"v", timestamp="now")], "timestamp"),
+        ([pylog.Record(value=b"v", timestamp=1.5)], "timestamp"),
+        ([pylog.Record(value=b"v", headers=[("h",)])], "header"),
+        ([pylog.Record(value=b"v", headers=[("h", b"x", b"y")])], "header"),
+        ([pylog.Record(value=b"v", headers=[(b"h", b"x")])], "header"),
+        ([pylog.Record(value=b"v", headers=[("h", "x")])], "header"),
+        ([pylog.Record(value=b"v", headers=[None])], "header"),
+        ([pylog.Record(value=b"v", headers="h=x")], "header"),
+        ([], "at least one record"),
+    ],
+)
+def test_bad_records_write_nothing(log: pylog.Log, records: list, what: str) -> None:
+    with _Unchanged(log), pytest.raises(errors.InvalidRecordError) as info:
+        log.append(records)
+    assert what in str(info.value)
+    assert isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize("records", [b"abc", "abc", pylog.Record(value=b"v"), None])
+def test_append_needs_a_list(log: pylog.Log, records: object) -> None:
+    with _Unchanged(log), pytest.raises(errors.PylogError) as info:
+        log.append(records)  # type: ignore[arg-type]
+    assert "list" in str(info.value)
+
+
+def test_record_over_max_message_bytes(log: pylog.Log) -> None:
+    with _Unchanged(log), pytest.raises(errors.RecordTooLargeError) as info:
+        log.append([b"x" * 1000])
+    msg = str(info.value)
+    assert "max_message_bytes=1000" in msg and "orders-2" in msg and "offset 3" in msg
+    assert log.append([b"x" * 900]).base_offset == 3  # a smaller one still fits
+
+
+def test_raw_batches_that_are_not_batches(log: pylog.Log) -> None:
+    with _Unchanged(log), pytest.raises(errors.CorruptRecordError) as info:
+        log.append_batches(b"\x00" * 70)
+    assert "orders-2" in str(info.value)
+    with _Unchanged(log), pytest.raises(errors.CorruptRecordError):
+        log.append_batches(b"")
+
+
+@pytest.mark.parametrize(
+    "config, what",
+    [
+        ({"segment_bytes": 10}, "segment_bytes"),
+        ({"segment_bytes": 0}, "segment_bytes"),
+        ({"segment_bytes": "1MB"}, "segment_bytes"),
+        ({"segment_bytes": 4096.0}, "segment_bytes"),
+        ({"segment_bytes": True}, "segment_bytes"),
+        ({"index_interval_bytes": -1}, "index_interval_bytes"),
+        ({"max_message_bytes": 10}, "max_message_bytes"),
+        ({"flush_messages": 0}, "flush_messages"),
+        ({"flush_ms": -5}, "flush_ms"),
+        ({"flush_ms": "5"}, "flush_ms"),
+        ({"retention_bytes": -2}, "retention_bytes"),
+        ({"retention_ms": None}, "retention_ms"),
+        ({"segment_size": 4096}, "segment_size"),
+        ({"log.segment.bytes": 4096}, "log.segment.bytes"),
+    ],
+)
+def test_bad_config_creates_nothing(tmp_path, config: dict, what: str) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        pylog.Log.open(str(tmp_path / "t-0"), **config)
+    assert what in str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert os.listdir(tmp_path) == []
+
+
+def test_partition_path_that_is_a_file(tmp_path) -> None:
+    path = tmp_path / "t-0"
+    path.write_bytes(b"not a directory")
+    with pytest.raises(errors.KafkaStorageError) as info:
+        pylog.Log.open(str(path))
+    assert str(path) in str(info.value) and "file" in str(info.value)
+    assert path.read_bytes() == b"not a directory"
+    assert sorted(os.listdir(tmp_path)) == ["t-0"]
+
+
+def test_log_dir_that_is_a_file(tmp_path) -> None:
+    root = tmp_path / "logs"
+    root.write_bytes(b"x")
+    with pytest.raises(errors.KafkaStorageError) as info:
+        pylog.Log.open(str(root / "t-0"))
+    assert str(root) in str(info.value)
+    assert root.read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("name", ["orders", "orders-", "orders-x", "orders-1a", "-3", "orders_0"])
+def test_path_not_named_topic_partition(tmp_path, name: str) -> None:
+    with pytest.raises(errors.InvalidTopicError) as info:
+        pylog.Log.open(str(tmp_path / name))
+    assert name in str(info.value) and "<topic>-<partition>" in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("topic", ["..", ".", "x" * 250, "a b", "caf\u00e9", "a+b"])
+def test_invalid_topic_directory(tmp_path, topic: str) -> None:
+    with pytest.raises(errors.InvalidTopicError) as info:
+        pylog.Log.open(str(tmp_path / f"{topic}-0"))
+    assert topic in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("topic", ["", ".", "..", "a/b", "x" * 250, "a\x00b", "tab\t", 7, None, b"bytes"])
+def test_validate_topic_rejects(topic: object) -> None:
+    with pytest.raises(errors.InvalidTopicError):
+        validate_topic(topic)
+
+
+@pytest.mark.parametrize("topic", ["a", "x" * 249, "a.b_c-D9", "__consumer_offsets", "..."])
+def test_validate_topic_accepts(topic: str) -> None:
+    assert validate_topic(topic) == topic
+
+
+def test_closed_log_refuses_everything(log: pylog.Log) -> None:
+    log.close()
+    for call, args in [("append", ([b"x"],)), ("read_batches", (0,)), ("flush", ()), ("truncate_to", (0,)),
+                       ("offset_for_time", (0,)), ("roll", ()), ("enforce_retention", ())]:
+        with pytest.raises(errors.LogClosedError) as info:
+            getattr(log, call)(*args)
+        assert "orders-2" in str(info.value), call
