@@ -18,7 +18,9 @@
 
 Each broker keeps its partitions in ``<path>/broker-<id>/<topic>-<partition>``.
 Controller state lives in a :class:`MetadataStore` owned by the cluster
-object (the ZooKeeper/KRaft quorum's role), see docs/replication.md.
+object (the ZooKeeper/KRaft quorum's role), saved to
+``<path>/cluster-metadata.json`` so the directory reopens with its topics;
+see docs/replication.md.
 
 Durability: acknowledged ``acks=all`` writes are in the page cache of at least
 ``min_insync_replicas`` brokers; they survive any ``RF - min_insync_replicas``
@@ -44,11 +46,14 @@ from pylog.replication.controller import MetadataStore, TopicConfig
 from pylog.replication.messages import NO_LEADER
 from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
-from pylog.runtime.broker import Broker, SimDisk
+from pylog.runtime.broker import Broker, SimDisk, _NoRealSync
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
 from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.storage.fileio import FileIO
+
+
+METADATA_FILE = "cluster-metadata.json"
 
 
 class PartitionInfo(NamedTuple):
@@ -101,7 +106,9 @@ class Cluster:
         session = session_timeout_ms if session_timeout_ms is not None else (18_000 if not self.simulated else 3_000)
         heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
         self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
-        self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)))
+        meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
+        self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
+                                   path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
         self.committed: Dict[Optional[str], Dict[Tuple[str, int], int]] = {}
         self.brokers: Dict[int, Broker] = {}
         for b in range(brokers):
@@ -113,6 +120,8 @@ class Cluster:
         self._clients: List[Any] = []
         self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
         self._wait(lambda: self.store.controller_id is not None, 10_000, "no controller elected")
+        if self.store.partitions:  # reopened directory: let leaders come back before returning
+            self.scheduler.wait_until(lambda: self._serving(list(self.store.partitions)), 30_000)
 
     # -------------------------------------------------------------- helpers
     def _wait(self, predicate: Any, timeout_ms: int, what: str) -> None:
@@ -158,18 +167,20 @@ class Cluster:
 
         self.scheduler.run_sync(run)
 
-        def ready() -> bool:
-            for p in range(partitions):
-                st = self.store.partitions[(name, p)]
-                b = self.brokers.get(st.leader)
-                if b is None or not b.running or b.rm is None:
-                    return False
-                part = b.rm.partitions.get((name, p))
-                if part is None or part.role != LEADER or part.leader_epoch != st.leader_epoch:
-                    return False
-            return True
+        self._wait(lambda: self._serving([(name, p) for p in range(partitions)]), 30_000,
+                   f"topic {name!r} has no serving leader")
 
-        self._wait(ready, 30_000, f"topic {name!r} has no serving leader")
+    def _serving(self, tps: List[Tuple[str, int]]) -> bool:
+        """True when each partition's leader (per the controller) serves it at the current epoch."""
+        for tp in tps:
+            st = self.store.partitions[tp]
+            b = self.brokers.get(st.leader)
+            if b is None or not b.running or b.rm is None:
+                return False
+            part = b.rm.partitions.get(tp)
+            if part is None or part.role != LEADER or part.leader_epoch != st.leader_epoch:
+                return False
+        return True
 
     def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
         self._ensure_open()

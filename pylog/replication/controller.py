@@ -30,8 +30,10 @@ Complexity: O(partitions) per broker event. Thread-safety: none.
 """
 from __future__ import annotations
 
+import json
+import os
 import random
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
@@ -70,10 +72,20 @@ class TopicConfig:
 class MetadataStore:
     """The durable controller state (ZooKeeper's role): controller epoch, topics, partition states.
 
+    With ``path``, every change is also written there as JSON (atomically,
+    through ``file_io``) and reloaded by the next ``MetadataStore`` on the same
+    path, so a cluster directory reopens with its topics, leader epochs and
+    ISRs. The reloaded store has no controller (every session ended with the
+    process that held it).
+
+    Durability: each change is replaced atomically (temp, fsync, rename).
     Thread-safety: none; the runtime calls it from its one loop thread.
     """
 
-    def __init__(self, brokers: Sequence[int], rng: random.Random):
+    def __init__(self, brokers: Sequence[int], rng: random.Random, *, path: Optional[str] = None,
+                 file_io: Optional[object] = None):
+        self.path = path
+        self.io = file_io
         self.brokers = tuple(brokers)
         self.rng = rng
         self.controller_id: Optional[int] = None
@@ -87,6 +99,56 @@ class MetadataStore:
         #: new controller still recognises a broker that restarted.
         self.broker_incarnations: Dict[int, int] = {}
         self.history: List[Tuple[int, PartitionState]] = []  # (controller epoch, state) of every write
+        if path is not None and os.path.exists(path):
+            self._load()
+
+    # persistence
+    def _load(self) -> None:
+        assert self.path is not None
+        with open(self.path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+        if tuple(data["brokers"]) != self.brokers:
+            raise InvalidConfigurationError(
+                f"{self.path}: the cluster was created with brokers {data['brokers']}, not {list(self.brokers)}"
+            )
+        self.controller_epoch = int(data["controller_epoch"])
+        self.topics = {t["name"]: TopicConfig(**t) for t in data["topics"]}
+        for raw in data["partitions"]:
+            raw["replicas"], raw["isr"], raw["elr"] = tuple(raw["replicas"]), tuple(raw["isr"]), tuple(raw["elr"])
+            st = PartitionState(**raw)
+            self.partitions[(st.topic, st.partition)] = st
+        self.broker_incarnations = {int(k): int(v) for k, v in data["broker_incarnations"].items()}
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        data = {
+            "version": 1,
+            "brokers": list(self.brokers),
+            "controller_epoch": self.controller_epoch,
+            "topics": [asdict(t) for t in self.topics.values()],
+            "partitions": [asdict(st) for st in self.partitions.values()],
+            "broker_incarnations": {str(k): v for k, v in self.broker_incarnations.items()},
+        }
+        blob = json.dumps(data, sort_keys=True).encode("utf-8")
+        if self.io is not None:
+            self.io.write_file_atomic(self.path, blob)  # type: ignore[attr-defined]
+        else:
+            tmp = self.path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+
+    def register(self, broker_id: int, incarnation: int) -> None:
+        if self.broker_incarnations.get(broker_id) != incarnation:
+            self.broker_incarnations[broker_id] = incarnation
+            self.save()
+
+    def add_topic(self, cfg: "TopicConfig") -> None:
+        self.topics[cfg.name] = cfg
+        self.save()
 
     # controller election (the /controller znode)
     def try_claim(self, broker_id: int, now_ms: int, session_timeout_ms: int, incarnation: int = 0) -> bool:
@@ -103,6 +165,7 @@ class MetadataStore:
             self.controller_incarnation = incarnation
             self.controller_epoch += 1
             self.lease_ms = now_ms
+            self.save()
             return True
         return False
 
@@ -122,6 +185,7 @@ class MetadataStore:
         assert st.isr, f"{st.topic}-{st.partition}: an ISR is never empty"
         self.partitions[(st.topic, st.partition)] = st
         self.history.append((controller_epoch, st))
+        self.save()
 
     def state_of(self, tp: TP) -> str:
         st = self.partitions.get(tp)
@@ -193,7 +257,7 @@ class Controller:
             # Restarted: it lost its in-memory state (and after a crash maybe unflushed
             # data too), so fail it over first (KRaft's broker epoch, KIP-966's unclean flag).
             self._broker_failed(b, out, unclean=hb.unclean_restart)
-        self.incarnation[b] = hb.incarnation
+        self.store.register(b, hb.incarnation)
         self.last_heartbeat[b] = now_ms
         started = not was_live or known != hb.incarnation
         if started:
@@ -379,7 +443,7 @@ class Controller:
         brokers = sorted(self.store.brokers)
         assignment = assign_replicas(brokers, cfg.partitions, cfg.replication_factor, rng=self.store.rng,
                                      start_index=start_index, shift=shift)
-        self.store.topics[cfg.name] = cfg
+        self.store.add_topic(cfg)
         out = Outbox()
         for p, replicas in enumerate(assignment):
             live = [r for r in replicas if self._is_live(r)] or [replicas[0]]

@@ -217,8 +217,7 @@ class ReplicaManager:
                 out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, **kw))  # type: ignore[arg-type]
 
         if p is None:
-            reply(error=UnknownTopicOrPartitionError if not self.partitions else NotLeaderError,
-                  message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}")
+            reply(error=NotLeaderError, message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}")
             return
         try:
             res = p.append_as_leader(req.records, req.acks, now_ms)

@@ -85,7 +85,10 @@ class Broker:
         self.want_shutdown = False
         self.shutdown_ok = False
         self.leads = -1
-        self.last_stop_clean = True
+        # A fresh directory, or one whose logs were closed cleanly, counts as a clean stop.
+        self.last_stop_clean = not os.path.isdir(self.log_dir) or os.path.exists(
+            os.path.join(self.log_dir, ".kafka_cleanshutdown")) or not any(
+            "-" in n for n in os.listdir(self.log_dir))
         self._timer: Optional[Timer] = None
         self._last_heartbeat = -(10**12)
 
@@ -94,7 +97,8 @@ class Broker:
         if self.running:
             return
         now = self.scheduler.clock.now_ms()
-        self.incarnation += 1
+        # Incarnations keep growing across processes: the store remembers the last registration.
+        self.incarnation = max(self.incarnation, self.store.broker_incarnations.get(self.broker_id, 0)) + 1
         self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
                                  config=self.config, log_config=self.log_config, incarnation=self.incarnation)
         self.running = True

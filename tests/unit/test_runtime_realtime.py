@@ -73,3 +73,32 @@ def test_concurrent_clients_with_broker_bounce_no_deadlock_and_close_joins(tmp_p
     assert not loop.is_alive()
     leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     assert not leftover, f"threads left after close(): {leftover}"
+
+
+def test_open_single_broker_queue_reopens_with_its_topics(tmp_path):
+    from pylog.cluster import open as pylog_open
+
+    q = pylog_open(tmp_path)
+    try:
+        q.create_topic("jobs", partitions=1, replication_factor=1)
+        p = q.producer(acks="all")
+        assert [p.send("jobs", b"j%d" % i).result().offset for i in range(3)] == [0, 1, 2]
+        c = q.consumer("workers", ["jobs"])
+        got = []
+        while len(got) < 2:
+            got += c.poll(1.0, max_records=2 - len(got))
+        c.commit()
+    finally:
+        q.close()
+    q = pylog_open(tmp_path)  # same directory: topics, data and leader epochs come back
+    try:
+        d = q.describe("jobs")[0]
+        assert d.leader == 0 and d.log_end_offsets == {0: 3} and d.leader_epoch >= 1
+        assert q.producer(acks="all").send("jobs", b"j3").result().offset == 3
+        c = q.consumer(None, ["jobs"])
+        got = []
+        while len(got) < 4:
+            got += c.poll(1.0)
+        assert [(r.offset, r.value) for r in got] == [(i, b"j%d" % i) for i in range(4)]
+    finally:
+        q.close()
