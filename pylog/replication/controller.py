@@ -34,7 +34,7 @@ import json
 import os
 import random
 from dataclasses import asdict, dataclass, replace
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     FencedLeaderEpochError,

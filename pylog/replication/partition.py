@@ -34,7 +34,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
+    CorruptRecordError,
     FencedLeaderEpochError,
+    InvalidOffsetError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -426,7 +428,12 @@ class Partition:
             return 0
         appended = 0
         if resp.records:
-            res = self.log.append_batches(resp.records, assign_offsets=False)
+            try:
+                res = self.log.append_batches(resp.records, assign_offsets=False)
+            except (InvalidOffsetError, CorruptRecordError):
+                # Not contiguous with our log (or damaged in transit): find the divergence point again.
+                self.follower_state = TRUNCATING
+                return 0
             appended = res.count
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:

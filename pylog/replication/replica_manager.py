@@ -32,8 +32,6 @@ from pylog.errors import (
     NotLeaderError,
     PylogError,
     RequestTimedOutError,
-    StaleControllerEpochError,
-    UnknownTopicOrPartitionError,
 )
 from pylog.replication.messages import (
     ACKS_ALL,
@@ -48,7 +46,7 @@ from pylog.replication.messages import (
     ProduceResponse,
     StopReplicaRequest,
 )
-from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, Partition
+from pylog.replication.partition import FOLLOWER, LEADER, Partition
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log
@@ -415,4 +413,4 @@ class ReplicaManager:
             assert tp in self.partitions, tp
 
 
-__all__ = ["ReplicaManager", "ReplicaManagerConfig", "CONTROLLER", "HW_CHECKPOINT_FILE", "StaleControllerEpochError"]
+__all__ = ["ReplicaManager", "ReplicaManagerConfig", "CONTROLLER", "HW_CHECKPOINT_FILE"]
