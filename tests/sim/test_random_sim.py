@@ -62,3 +62,25 @@ def test_soak_random_simulation(tmp_path):
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
+
+
+def test_checker_catches_a_broken_high_watermark_rule(tmp_path, monkeypatch):
+    """Mutation check: a leader that commits without its followers is caught, with a replay command."""
+    from pylog.replication.partition import LEADER, Partition
+    from simdriver import Violation
+
+    def commit_alone(self, now_ms):
+        if self.role == LEADER and self.log.log_end_offset > self.high_watermark:
+            self.high_watermark = self.log.log_end_offset
+            return True
+        return False
+
+    monkeypatch.setattr(Partition, "maybe_increment_hw", commit_alone)
+    caught = []
+    for seed in range(3, 9):
+        try:
+            run_seed(str(tmp_path / f"m{seed}"), seed)
+        except Violation as exc:
+            caught.append(str(exc))
+    assert caught, "no seed detected the broken HW rule"
+    assert all(f"replay: PYLOG_SIM_SEED=" in msg and "test_replay_seed" in msg for msg in caught)
