@@ -83,4 +83,4 @@ def test_checker_catches_a_broken_high_watermark_rule(tmp_path, monkeypatch):
         except Violation as exc:
             caught.append(str(exc))
     assert caught, "no seed detected the broken HW rule"
-    assert all(f"replay: PYLOG_SIM_SEED=" in msg and "test_replay_seed" in msg for msg in caught)
+    assert all("replay: PYLOG_SIM_SEED=" in msg and "test_replay_seed" in msg for msg in caught)
