@@ -175,3 +175,28 @@ def test_eligible_leader_replicas_kip966():
     s = store.partitions[("t", 0)]
     assert s.isr == (1, 2) and s.elr == ()
     store._check()
+
+
+def test_heartbeat_session_expiry_by_tick():
+    store, c = setup()
+    for t in (400, 800):
+        c.handle(0, BrokerHeartbeat(0, 1), t)
+        c.handle(2, BrokerHeartbeat(2, 1), t)
+    assert c.tick(1_000).items == []  # broker 1 last heard at 0: exactly at the timeout, still alive
+    out = c.tick(1_001)
+    s = store.partitions[("t", 0)]
+    assert 1 not in c.live_brokers() and s.isr == (0, 2) and s.leader == 0
+    assert {d for d, m in out.items if isinstance(m, LeaderAndIsrRequest)} == {0, 1, 2}
+    c.handle(1, BrokerHeartbeat(1, 1), 1_100)  # back (same incarnation): gets the full state again
+    assert 1 in c.live_brokers()
+
+
+def test_partition_states_and_reassignment_selector():
+    store, c = setup()
+    assert store.state_of(("t", 9)) == "NonExistent"
+    assert store.state_of(("t", 0)) == ONLINE
+    c.reassign(("t", 0), [2, 1])
+    s = store.partitions[("t", 0)]
+    assert s.replicas == (2, 1) and s.leader == 2 and s.isr == (1, 2) and s.leader_epoch == 1
+    with pytest.raises(InvalidConfigurationError, match="no live in-sync replica"):
+        c.reassign(("t", 0), [0])
