@@ -30,6 +30,7 @@ class ClientNode:
         self.transport = transport
         self._corr = 0
         self._pending: Dict[int, Tuple[Callback, Timer, Hashable]] = {}
+        self.on_close: list = []
         self.closed = False
         transport.register(self.node_id, self._on_message)
 
@@ -66,11 +67,15 @@ class ClientNode:
         entry[0](msg)
 
     def close_node(self) -> None:
+        """Unregister; every pending request completes now as timed out (callbacks see ``None``)."""
         self.closed = True
         self.transport.unregister(self.node_id)
-        for cb, timer, _ in self._pending.values():
+        pending, self._pending = self._pending, {}
+        for cb, timer, _ in pending.values():
             timer.cancel()
-        self._pending.clear()
+            cb(None)
+        for fn in self.on_close:
+            fn()
 
 
 class ClientFuture:
@@ -85,19 +90,32 @@ class ClientFuture:
         self._event = threading.Event()
         self._value: Any = None
         self._error: Optional[BaseException] = None
+        self._callbacks: list = []
 
     def done(self) -> bool:
         return self._event.is_set()
 
+    def add_done_callback(self, fn: Callable[["ClientFuture"], None]) -> None:
+        if self._event.is_set():
+            fn(self)
+        else:
+            self._callbacks.append(fn)
+
+    def _complete(self) -> None:
+        self._event.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
+
     def set_result(self, value: Any) -> None:
         if not self._event.is_set():
             self._value = value
-            self._event.set()
+            self._complete()
 
     def set_exception(self, exc: BaseException) -> None:
         if not self._event.is_set():
             self._error = exc
-            self._event.set()
+            self._complete()
 
     def exception(self) -> Optional[BaseException]:
         return self._error

@@ -14,7 +14,7 @@ Thread-safety: ``send`` may be called from any thread.
 from __future__ import annotations
 
 import zlib
-from typing import Any, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.client._node import ClientFuture, ClientNode, error_from
 from pylog.errors import InvalidConfigurationError, LeaderNotAvailableError, PylogError, RequestTimedOutError, UnknownTopicOrPartitionError
@@ -47,6 +47,12 @@ class Producer:
         self.scheduler = cluster.scheduler
         self._node = cluster.scheduler.run_sync(lambda: ClientNode("producer", cluster.scheduler, cluster.transport))
         self._rr = 0
+        self._outstanding: Dict[int, ClientFuture] = {}
+        self._node.on_close.append(self._fail_outstanding)
+
+    def _fail_outstanding(self) -> None:
+        for fut in list(self._outstanding.values()):
+            fut.set_exception(RequestTimedOutError("the producer or its cluster was closed before delivery"))
 
     def _partition_for(self, topic: str, key: Optional[bytes], partition: Optional[int]) -> int:
         cfg = self.cluster.store.topics.get(topic)
@@ -68,6 +74,8 @@ class Producer:
 
         def start() -> None:
             p = self._partition_for(topic, key, partition)
+            self._outstanding[id(fut)] = fut
+            fut.add_done_callback(lambda f: self._outstanding.pop(id(f), None))
             rec = Record(value=value, key=key, headers=tuple(headers), timestamp=timestamp)
             deadline = self.scheduler.clock.now_ms() + self.delivery_timeout_ms
             self._attempt(topic, p, rec, fut, deadline, None)
@@ -106,6 +114,9 @@ class Producer:
                 if not err.retriable:
                     fut.set_exception(err)
                     return
+            if self._node.closed:
+                fut.set_exception(err)
+                return
             self.scheduler.call_later(self.retry_backoff_ms, self._attempt, topic, p, rec, fut, deadline, err)
 
         self._node.request(st.leader, req, self.request_timeout_ms + 100, on_reply)

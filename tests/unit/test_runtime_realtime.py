@@ -102,3 +102,33 @@ def test_open_single_broker_queue_reopens_with_its_topics(tmp_path):
         assert [(r.offset, r.value) for r in got] == [(i, b"j%d" % i) for i in range(4)]
     finally:
         q.close()
+
+
+def test_close_fails_a_blocked_send_instead_of_hanging(tmp_path):
+    """A thread blocked in send().result() gets an error when the cluster closes under it."""
+    from pylog.errors import PylogError
+
+    c = Cluster(tmp_path, brokers=2, session_timeout_ms=1_000, heartbeat_interval_ms=100)
+    c.create_topic("t", partitions=1, replication_factor=2, min_insync_replicas=2)
+    other = next(b for b in c.brokers if b != c.leader_of("t"))
+    c.stop_broker(other, clean=False)  # acks=all now waits (ISR shrinks, then NotEnoughReplicas retries)
+    p = c.producer(acks="all", delivery_timeout_ms=600_000)
+    outcome = []
+    started = threading.Event()
+
+    def blocked() -> None:
+        fut = p.send("t", b"never")
+        started.set()
+        try:
+            fut.result()
+            outcome.append("acked")
+        except PylogError as exc:
+            outcome.append(type(exc).__name__)
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    started.wait()
+    c.close()
+    t.join(60)
+    assert not t.is_alive(), "a send blocked across close() never returned"
+    assert outcome and outcome[0] != "acked"
