@@ -224,7 +224,10 @@ class Log:
         io, tp, ld = self.io, (self.topic, self.partition), self._logdir
         assert ld is not None
         try:
+            created = not io.exists(self.dir)
             io.makedirs(self.dir)
+            if created:  # the new directory's entry must be durable before its records are
+                io.fsync_dir(os.path.dirname(self.dir))
         except OSError as exc:
             raise KafkaStorageError(f"cannot create partition directory {self.dir}: {exc.strerror}") from exc
         now = self.clock_ms()
@@ -263,6 +266,7 @@ class Log:
             needs_recovery = True
         if not self.segments:
             self.segments[checkpointed_start] = self._new_segment(checkpointed_start)
+            io.fsync_dir(self.dir)  # as roll() does for every later segment file
         self.log_end_offset = self.active_segment.next_offset()
         self.log_start_offset = max(ld.log_start_offsets.get(tp, 0), self.segments.keys()[0])
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)

@@ -10,6 +10,7 @@ Default: 15 rounds. Soak: PYLOG_SOAK=1 PYLOG_CRASH_ROUNDS=500 .venv/bin/python -
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -24,11 +25,11 @@ import pylog
 
 WRITER = textwrap.dedent(
     """
-    import random, sys
+    import json, random, sys
     import pylog
-    path, seed = sys.argv[1], int(sys.argv[2])
+    path, seed, flush = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     rnd = random.Random(seed)
-    log = pylog.Log.open(path, flush_messages=1, segment_bytes=4096, index_interval_bytes=256)
+    log = pylog.Log.open(path, segment_bytes=4096, index_interval_bytes=256, **flush)
     out = sys.stdout
     while True:
         n = rnd.randint(1, 8)
@@ -46,10 +47,11 @@ def _expected_value_prefix(offset: int) -> bytes:
     return b"rec-%d-" % offset
 
 
-def _run_round(path: str, seed: int, rnd: random.Random) -> List[Tuple[int, int]]:
+def _run_round(path: str, seed: int, rnd: random.Random, flush: dict) -> List[Tuple[int, int]]:
     """Start a writer, let it acknowledge a random number of appends, SIGKILL it."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, path, str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", WRITER, path, str(seed), json.dumps(flush)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     acked: List[Tuple[int, int]] = []
     want = rnd.randint(1, 60)
@@ -87,12 +89,12 @@ def _verify(path: str, acked: Dict[int, int]) -> pylog.Log:
     return log
 
 
-def _crash_rounds(tmp_path, rounds: int, seed: int) -> None:
+def _crash_rounds(tmp_path, rounds: int, seed: int, flush: dict) -> None:
     rnd = random.Random(seed)
     path = str(tmp_path / "crash-0")
     acked: Dict[int, int] = {}
     for r in range(rounds):
-        for base, last in _run_round(path, rnd.randrange(1 << 30), rnd):
+        for base, last in _run_round(path, rnd.randrange(1 << 30), rnd, flush):
             acked[base] = last
         log = _verify(path, acked)
         assert log.log_end_offset >= max(acked.values(), default=-1) + 1
@@ -102,7 +104,13 @@ def _crash_rounds(tmp_path, rounds: int, seed: int) -> None:
 
 
 def test_sigkill_keeps_every_acknowledged_record(tmp_path) -> None:
-    _crash_rounds(tmp_path, rounds=15, seed=20261122)
+    """flush_messages=1: the acknowledged record is fsynced before append returns."""
+    _crash_rounds(tmp_path, rounds=15, seed=20261122, flush={"flush_messages": 1})
+
+
+def test_sigkill_without_flush_keeps_every_returned_append(tmp_path) -> None:
+    """No flush policy: a returned append is in the OS page cache, which outlives the process."""
+    _crash_rounds(tmp_path, rounds=15, seed=11, flush={})
 
 
 @pytest.mark.soak
@@ -110,4 +118,6 @@ def test_sigkill_keeps_every_acknowledged_record(tmp_path) -> None:
 @pytest.mark.skipif(not os.environ.get("PYLOG_SOAK"), reason="soak run: set PYLOG_SOAK=1")
 def test_sigkill_soak(tmp_path) -> None:
     rounds = int(os.environ.get("PYLOG_CRASH_ROUNDS", "300"))
-    _crash_rounds(tmp_path, rounds=rounds, seed=int(os.environ.get("PYLOG_CRASH_SEED", "1")))
+    seed = int(os.environ.get("PYLOG_CRASH_SEED", "1"))
+    _crash_rounds(tmp_path / "fsync", rounds=rounds, seed=seed, flush={"flush_messages": 1})
+    _crash_rounds(tmp_path / "none", rounds=rounds, seed=seed, flush={})
