@@ -97,14 +97,6 @@ RecordInput = Union[bytes, bytearray, memoryview, Record, None]
 # ---------------------------------------------------------------------------
 
 
-def _info_tuple(i: object) -> BatchInfo:
-    return BatchInfo(
-        i.position, i.size, i.magic, i.attributes, i.base_offset, i.last_offset,  # type: ignore[attr-defined]
-        i.base_timestamp, i.max_timestamp, i.partition_leader_epoch, i.producer_id,  # type: ignore[attr-defined]
-        i.producer_epoch, i.base_sequence, i.records_count, i.crc,  # type: ignore[attr-defined]
-    )
-
-
 class ScanResult(NamedTuple):
     """What :func:`scan` found: valid batches, where they end, and why it stopped.
 
@@ -352,13 +344,14 @@ def _spans(data: bytes, pos: List[int], lens: List[int]) -> List[Optional[bytes]
 
 
 _seq32 = b""
+_INT32_CODE = "i" if array("i").itemsize == 4 else "l"  # the array typecode of a C int32_t
 
 
 def _is_sequence(raw: bytes, count: int) -> bool:
     """True when the native int32 array ``raw`` holds 0, 1, ..., count-1."""
     global _seq32
     if len(_seq32) < 4 * count:  # grown on demand, never shrunk; a race only rebuilds it
-        _seq32 = array("i", range(max(count, 1024))).tobytes()
+        _seq32 = array(_INT32_CODE, range(max(count, 1024))).tobytes()
     return raw == _seq32[: 4 * count]
 
 
