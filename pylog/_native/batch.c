@@ -640,8 +640,8 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
                       int64_t base_offset, int64_t target, uint64_t verified_bytes,
                       plg_record_ref_t *out) {
     if ((!log && log_len) || (!idx && idx_len) || !out) return PLG_EINVAL;
-    int64_t rel = target - base_offset;
-    if (rel < 0) return PLG_ENOTFOUND;
+    if (target < base_offset || base_offset < 0) return PLG_ENOTFOUND;
+    int64_t rel = target - base_offset; /* no overflow: both non-negative here */
     int32_t rel_out = 0, pos_out = 0;
     plg_offset_index_lookup(idx, idx_len, rel > INT32_MAX ? INT32_MAX : (int32_t)rel, &rel_out, &pos_out);
     uint64_t pos = pos_out < 0 ? 0 : (uint64_t)pos_out;
@@ -710,7 +710,7 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
         out->attributes = info.attributes;
         out->max_timestamp = info.max_timestamp;
         out->timestamp = (info.attributes & PLG_ATTR_LOG_APPEND_TIME) ? info.max_timestamp
-                                                                      : info.base_timestamp + tsd;
+                                                                      : (int64_t)((uint64_t)info.base_timestamp + (uint64_t)tsd); /* wraps like a Java long */
         out->offset = target;
         return PLG_OK;
     }
