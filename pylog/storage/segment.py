@@ -232,7 +232,7 @@ class LogSegment:
         """
         self.ensure_indexes()
         _, pos = self.offset_index.lookup(offset)
-        pos = max(pos, start_position)
+        pos = first = max(pos, start_position)
         out_pos = ffi.new("uint64_t *")
         out_last = ffi.new("int64_t *")
         size = self.size
@@ -246,24 +246,51 @@ class LogSegment:
                     position=pos + out_pos[0],
                 )
             if out_last[0] >= 0:
-                return pos + int(out_pos[0]), int(out_last[0])
+                return self._checked_skip(offset, first, pos + int(out_pos[0]), int(out_last[0]), allow_torn_tail)
             advanced = int(out_pos[0])
             if advanced == 0:
                 # One batch larger than the chunk: read it whole to step over it.
                 whole = self._read_whole_batch(pos)
                 if whole is None:
                     if allow_torn_tail:
-                        return None  # torn tail
+                        return self._checked_skip(offset, first, pos, None, allow_torn_tail)  # torn tail
                     raise CorruptRecordError(
                         f"batch length runs past the end of the file while looking for offset {offset}",
                         path=self.log_path,
                         position=pos,
                     )
                 if whole.last_offset >= offset:
-                    return pos, whole.last_offset
+                    return self._checked_skip(offset, first, pos, whole.last_offset, allow_torn_tail)
                 advanced = whole.size
             pos += advanced
-        return None
+        return self._checked_skip(offset, first, size, None, allow_torn_tail)
+
+    def _checked_skip(
+        self, offset: int, start: int, found: int, last: Optional[int], allow_torn_tail: bool
+    ) -> Optional[Tuple[int, int]]:
+        """Return ``(found, last)`` (or None when ``last`` is None) once the skip is trusted.
+
+        The search steps over batches by their header's offset fields, which
+        the CRC does not protect on its own. When it lands past ``offset`` (a
+        gap: no batch holds it) or finds nothing, the batches it stepped over
+        are CRC-checked, so a damaged header raises CorruptRecordError instead
+        of silently skipping offsets. Costs nothing on the usual path.
+        """
+        if last is not None:
+            head = self.io.pread(self.fd, 8, found)
+            if len(head) < 8 or int.from_bytes(head, "big", signed=True) <= offset:
+                return found, last  # the batch holds the offset: the caller CRC-checks it
+        if found > start:
+            region = self.io.pread(self.fd, found - start, start)
+            res = scan(region, verify_crc=True)
+            torn_ok = allow_torn_tail and res.status == _native.ETRUNCATED and last is None
+            if res.valid_bytes != len(region) and not torn_ok:
+                raise CorruptRecordError(
+                    f"invalid batch before offset {offset}: {res.reason}",
+                    path=self.log_path,
+                    position=start + res.valid_bytes,
+                )
+        return None if last is None else (found, last)
 
     def _read_whole_batch(self, pos: int) -> Optional[BatchInfo]:
         """Header fields of the batch at ``pos`` read whole; None for a torn tail."""

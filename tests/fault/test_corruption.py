@@ -224,6 +224,16 @@ def test_flip_every_byte_below_the_recovery_point(pristine: Tuple[str, Layout], 
             assert info.value.position is not None
             assert pos <= info.value.position <= pos + bsize, (position, field, info.value.position, pos)
             assert name in str(info.value) and "byte position" in str(info.value)
+            # Point reads: the right record or the error, never other data.
+            for o in range(layout.end):
+                try:
+                    got = log.get(o)
+                except CorruptRecordError as exc:
+                    assert exc.path == os.path.join(log.dir, name)
+                    assert base <= o <= layout.batches[name][-1][3], (o, position)
+                    continue
+                want = layout.records[o]
+                assert (got.offset, got.value, got.key) == (o, want.value, want.key), (o, position)
         finally:
             log.close()
         shutil.rmtree(case)

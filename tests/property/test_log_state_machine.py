@@ -168,6 +168,15 @@ class LogMachine(RuleBasedStateMachine):
             self.check_record(g, o, w)
 
     @rule(data=st.data())
+    def get(self, data: st.DataObject) -> None:
+        """Point read of one record (Log.get)."""
+        records = self.model_records()
+        if not records:
+            return
+        offset, want = data.draw(st.sampled_from(records), label="record")
+        self.check_record(self.log.get(offset), offset, want)
+
+    @rule(data=st.data())
     def read_out_of_range(self, data: st.DataObject) -> None:
         offset = data.draw(st.one_of(
             st.integers(min_value=self.end + 1, max_value=self.end + 5),
