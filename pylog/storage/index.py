@@ -37,7 +37,10 @@ class _Index:
     # -- loading ------------------------------------------------------------
     def load(self, log_size: int) -> None:
         """Read and validate the file; raises :class:`CorruptIndexError` when invalid."""
-        data = bytearray(self.io.read_file(self.path)) if self.io.exists(self.path) else bytearray()
+        try:
+            data = bytearray(self.io.read_file(self.path)) if self.io.exists(self.path) else bytearray()
+        except FileNotFoundError:  # deleted by the writer since exists(): a reader's race
+            data = bytearray()
         entries = ffi.new("uint64_t *")
         rc = lib.plg_index_check(ffi.from_buffer(data), len(data), self.is_time, log_size, entries)
         if rc != _native.OK:

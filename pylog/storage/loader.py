@@ -74,9 +74,16 @@ def load_segments(
                 io.unlink(path)
     for n in sorted(logs):
         base = _base_offset(n)
-        segments[base] = LogSegment(
-            io, directory, base, index_interval_bytes=index_interval_bytes, read_only=read_only, created_ms=now_ms
-        )
+        try:
+            segments[base] = LogSegment(
+                io, directory, base, index_interval_bytes=index_interval_bytes, read_only=read_only, created_ms=now_ms
+            )
+        except FileNotFoundError:
+            if not read_only:
+                raise
+            # A reader raced the writer's retention or truncation: the segment
+            # was deleted after listdir(), so it is no longer part of the log.
+            continue
     return segments
 
 

@@ -310,9 +310,10 @@ class Log:
             self._ensure_open()
             if not self.read_only:
                 return
-            for seg in self.segments.values():
+            old = self.segments
+            self._load_read_only()  # on an error the old view stays usable
+            for seg in old.values():
                 seg.close()
-            self._load_read_only()
 
     # ------------------------------------------------------------ properties
     @property
