@@ -349,3 +349,41 @@ def test_leader_epochs_survive_reopen(tmp_path) -> None:
     os.unlink(tmp_path / "t-0" / "leader-epoch-checkpoint")
     with _open(tmp_path / "t-0") as log:  # rebuilt from the batches
         assert log.epochs.entries == [(1, 0), (3, 2)]
+
+
+def test_batches_larger_than_the_read_chunk(tmp_path) -> None:
+    """Batches bigger than the 64 KiB search chunk and than max_bytes: lookups step over
+    them whole, reads return one whole batch, recovery keeps them."""
+    sizes = [70_000, 10, 300_000, 5, 131_072, 65_536]
+    values = [bytes([i]) * n for i, n in enumerate(sizes)]
+    with _open(tmp_path / "t-0", index_interval_bytes=4096) as log:
+        for v in values:
+            log.append([v, b"tail"])
+        for i, v in enumerate(values):
+            assert [r.value for r in log.read(2 * i, max_bytes=1)] == [v, b"tail"]
+            assert [r.value for r in log.read(2 * i + 1, max_bytes=1)] == [b"tail"]
+            assert log.get(2 * i).value == v
+        log.abandon()
+    with _open(tmp_path / "t-0") as log:
+        assert log.recovery.bytes_truncated == 0
+        assert log.log_end_offset == 2 * len(values)
+        assert [r.value for r in log.read(0, max_bytes=1 << 30) if r.value != b"tail"] == values
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd", "lz4", "snappy"])
+def test_compressed_batches(tmp_path, codec: str) -> None:
+    if codec != "gzip":
+        pytest.importorskip("cramjam", reason=f"{codec} needs pip install 'pylog[codecs]'")
+    vals = [b"%d" % i * 30 for i in range(200)]
+    with _open(tmp_path / "t-0", segment_bytes=4096, index_interval_bytes=256) as log:
+        for i in range(0, 200, 20):
+            log.append(vals[i:i + 20], compression=codec)
+        assert [v for _, v in _values(log)] == vals
+        assert [r.offset for r in log.read(37, max_bytes=1)][0] == 37
+        assert log.get(37).value == vals[37]
+        log.truncate_to(45)  # inside batch 40..59: the batch goes whole
+        assert log.log_end_offset == 40
+        log.abandon()
+    with _open(tmp_path / "t-0") as log:
+        assert [v for _, v in _values(log)] == vals[:40]
+        assert log.read_batches(0)[0].compression != 0
