@@ -286,6 +286,8 @@ INDEX_DAMAGE = {
     "out of order": b"\x00\x00\x00\x05\x00\x00\x00\x40\x00\x00\x00\x02\x00\x00\x00\x80",
     "position past end": b"\x00\x00\x00\x01\x7f\x00\x00\x00",
     "garbage": bytes(range(256)) * 2,
+    # Kafka preallocates the active segment's indexes (10 MiB of zeros).
+    "preallocated zeros": b"\0" * 8 * 12 * 64,
 }
 
 
