@@ -96,7 +96,6 @@ class Broker:
     def start(self) -> None:
         if self.running:
             return
-        now = self.scheduler.clock.now_ms()
         # Incarnations keep growing across processes: the store remembers the last registration.
         self.incarnation = max(self.incarnation, self.store.broker_incarnations.get(self.broker_id, 0)) + 1
         self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
@@ -106,7 +105,6 @@ class Broker:
         self._last_heartbeat = -(10**12)
         self.transport.register(self.broker_id, self._on_message)
         self._tick()
-        _ = now
 
     def stop(self, clean: bool) -> None:
         """Stop now (the caller has already done a controlled shutdown if it wanted one)."""
