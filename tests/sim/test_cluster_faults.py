@@ -125,3 +125,49 @@ def test_preferred_leader_election_and_network_calls_need_simulation(tmp_path):
             real.partition_network([0])
     finally:
         real.close()
+
+
+def test_one_way_partition_leader_to_follower(tmp_path):
+    """The follower's fetches reach the leader but no response comes back: its LEO stays, it leaves the ISR."""
+    c = Cluster(tmp_path, brokers=3, seed=6, replica_lag_time_max_ms=2_000, request_timeout_ms=3_000)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+        p = c.producer(acks="all")
+        p.send("t", b"a").result()
+        leader = c.leader_of("t")
+        follower = next(r for r in (0, 1, 2) if r not in (leader, c.store.controller_id))
+        c.partition_network([leader], [follower], one_way=True)
+        for i in range(5):
+            p.send("t", b"b%d" % i).result()
+        c.advance(6_000)
+        d = c.describe("t")[0]
+        assert follower not in d.isr and d.leader == leader
+        assert d.log_end_offsets[follower] == 1 and d.high_watermark == 6
+        c.heal_network()
+        c.advance(8_000)
+        d = c.describe("t")[0]
+        assert sorted(d.isr) == [0, 1, 2] and d.log_end_offsets[follower] == 6
+    finally:
+        c.close()
+
+
+def test_group_commit_resumes_from_committed_offsets(tmp_path):
+    c = Cluster(tmp_path, brokers=3, seed=7)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+        p = c.producer(acks="all")
+        for i in range(6):
+            p.send("t", b"%d" % i).result()
+        first = c.consumer("g", ["t"])
+        got = []
+        while len(got) < 4:
+            got += first.poll(1.0, max_records=4 - len(got))
+        first.commit()
+        assert first.committed("t", 0) == 4
+        second = c.consumer("g", ["t"])
+        rest = []
+        for _ in range(10):
+            rest += second.poll(0.5)
+        assert [r.offset for r in rest] == [4, 5]
+    finally:
+        c.close()
