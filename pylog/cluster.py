@@ -305,6 +305,10 @@ class Cluster:
           leader agrees with it on every offset below the leader's HW.
         """
 
+        checker = getattr(self.scheduler, "_check", None)
+        if checker is not None:
+            checker()
+
         def run() -> None:
             self.store._check()
             for b in self.brokers.values():

@@ -154,6 +154,8 @@ class RealScheduler(Scheduler):
         self._seq = 0
         self._cond = threading.Condition()
         self._closed = False
+        #: exceptions raised by callbacks (the loop survives them; ``_check`` reports them)
+        self.errors: List[BaseException] = []
         self._thread = threading.Thread(target=self._loop, name="pylog-loop", daemon=True)
         self._thread.start()
 
@@ -184,10 +186,11 @@ class RealScheduler(Scheduler):
                 continue
             try:
                 t.fn(*t.args)
-            except Exception:  # a callback bug must not kill the loop; surface it
+            except Exception as exc:  # a callback bug must not kill the loop: keep it for _check()
                 import traceback
 
                 traceback.print_exc()
+                self.errors.append(exc)
             with self._cond:
                 self._cond.notify_all()
 
@@ -235,3 +238,6 @@ class RealScheduler(Scheduler):
     @property
     def thread(self) -> threading.Thread:
         return self._thread
+
+    def _check(self) -> None:
+        assert not self.errors, f"callbacks raised on the loop thread: {self.errors[:3]!r}"

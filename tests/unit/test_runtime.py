@@ -107,3 +107,15 @@ def test_real_scheduler_runs_on_its_thread_and_close_joins():
         s.run_sync(lambda: 1 / 0)
     s.close()
     assert not s.thread.is_alive()
+
+
+def test_real_scheduler_keeps_callback_errors_for_check():
+    s = RealScheduler()
+    try:
+        s.call_soon(lambda: 1 / 0)
+        assert s.wait_until(lambda: bool(s.errors), 5_000)
+        assert s.run_sync(lambda: "alive") == "alive"  # the loop survived
+        with pytest.raises(AssertionError, match="ZeroDivisionError"):
+            s._check()
+    finally:
+        s.close()
