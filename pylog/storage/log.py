@@ -815,18 +815,29 @@ class Log:
         with self._lock:
             if self._closed:
                 return
+            clean = False
             try:
                 if not self.read_only:
                     self.active_segment.on_become_inactive()
                     self.flush()
                     self._checkpoint()
+                clean = True
+            except OSError as exc:
+                raise self._storage_error(exc, "close") from exc
             finally:
                 self._closed = True
                 for seg in self.segments.values():
                     seg.close()
                 if self._logdir is not None:
-                    self._logdir.unregister((self.topic, self.partition))
-                    self._logdir.release()
+                    tp = (self.topic, self.partition)
+                    if not clean:  # not flushed: no clean-shutdown marker, the next open recovers
+                        self._logdir.mark_dirty(tp)
+                    self._logdir.unregister(tp)
+                    try:
+                        self._logdir.release()
+                    except OSError as exc:
+                        if clean:
+                            raise self._storage_error(exc, "close") from exc
 
     def abandon(self) -> None:
         """Drop the log as a killed process would: no flush, no checkpoint, no marker.

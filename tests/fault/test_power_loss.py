@@ -280,3 +280,26 @@ def test_fsync_error_on_flush_raises_storage_error(tmp_path, err: int) -> None:
     log.flush()
     assert log.recovery_point == 3
     log.close()
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+def test_failed_close_is_not_a_clean_shutdown(tmp_path, err: int) -> None:
+    """close() whose flush fails raises, and must not write the clean-shutdown marker:
+    the next open has to validate the unflushed tail."""
+    disk, now = SimulatedDiskIO(fail_errno=err), [1_000]
+    path = str(tmp_path / "p-0")
+    log = _open(path, disk, now)
+    for _ in range(10):
+        _append(log, 3)
+    disk.fail_fsync_after = disk.fsyncs
+    with pytest.raises(KafkaStorageError):
+        log.close()
+    assert log.closed
+    assert not os.path.exists(tmp_path / ".kafka_cleanshutdown")
+    disk.fail_fsync_after = None
+    disk.crash()
+    log = _open(path, disk, now)
+    assert not log.recovery.clean_shutdown
+    log._check()
+    _check_values(log)
+    log.close()
