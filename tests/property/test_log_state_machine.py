@@ -300,7 +300,8 @@ class LogMachine(RuleBasedStateMachine):
         assert [e for e in got if e[1] < self.end] == [e for e in self.epochs.entries if e[1] < self.end]
 
 
-LogMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+# Examples come from the HYPOTHESIS_PROFILE (tests/conftest.py: fast 100, ci 500, exhaustive 10,000).
+LogMachine.TestCase.settings = settings(stateful_step_count=50, deadline=None)
 TestLogStateMachine = LogMachine.TestCase
 
 

@@ -240,7 +240,7 @@ def _brute_offset_for_time(records: List[Tuple[int, int]], ts: int, start: int) 
     return next((o for o, t in records if o >= start and t >= ts), None)  # type: ignore[return-value]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=max(25, settings.default.max_examples // 4), deadline=None)
 @given(
     batches=st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=5), min_size=1, max_size=25),
     targets=st.lists(st.integers(-5, 1010), min_size=1, max_size=10),
