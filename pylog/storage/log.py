@@ -277,8 +277,9 @@ class Log:
         changed = self.epochs.truncate_from_start(self.log_start_offset) or changed
         if changed or needs_recovery:
             self._write_epochs()
-        ld.recovery_points[tp] = self.recovery_point
-        ld.log_start_offsets[tp] = self.log_start_offset
+        with ld.lock:  # another partition's thread may be writing the checkpoints (iterating these)
+            ld.recovery_points[tp] = self.recovery_point
+            ld.log_start_offsets[tp] = self.log_start_offset
         ld.recovered(tp)
         self._unflushed_messages = 0
         self._last_flush_ms = now

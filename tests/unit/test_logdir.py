@@ -110,3 +110,30 @@ def test_read_only_open_leaves_leftovers_and_lock_alone(tmp_path) -> None:
 def test_parse_partition_dir(name: str, want) -> None:
     assert parse_partition_dir("/some/dir/" + name) == want
     assert parse_partition_dir("/some/dir/" + name + "/") == want
+
+
+def test_partitions_opened_and_flushed_from_threads(tmp_path) -> None:
+    """Logs of one directory used from several threads: opening a partition while
+    another checkpoints must not break the shared checkpoint maps."""
+    import threading
+
+    errors: list = []
+
+    def work(t: int) -> None:
+        try:
+            for k in range(15):
+                with pylog.Log.open(str(tmp_path / f"p{t}-{k}"), recovery_checkpoint_interval_ms=0) as log:
+                    log.append([b"x"])
+                    log.flush()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    lines = _read(tmp_path / RECOVERY_POINT_FILE).splitlines()
+    assert lines[:2] == ["0", "60"]
+    assert sorted(lines[2:]) == sorted(f"p{t} {k} 1" for t in range(4) for k in range(15))
