@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from benchdata import MiB, build_log
+from benchdata import build_log
 
 _throughput: List[Tuple[str, float, float, float]] = []  # (name, bytes, records, best seconds)
 
