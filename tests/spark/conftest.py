@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pylog[spark]')")
-
-if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):  # pragma: no cover - depends on the machine
-    pytest.skip("Spark needs Java 17+ on PATH or JAVA_HOME", allow_module_level=True)
 
 
 @pytest.fixture(scope="session")
 def spark():
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pylog[spark]')")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'pylog[spark]')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):  # pragma: no cover - depends on the machine
+        pytest.skip("Spark needs Java 17+ on PATH or JAVA_HOME")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession

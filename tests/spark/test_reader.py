@@ -12,7 +12,7 @@ import pylog  # noqa: E402
 from pylog.errors import CorruptRecordError, InvalidConfigurationError, OffsetOutOfRangeError  # noqa: E402
 from pylog.spark import layout  # noqa: E402
 from pylog.spark.reader import DataLossError, ReadSpec, arrow_schema, read_range  # noqa: E402
-from tests.spark.helpers import corrupt_batch, pylog_rows, segment_files, write_hw, write_partition  # noqa: E402
+from .helpers import corrupt_batch, pylog_rows, segment_files, write_hw, write_partition  # noqa: E402
 
 
 def arrow_rows(spec: ReadSpec, chunk_bytes: int = 1 << 20):
@@ -52,6 +52,7 @@ def test_arrow_rows_equal_pylog_reader(logdir, headers, start, end):
 
 
 def test_arrow_schema_matches_spark_conversion():
+    pytest.importorskip("pyspark")
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from pylog.spark.datasource import kafka_schema
@@ -170,7 +171,7 @@ def test_offset_gaps_between_batches(tmp_path):
     """Batches copied with their own offsets (as from a compacted Kafka log) keep those offsets."""
     from pylog.storage.record import encode_batch
 
-    from tests.spark.helpers import record_for
+    from .helpers import record_for
 
     part = os.path.join(str(tmp_path), "g-0")
     lg = pylog.Log.open(part)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 import pylog
-from tests.spark.helpers import corrupt_batch, pylog_rows, segment_files, write_hw, write_partition
+from .helpers import corrupt_batch, pylog_rows, segment_files, write_hw, write_partition
 
 pytestmark = pytest.mark.spark
 

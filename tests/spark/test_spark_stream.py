@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import pylog
-from tests.spark.helpers import record_for, write_partition
+from .helpers import record_for, write_partition
 
 pytestmark = pytest.mark.spark
 
