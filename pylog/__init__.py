@@ -7,8 +7,27 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from pylog import errors  # noqa: E402
+from pylog.client.consumer import Consumer, ConsumerRecord  # noqa: E402
+from pylog.client.producer import Producer, RecordMetadata  # noqa: E402
+from pylog.cluster import Cluster, PartitionInfo, open  # noqa: E402,A004
 from pylog.errors import PylogError  # noqa: E402
 from pylog.storage.log import AppendResult, Log, LogConfig  # noqa: E402
 from pylog.storage.record import Record, RecordBatch  # noqa: E402
 
-__all__ = ["__version__", "PylogError", "errors", "Log", "LogConfig", "AppendResult", "Record", "RecordBatch"]
+__all__ = [
+    "__version__",
+    "PylogError",
+    "errors",
+    "Log",
+    "LogConfig",
+    "AppendResult",
+    "Record",
+    "RecordBatch",
+    "Cluster",
+    "PartitionInfo",
+    "open",
+    "Producer",
+    "RecordMetadata",
+    "Consumer",
+    "ConsumerRecord",
+]

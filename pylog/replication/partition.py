@@ -183,9 +183,7 @@ class Partition:
         self.pending_isr = None
         leo = self.log.log_end_offset
         # Kafka's Partition.makeLeader: the new epoch starts at the current LEO.
-        # Log has no public call for this, so use its cache and checkpoint writer.
-        if self.log.epochs.assign(st.leader_epoch, leo):
-            self.log._write_epochs()
+        self.log.assign_epoch(st.leader_epoch, leo)
         self.leader_epoch_start_offset = leo
         self.remote = {
             r: ReplicaState(now_ms if r in self.isr else 0) for r in self.replicas if r != self.broker_id

@@ -34,11 +34,12 @@ batch (framing and CRC are checked on every read).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 import time
-from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Union
+from typing import Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, TypeVar, Union
 
 from sortedcontainers import SortedDict
 
@@ -74,6 +75,7 @@ from pylog.storage.segment import LogSegment
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _DAY_MS = 24 * 3600 * 1000
+T = TypeVar("T")
 
 
 def validate_topic(topic: object) -> str:
@@ -142,6 +144,22 @@ class LogConfig(NamedTuple):
         need_int("retention_bytes", -1)
         need_int("retention_ms", -1)
         need_int("recovery_checkpoint_interval_ms", 0)
+
+
+def _storage_errors(what: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Turn an OSError from the disk into KafkaStorageError naming the partition."""
+
+    def deco(fn: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(fn)
+        def wrapper(self: "Log", *args: object, **kwargs: object) -> T:
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                self._raise_storage_error(exc, what)
+
+        return wrapper
+
+    return deco
 
 
 def _wall_clock_ms() -> int:
@@ -439,7 +457,7 @@ class Log:
         try:
             seg = self._maybe_roll(size, first.base_offset, last.last_offset)
         except OSError as exc:
-            raise self._storage_error(exc, f"roll before the append at offset {first.base_offset}") from exc
+            self._raise_storage_error(exc, f"roll before the append at offset {first.base_offset}")
         position = seg.append(data, last.last_offset, max_ts, offset_of_max)
         prev_end, prev_epochs = self.log_end_offset, self.epochs.entries
         self.log_end_offset = last.last_offset + 1
@@ -461,8 +479,13 @@ class Log:
                 pass
             self.log_end_offset = prev_end
             self.epochs = LeaderEpochCache(prev_epochs)
-            raise self._storage_error(exc, f"append at offset {first.base_offset}") from exc
+            self._raise_storage_error(exc, f"append at offset {first.base_offset}")
         return AppendResult(first.base_offset, last.last_offset, max_ts, position, count)
+
+    def _raise_storage_error(self, exc: OSError, what: str) -> NoReturn:
+        if isinstance(exc, KafkaStorageError):
+            raise exc
+        raise self._storage_error(exc, what) from exc
 
     def _storage_error(self, exc: OSError, what: str) -> KafkaStorageError:
         if isinstance(exc, KafkaStorageError):
@@ -482,6 +505,7 @@ class Log:
             return self.roll(first_offset)
         return seg
 
+    @_storage_errors("roll")
     def roll(self, new_base: Optional[int] = None) -> LogSegment:
         """Close the active segment to appends and start a new one at the log end.
 
@@ -527,7 +551,7 @@ class Log:
                 for base in self.segments.keys()[start:]:
                     self.segments[base].flush()
             except OSError as exc:
-                raise self._storage_error(exc, "flush") from exc
+                self._raise_storage_error(exc, "flush")
             self._unflushed_messages = 0
             now = self.clock_ms()
             self._last_flush_ms = now
@@ -545,6 +569,21 @@ class Log:
             self._logdir.log_start_offsets[(self.topic, self.partition)] = self.log_start_offset
             self._logdir.write_checkpoints()
             self._last_checkpoint_ms = self.clock_ms()
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> bool:
+        """Record in the leader-epoch cache that ``epoch`` starts at ``start_offset``.
+
+        A new leader calls this with the log end offset before it appends
+        (Kafka's LeaderEpochFileCache.assign on becoming leader). Returns True
+        when the cache changed. Durability: the leader-epoch-checkpoint is
+        rewritten atomically before return.
+        """
+        with self._lock:
+            self._ensure_writable()
+            changed = self.epochs.assign(epoch, start_offset)
+            if changed:
+                self._write_epochs()
+            return changed
 
     def _write_epochs(self) -> None:
         checkpoint.write_epochs(self.io, os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT), self.epochs.entries)
@@ -691,6 +730,7 @@ class Log:
             return None
 
     # ------------------------------------------------------- truncation, retention
+    @_storage_errors("truncate to")
     def truncate_to(self, offset: int) -> int:
         """Remove every record at ``offset`` or above; returns bytes removed.
 
@@ -713,21 +753,27 @@ class Log:
                     seg.delete()
             seg = self.active_segment
             removed += seg.truncate_to(offset)
-            seg.flush()
-            self.io.fsync_dir(self.dir)
+            # The in-memory state follows the files at once, so that a failing
+            # fsync below leaves the log consistent (if not yet durable).
             self.log_end_offset = seg.next_offset()
-            if self.epochs.truncate_from_end(self.log_end_offset):
-                self._write_epochs()
+            epochs_changed = self.epochs.truncate_from_end(self.log_end_offset)
             # A batch straddling the log start is removed whole, which can put
             # the log end below the log start (Kafka: logStartOffset = min(target, logStartOffset)).
             start_moved = self.log_start_offset > self.log_end_offset
             if start_moved:
                 self.log_start_offset = self.log_end_offset
-            if self.recovery_point > self.log_end_offset or start_moved:
-                self._set_recovery_point(min(self.recovery_point, self.log_end_offset))
+            rp_moved = self.recovery_point > self.log_end_offset
+            if rp_moved:
+                self._set_recovery_point(self.log_end_offset)
+            seg.flush()
+            self.io.fsync_dir(self.dir)
+            if epochs_changed:
+                self._write_epochs()
+            if rp_moved or start_moved:
                 self._checkpoint()
             return removed
 
+    @_storage_errors("truncate fully and start at")
     def truncate_fully_and_start_at(self, offset: int) -> int:
         """Delete every segment and restart the log empty at ``offset``."""
         with self._lock:
@@ -745,6 +791,7 @@ class Log:
             self._checkpoint()
             return removed
 
+    @_storage_errors("delete records before")
     def delete_records_before(self, offset: int) -> int:
         """Advance the log start offset to ``offset``; delete segments wholly below it.
 
@@ -780,6 +827,7 @@ class Log:
             self.io.fsync_dir(self.dir)
         return deleted
 
+    @_storage_errors("enforce retention")
     def enforce_retention(self) -> List[int]:
         """Delete whole old segments by ``retention_ms`` and ``retention_bytes``.
 
@@ -824,7 +872,7 @@ class Log:
                     self._checkpoint()
                 clean = True
             except OSError as exc:
-                raise self._storage_error(exc, "close") from exc
+                self._raise_storage_error(exc, "close")
             finally:
                 self._closed = True
                 for seg in self.segments.values():
@@ -838,7 +886,7 @@ class Log:
                         self._logdir.release()
                     except OSError as exc:
                         if clean:
-                            raise self._storage_error(exc, "close") from exc
+                            self._raise_storage_error(exc, "close")
 
     def abandon(self) -> None:
         """Drop the log as a killed process would: no flush, no checkpoint, no marker.
