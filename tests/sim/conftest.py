@@ -1,13 +1,10 @@
-"""tests/sim: make simdriver importable and provide the pylog_cluster fixture.
+"""tests/sim: make simdriver importable.
 
-The fixture normally comes from the ``pylog.testing`` pytest11 entry point;
-importing it here keeps these tests working before the package metadata is
-reinstalled (``pytest_plugins`` is only allowed in the root conftest).
+The ``pylog_cluster`` fixture comes from the ``pylog.testing`` pytest11 entry
+point that ``pip install`` registers, exactly as a user's test suite gets it.
 """
 import os
 import sys
-
-from pylog.testing import pylog_cluster  # noqa: F401
 
 sys.path.insert(0, os.path.dirname(__file__))
 
