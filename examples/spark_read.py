@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -73,6 +74,7 @@ def main() -> None:
         .mode("append").option("topic", "replies").save(logs)
     print("replies:", spark.read.format("pylog").option("subscribe", "replies").load(logs).count(), "records")
     spark.stop()
+    shutil.rmtree(root)
 
 
 if __name__ == "__main__":
