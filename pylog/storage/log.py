@@ -783,11 +783,11 @@ class Log:
                 seg.delete()
             self.segments.clear()
             self.segments[offset] = self._new_segment(offset)
-            self.io.fsync_dir(self.dir)
             self.log_end_offset = self.log_start_offset = offset
             self.epochs.clear()
-            self._write_epochs()
             self._set_recovery_point(offset)
+            self.io.fsync_dir(self.dir)
+            self._write_epochs()
             self._checkpoint()
             return removed
 

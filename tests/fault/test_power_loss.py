@@ -303,3 +303,28 @@ def test_failed_close_is_not_a_clean_shutdown(tmp_path, err: int) -> None:
     log._check()
     _check_values(log)
     log.close()
+
+
+@pytest.mark.parametrize("call", ["roll", "truncate_to", "delete_records_before", "enforce_retention",
+                                  "truncate_fully_and_start_at"])
+def test_disk_errors_in_maintenance_are_storage_errors(tmp_path, call: str) -> None:
+    """Every write path turns an OSError into KafkaStorageError naming the partition, and
+    the log stays consistent and usable once the disk recovers."""
+    disk, now = SimulatedDiskIO(fail_errno=errno.EIO), [1_000]
+    path = str(tmp_path / "p-0")
+    log = _open(path, disk, now, segment_bytes=1024, retention_bytes=1024)
+    for _ in range(40):
+        _append(log, 2)
+    args = {"roll": (), "truncate_to": (75,), "delete_records_before": (79,), "enforce_retention": (),
+            "truncate_fully_and_start_at": (100,)}[call]
+    disk.fail_fsync_after = disk.fsyncs
+    log.config = log.config._replace(retention_bytes=0)
+    with pytest.raises(KafkaStorageError) as info:
+        getattr(log, call)(*args)
+    assert info.value.errno == errno.EIO and "p-0" in str(info.value)
+    disk.fail_fsync_after = None
+    log._check()
+    _check_values(log)
+    end = log.log_end_offset
+    assert _append(log, 1).base_offset == end
+    log.close()
