@@ -428,3 +428,26 @@ def test_threads_share_one_log(tmp_path) -> None:
         assert sorted(v for _, v in vals) == sorted(b"t%d-%d-%d" % (t, i, j) for t in range(4) for i in range(150)
                                                     for j in range(3))
         log._check()
+
+
+def test_recovery_is_logged_and_reported(tmp_path, caplog) -> None:
+    import logging
+
+    with _open(tmp_path / "t-0") as log:
+        log.append([b"a" * 100])
+        log.append([b"b" * 100])
+        log.abandon()
+    seg = tmp_path / "t-0" / "00000000000000000000.log"
+    size = os.path.getsize(seg)
+    os.truncate(seg, size - 7)  # a torn tail
+    with caplog.at_level(logging.INFO, logger="pylog.storage"):
+        with _open(tmp_path / "t-0") as log:
+            r = log.recovery
+            assert not r.clean_shutdown and r.truncated
+            assert r.segments_scanned == 1 and r.bytes_scanned == size - 7
+            assert log.log_end_offset == 1
+            assert r.bytes_truncated == size - 7 - log.active_segment.size
+            assert len(r.truncated_at) == 1 and r.truncated_at[0].startswith(f"{seg}@{log.active_segment.size}")
+    warnings = [rec for rec in caplog.records if rec.levelno == logging.WARNING and rec.name == "pylog.storage"]
+    assert len(warnings) == 1
+    assert str(seg) in warnings[0].getMessage() and "truncated" in warnings[0].getMessage()
