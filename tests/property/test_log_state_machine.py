@@ -146,9 +146,12 @@ class LogMachine(RuleBasedStateMachine):
     def tick(self, ms: int) -> None:
         self.now += ms
 
-    @rule()
-    def bump_epoch(self) -> None:
+    @rule(become_leader=st.booleans())
+    def bump_epoch(self, become_leader: bool) -> None:
         self.epoch += 1
+        if become_leader:  # a new leader records its epoch at the log end before appending
+            assert self.log.assign_epoch(self.epoch, self.end)
+            self.epochs.assign(self.epoch, self.end)
 
     @rule(data=st.data(), max_bytes=st.sampled_from([0, 1, 50, 200, 1 << 20]),
           bound=st.one_of(st.none(), st.integers(min_value=0, max_value=8)))
