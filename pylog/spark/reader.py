@@ -47,7 +47,10 @@ from pylog.storage.record import (
 
 log = logging.getLogger("pylog.spark")
 
-CHUNK_BYTES = 8 << 20
+# Bytes of log read per Arrow batch (~9,000 records of 100 bytes). Smaller
+# batches let the Python worker and the JVM overlap; 1 MiB measured 0.77x of
+# Parquet where 8 MiB gave 0.64x (benchmarks/bench_spark.py, docs/spark.md).
+CHUNK_BYTES = int(os.environ.get("PYLOG_SPARK_CHUNK_BYTES", 1 << 20))
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
