@@ -1,0 +1,610 @@
+"""The ``pylog`` command: inspect, verify, repair and use log directories.
+
+Verbs (each has ``--help``), modelled on Kafka's tools:
+
+* ``dump-log FILE...`` - batches, records, index and time index entries (kafka-dump-log);
+* ``verify DIR`` - CRC-check every batch and validate every index; ``--repair`` truncates as recovery does;
+* ``describe DIR`` - offsets, sizes and epochs per partition; leader/replicas/ISR for a cluster dir;
+* ``produce DIR --topic T`` / ``consume DIR --topic T`` - console producer and consumer;
+* ``bench`` - runs ``benchmarks/compare.py`` from a checkout.
+
+Exit status: 0 when everything was valid, 1 when damage or an error was found,
+2 for bad usage. Corrupt input yields an error line naming the file and byte
+position, never a traceback. See docs/cli.md.
+
+Thread-safety: a command-line entry point; not meant to be called concurrently.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from pylog import _native
+from pylog.errors import CorruptRecordError, PylogError
+from pylog.storage import checkpoint
+from pylog.storage.compression import NAMES as CODEC_NAMES
+from pylog.storage.fileio import FileIO
+from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.log import LEADER_EPOCH_CHECKPOINT, Log
+from pylog.storage.logdir import CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE, parse_partition_dir
+from pylog.storage.record import Record, RecordBatch, scan
+
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"  # replication.replica_manager's name (not imported: layering)
+METADATA_FILE = "cluster-metadata.json"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _show_bytes(b: Optional[bytes]) -> str:
+    """Bytes as UTF-8 text with escapes for what is not printable UTF-8; ``null`` for None."""
+    if b is None:
+        return "null"
+    text = bytes(b).decode("utf-8", errors="backslashreplace")
+    out = []
+    for ch in text:
+        if ch == "\\" or ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def _base_offset_of(path: str) -> int:
+    stem = os.path.basename(path).split(".", 1)[0]
+    if not stem.isdigit():
+        raise PylogError("not a segment file name (<20-digit base offset>.log/.index/.timeindex)")
+    return int(stem)
+
+
+def _error(msg: str) -> None:
+    print(f"ERROR: {msg}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """A one-line progress bar on stderr (only when enabled)."""
+
+    def __init__(self, total: int, enabled: bool, stream: IO[str] = sys.stderr):
+        self.total = max(total, 1)
+        self.done = 0
+        self.enabled = enabled
+        self.stream = stream
+
+    def advance(self, n: int, label: str = "") -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        frac = min(1.0, self.done / self.total)
+        bar = "#" * int(frac * 30)
+        self.stream.write(f"\r[{bar:<30}] {frac * 100:5.1f}% {label[-40:]:<40}")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# --------------------------------------------------------------------------- dump-log
+
+
+def _batch_line(b: RecordBatch, valid: bool) -> str:
+    codec = CODEC_NAMES.get(b.compression, str(b.compression))
+    return (
+        f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} count: {b.records_count} "
+        f"baseSequence: {b.base_sequence} partitionLeaderEpoch: {b.partition_leader_epoch} "
+        f"isTransactional: {str(b.is_transactional).lower()} isControl: {str(b.is_control).lower()} "
+        f"producerId: {b.producer_id} producerEpoch: {b.producer_epoch} position: {b.info.position} "
+        f"CreateTime: {b.max_timestamp} size: {b.size_in_bytes} magic: {b.magic} "
+        f"compresscodec: {codec} crc: {b.info.crc} isvalid: {str(valid).lower()}"
+    )
+
+
+def _record_line(r: Record, print_data: bool) -> str:
+    line = (
+        f"| offset: {r.offset} {'LogAppendTime' if r.timestamp_type else 'CreateTime'}: {r.timestamp} "
+        f"keySize: {-1 if r.key is None else len(r.key)} valueSize: {-1 if r.value is None else len(r.value)}"
+    )
+    if print_data:
+        hdrs = ",".join(f"{k}:{_show_bytes(v)}" for k, v in r.headers)
+        line += f" headerKeys: [{hdrs}] key: {_show_bytes(r.key)} payload: {_show_bytes(r.value)}"
+    return line
+
+
+def dump_log_file(path: str, out: IO[str], *, print_data: bool, deep: bool) -> bool:
+    """Print every batch of a ``.log`` file; False (after an error line) on damage."""
+    with open(path, "rb") as f:
+        data = f.read()
+    view = memoryview(data)
+    result = scan(view, verify_crc=True)
+    ok = True
+    for info in result.batches:
+        batch = RecordBatch(info, view[info.position : info.position + info.size], path)
+        out.write(_batch_line(batch, True) + "\n")
+        if not (deep or print_data):
+            continue
+        try:
+            for rec in batch.records():
+                out.write(_record_line(rec, print_data) + "\n")
+        except PylogError as exc:
+            _error(f"{path}: cannot decode records of the batch at byte position {info.position}: {exc}")
+            ok = False
+    if result.status != _native.OK:
+        ok = False
+        pos = result.valid_bytes
+        # Show the header of the bad batch when its framing holds (a CRC mismatch).
+        bad = scan(view[pos:], verify_crc=False, max_batches=1)
+        if bad.batches:
+            info = bad.batches[0]._replace(position=pos)
+            out.write(_batch_line(RecordBatch(info, view[pos : pos + info.size], path), False) + "\n")
+        _error(
+            f"{path}: {result.reason} at byte position {pos} "
+            f"({len(data) - pos} bytes from there to the end of the file are not valid batches)"
+        )
+    out.flush()
+    return ok
+
+
+def _log_size_for(index_path: str) -> int:
+    log_path = index_path.rsplit(".", 1)[0] + ".log"
+    try:
+        return os.path.getsize(log_path)
+    except OSError:
+        return 2**31 - 1
+
+
+def dump_index_file(path: str, out: IO[str]) -> bool:
+    """Print the entries of an ``.index`` or ``.timeindex`` file; False when it fails validation."""
+    base = _base_offset_of(path)
+    is_time = path.endswith(".timeindex")
+    idx = (TimeIndex if is_time else OffsetIndex)(FileIO(), path, base, read_only=True)
+    ok = True
+    try:
+        idx.load(_log_size_for(path))
+        data = bytes(idx.data)
+    except CorruptRecordError as exc:
+        _error(f"{path}: fails validation: {exc}")
+        ok = False
+        with open(path, "rb") as f:
+            data = f.read()
+    size = 12 if is_time else 8
+
+    for i in range(len(data) // size):
+        if is_time:
+            ts, rel = struct.unpack_from(">qi", data, i * size)
+            out.write(f"timestamp: {ts} offset: {base + rel}\n")
+        else:
+            rel, pos = struct.unpack_from(">ii", data, i * size)
+            out.write(f"offset: {base + rel} position: {pos}\n")
+    if len(data) % size:
+        _error(f"{path}: {len(data) % size} trailing bytes at byte position {len(data) - len(data) % size}")
+        ok = False
+    out.flush()
+    return ok
+
+
+def cmd_dump_log(args: argparse.Namespace) -> int:
+    ok = True
+    for path in args.files:
+        print(f"Dumping {path}", flush=True)
+        try:
+            if not os.path.isfile(path):
+                _error(f"{path}: no such file")
+                ok = False
+            elif path.endswith(".log"):
+                ok = dump_log_file(path, sys.stdout, print_data=args.print_data, deep=args.deep_iteration) and ok
+            elif path.endswith((".index", ".timeindex")):
+                ok = dump_index_file(path, sys.stdout) and ok
+            else:
+                _error(f"{path}: not a .log, .index or .timeindex file")
+                ok = False
+        except (OSError, PylogError) as exc:
+            _error(f"{path}: {exc}")
+            ok = False
+    return 0 if ok else 1
+
+
+# --------------------------------------------------------------------------- directory walking
+
+
+def _log_dirs(root: str) -> List[str]:
+    """The log directories under ``root``: its ``broker-*`` subdirectories, or ``root`` itself."""
+    brokers = sorted(
+        os.path.join(root, n) for n in os.listdir(root) if n.startswith("broker-") and os.path.isdir(os.path.join(root, n))
+    )
+    return brokers or [root]
+
+
+def _partition_dirs(log_dir: str) -> List[str]:
+    if parse_partition_dir(log_dir) is not None and any(n.endswith(".log") for n in os.listdir(log_dir)):
+        return [log_dir]
+    out = []
+    for n in sorted(os.listdir(log_dir)):
+        p = os.path.join(log_dir, n)
+        if os.path.isdir(p) and parse_partition_dir(p) is not None:
+            out.append(p)
+    return out
+
+
+def _segment_logs(part_dir: str) -> List[str]:
+    return sorted(
+        os.path.join(part_dir, n) for n in os.listdir(part_dir) if n.endswith(".log") and n[:-4].isdigit()
+    )
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def verify_partition(part_dir: str, progress: Progress, totals: Dict[str, int]) -> List[Tuple[str, int, int, str]]:
+    """CRC-check every batch and validate every index of one partition; return the problems."""
+    problems: List[Tuple[str, int, int, str]] = []
+    damaged_from: Optional[int] = None
+    for log_path in _segment_logs(part_dir):
+        with open(log_path, "rb") as f:
+            data = f.read()
+        totals["segments"] += 1
+        result = scan(data, verify_crc=True)
+        totals["batches"] += len(result.batches)
+        totals["records"] += sum(b.records_count for b in result.batches)
+        totals["bytes"] += len(data)
+        if damaged_from is not None:
+            problems.append((log_path, 0, len(data), "follows a damaged segment (recovery deletes it)"))
+        elif result.status != _native.OK:
+            damaged_from = result.valid_bytes
+            problems.append((log_path, result.valid_bytes, len(data) - result.valid_bytes, result.reason))
+        for ext, cls in ((".index", OffsetIndex), (".timeindex", TimeIndex)):
+            ipath = log_path[:-4] + ext
+            if not os.path.exists(ipath):
+                continue
+            idx = cls(FileIO(), ipath, _base_offset_of(ipath), read_only=True)
+            try:
+                idx.load(len(data))
+            except CorruptRecordError as exc:
+                problems.append((ipath, 0, 0, f"index fails validation ({exc}); recovery rebuilds it"))
+        progress.advance(len(data), os.path.basename(part_dir))
+    return problems
+
+
+def _repair_partition(part_dir: str) -> str:
+    """Run Kafka-style recovery on one partition: force a scan from the damaged segment on."""
+    log_dir = os.path.dirname(os.path.abspath(part_dir))
+    tp = parse_partition_dir(part_dir)
+    assert tp is not None
+    io = FileIO()
+    # Recovery scans from the recovery point and only after an unclean shutdown:
+    # lower the point to the first damaged segment and drop the clean marker.
+    first_bad: Optional[int] = None
+    for log_path in _segment_logs(part_dir):
+        with open(log_path, "rb") as f:
+            if scan(f.read(), verify_crc=True).status != _native.OK:
+                first_bad = _base_offset_of(log_path)
+                break
+    rp_path = os.path.join(log_dir, RECOVERY_POINT_FILE)
+    if first_bad is not None:
+        try:
+            points = checkpoint.read_offsets(io, rp_path)
+        except CorruptRecordError:
+            points = {}
+        points[tp] = min(points.get(tp, first_bad), first_bad)
+        checkpoint.write_offsets(io, rp_path, points)
+    marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+    if os.path.exists(marker):
+        os.unlink(marker)
+    log = Log.open(part_dir)
+    try:
+        for seg in log.segments.values():
+            seg.ensure_indexes()  # rebuilds an invalid index
+        rec = log.recovery
+        note = f"{part_dir}: recovered, log end offset {log.log_end_offset}"
+        if rec is not None and rec.truncated:
+            note += f", truncated {rec.bytes_truncated} bytes at {'; '.join(rec.truncated_at)}"
+    finally:
+        log.close()
+    return note
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    root = args.dir
+    if not os.path.isdir(root):
+        _error(f"{root}: not a directory")
+        return 1
+    parts = [p for d in _log_dirs(root) for p in _partition_dirs(d)]
+    total = sum(os.path.getsize(s) for p in parts for s in _segment_logs(p))
+    progress = Progress(total, args.progress or sys.stderr.isatty())
+    totals = {"partitions": len(parts), "segments": 0, "batches": 0, "records": 0, "bytes": 0}
+    damaged: Dict[str, List[Tuple[str, int, int, str]]] = {}
+    for p in parts:
+        try:
+            probs = verify_partition(p, progress, totals)
+        except (OSError, PylogError) as exc:
+            probs = [(p, 0, 0, str(exc))]
+        if probs:
+            damaged[p] = probs
+    progress.finish()
+    n_problems = sum(len(v) for v in damaged.values())
+    for probs in damaged.values():
+        for file, pos, nbytes, reason in probs:
+            print(f"PROBLEM {file} at byte position {pos}: {reason} ({nbytes} bytes would be dropped)")
+    print(
+        f"partitions: {totals['partitions']} segments: {totals['segments']} batches: {totals['batches']} "
+        f"records: {totals['records']} bytes: {totals['bytes']} problems: {n_problems}"
+    )
+    if not damaged:
+        return 0
+    if not args.repair:
+        return 1
+    print("Repair will drop:")
+    for probs in damaged.values():
+        for file, pos, nbytes, reason in probs:
+            print(f"  {file} from byte position {pos}: {nbytes} bytes ({reason})")
+    if not args.yes:
+        sys.stdout.flush()
+        sys.stderr.write("Proceed? [y/N] ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            print("Not repaired.")
+            return 1
+    failed = False
+    for p in damaged:
+        try:
+            print(_repair_partition(p))
+        except (OSError, PylogError) as exc:
+            _error(f"{p}: repair failed: {exc}")
+            failed = True
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------- describe
+
+
+def _read_offsets_quiet(path: str) -> Dict[Tuple[str, int], int]:
+    try:
+        return checkpoint.read_offsets(FileIO(), path)
+    except (OSError, PylogError):
+        return {}
+
+
+def _describe_log_dir(log_dir: str, prefix: str = "") -> Iterator[str]:
+    rps = _read_offsets_quiet(os.path.join(log_dir, RECOVERY_POINT_FILE))
+    hws = _read_offsets_quiet(os.path.join(log_dir, HW_CHECKPOINT_FILE))
+    for p in _partition_dirs(log_dir):
+        tp = parse_partition_dir(p)
+        assert tp is not None
+        try:
+            log = Log.open(p, read_only=True)
+        except (OSError, PylogError) as exc:
+            yield f"{prefix}Topic: {tp[0]} Partition: {tp[1]} ERROR: {exc}"
+            continue
+        try:
+            try:
+                epochs = checkpoint.read_epochs(FileIO(), os.path.join(p, LEADER_EPOCH_CHECKPOINT))
+                epoch = str(epochs[-1][0]) if epochs else "-1"
+            except (OSError, PylogError):
+                epoch = "unreadable"
+            rp = rps.get(tp)
+            hw = hws.get(tp)
+            yield (
+                f"{prefix}Topic: {tp[0]} Partition: {tp[1]} LogStartOffset: {log.log_start_offset} "
+                f"LogEndOffset: {log.log_end_offset} Size: {log.size_in_bytes} Segments: {len(log.segments)} "
+                f"LeaderEpoch: {epoch} RecoveryPoint: {'-' if rp is None else rp} "
+                f"HighWatermark: {'-' if hw is None else hw}"
+            )
+        finally:
+            log.close()
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    root = args.dir
+    if not os.path.isdir(root):
+        _error(f"{root}: not a directory")
+        return 1
+    meta_path = os.path.join(root, METADATA_FILE)
+    if os.path.exists(meta_path):
+        try:
+            with open(meta_path, "rb") as f:
+                meta = json.loads(f.read().decode("utf-8"))
+            print(f"Cluster: {root} brokers: {meta.get('brokers')} controllerEpoch: {meta.get('controller_epoch')}")
+            for st in sorted(meta.get("partitions", []), key=lambda s: (s["topic"], s["partition"])):
+                print(
+                    f"Topic: {st['topic']} Partition: {st['partition']} Leader: {st['leader']} "
+                    f"LeaderEpoch: {st['leader_epoch']} Replicas: {','.join(map(str, st['replicas']))} "
+                    f"Isr: {','.join(map(str, st['isr']))}"
+                )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _error(f"{meta_path}: cannot read cluster metadata: {exc}")
+            return 1
+    dirs = _log_dirs(root)
+    for d in dirs:
+        prefix = f"Broker: {os.path.basename(d)[len('broker-'):]} " if d != root else ""
+        for line in _describe_log_dir(d, prefix):
+            print(line)
+    return 0
+
+
+# --------------------------------------------------------------------------- produce / consume
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    path = os.path.join(args.dir, f"{args.topic}-{args.partition}")
+    sep = args.key_separator.encode() if args.key_separator is not None else None
+    n = 0
+    first = last = None
+    try:
+        log = Log.open(path)
+    except (OSError, PylogError) as exc:
+        _error(f"{path}: {exc}")
+        return 1
+    try:
+        pending: List[Record] = []
+
+        def flush_pending() -> None:
+            nonlocal first, last
+            if pending:
+                res = log.append(pending)
+                first = res.base_offset if first is None else first
+                last = res.last_offset
+                pending.clear()
+
+        for raw in sys.stdin.buffer:
+            line = raw[:-1] if raw.endswith(b"\n") else raw
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            key = None
+            if sep is not None and sep in line:
+                key, line = line.split(sep, 1)
+            pending.append(Record(line, key=key))
+            n += 1
+            if len(pending) >= args.batch_size:
+                flush_pending()
+        flush_pending()
+        log.flush()
+    except (OSError, PylogError) as exc:
+        _error(f"{path}: {exc}")
+        return 1
+    finally:
+        log.close()
+    where = f" (offsets {first}..{last})" if n else ""
+    print(f"Produced {n} records to {args.topic}-{args.partition}{where}", file=sys.stderr)
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    path = os.path.join(args.dir, f"{args.topic}-{args.partition}")
+    try:
+        log = Log.open(path, read_only=True)
+    except (OSError, PylogError) as exc:
+        _error(f"{path}: {exc}")
+        return 1
+    out = sys.stdout.buffer
+    sep = (args.key_separator if args.key_separator is not None else "\t").encode()
+    n = 0
+    try:
+        if args.offset is not None:
+            offset = args.offset
+        elif args.from_beginning:
+            offset = log.log_start_offset
+        else:
+            offset = log.log_end_offset  # like kafka-console-consumer: only new records (none, for a dir)
+        if offset < log.log_start_offset or offset > log.log_end_offset:
+            _error(f"offset {offset} is outside [{log.log_start_offset}, {log.log_end_offset}] of {path}")
+            return 1
+        while offset < log.log_end_offset and (args.max_messages is None or n < args.max_messages):
+            got = False
+            for rec in log.read(offset):
+                got = True
+                if args.print_key:
+                    out.write((rec.key or b"null") + sep)
+                out.write((rec.value if rec.value is not None else b"null") + b"\n")
+                n += 1
+                offset = rec.offset + 1
+                if args.max_messages is not None and n >= args.max_messages:
+                    break
+            if not got:
+                break
+    except (OSError, PylogError) as exc:
+        out.flush()
+        _error(f"{path}: {exc}")
+        return 1
+    finally:
+        log.close()
+    out.flush()
+    print(f"Processed a total of {n} messages", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def cmd_bench(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(here, "benchmarks", "compare.py")
+    if not os.path.exists(script):
+        _error(
+            f"{script} not found: `pylog bench` needs a source checkout of pylog "
+            "(benchmarks/ is not part of an installed package)"
+        )
+        return 1
+    return subprocess.call([sys.executable, script, *extra])
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pylog", description="Inspect, verify and use pylog log directories.")
+    sub = p.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+
+    d = sub.add_parser("dump-log", help="print the batches/records of .log files and the entries of index files",
+                       description="Like kafka-dump-log: print batches of .log files, entries of .index/.timeindex files.")
+    d.add_argument("files", nargs="+", metavar="FILE")
+    d.add_argument("--print-data", action="store_true", help="print each record's key, value and headers (implies --deep-iteration)")
+    d.add_argument("--deep-iteration", action="store_true", help="print each record, decompressing compressed batches")
+
+    v = sub.add_parser("verify", help="CRC-check every batch and validate every index under DIR",
+                       description="Walk a log dir (or a cluster dir with broker-*/), check every batch CRC and index; exit 1 on damage.")
+    v.add_argument("dir", metavar="DIR")
+    v.add_argument("--repair", action="store_true", help="truncate damaged partitions as recovery does (asks first)")
+    v.add_argument("--yes", action="store_true", help="do not ask before repairing")
+    v.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+
+    s = sub.add_parser("describe", help="offsets, sizes and epochs of each partition (read-only)",
+                       description="Per partition: log start/end, size, segments, leader epoch, recovery point, HW; "
+                                   "leader, replicas and ISR for a cluster dir.")
+    s.add_argument("dir", metavar="DIR")
+
+    pr = sub.add_parser("produce", help="append lines from stdin to a partition",
+                        description="Read lines from stdin and append each as a record to <DIR>/<TOPIC>-<PARTITION>.")
+    pr.add_argument("dir", metavar="DIR")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--partition", type=int, default=0)
+    pr.add_argument("--key-separator", default=None, help="split each line into key and value at the first SEP")
+    pr.add_argument("--batch-size", type=int, default=500, help="records per appended batch (default 500)")
+
+    c = sub.add_parser("consume", help="print records of a partition (read-only)",
+                       description="Print the values (and keys) of <DIR>/<TOPIC>-<PARTITION>, one per line.")
+    c.add_argument("dir", metavar="DIR")
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partition", type=int, default=0)
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
+    g.add_argument("--offset", type=int, default=None, help="start at offset N")
+    c.add_argument("--max-messages", type=int, default=None)
+    c.add_argument("--print-key", action="store_true")
+    c.add_argument("--key-separator", default=None, help="printed between key and value (default: tab)")
+
+    sub.add_parser("bench", help="run benchmarks/compare.py (a source checkout only); other arguments go to it",
+                   description="Run benchmarks/compare.py with the given arguments and print its ratio table.",
+                   add_help=False)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``pylog`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        if argv[1:2] in (["-h"], ["--help"]):
+            print("usage: pylog bench [compare.py arguments...]\n\n"
+                  "Run benchmarks/compare.py from a source checkout with the given arguments.\n"
+                  "See `python benchmarks/compare.py --help` for its options.")
+            return 0
+        return cmd_bench(argparse.Namespace(), argv[1:])
+    args = build_parser().parse_args(argv)
+    handlers = {"dump-log": cmd_dump_log, "verify": cmd_verify, "describe": cmd_describe,
+                "produce": cmd_produce, "consume": cmd_consume}
+    try:
+        return handlers[args.verb](args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
