@@ -158,6 +158,17 @@ def _log_size_for(index_path: str) -> int:
         return 2**31 - 1
 
 
+def _batches_by_position(index_path: str) -> Optional[Dict[int, Tuple[int, int]]]:
+    """``{position: (base_offset, last_offset)}`` of the segment's batches, None without a .log."""
+    log_path = index_path.rsplit(".", 1)[0] + ".log"
+    try:
+        with open(log_path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return {b.position: (b.base_offset, b.last_offset) for b in scan(data, verify_crc=False).batches}
+
+
 def dump_index_file(path: str, out: IO[str]) -> bool:
     """Print the entries of an ``.index`` or ``.timeindex`` file; False when it fails validation."""
     base = _base_offset_of(path)
@@ -173,7 +184,7 @@ def dump_index_file(path: str, out: IO[str]) -> bool:
         with open(path, "rb") as f:
             data = f.read()
     size = 12 if is_time else 8
-
+    batch_at = _batches_by_position(path) if not is_time else None
     for i in range(len(data) // size):
         if is_time:
             ts, rel = struct.unpack_from(">qi", data, i * size)
@@ -181,6 +192,13 @@ def dump_index_file(path: str, out: IO[str]) -> bool:
         else:
             rel, pos = struct.unpack_from(">ii", data, i * size)
             out.write(f"offset: {base + rel} position: {pos}\n")
+            if batch_at is not None:
+                span = batch_at.get(pos)
+                if span is None or not span[0] <= base + rel <= span[1]:
+                    found = "no batch starts there" if span is None else f"the batch there holds offsets {span[0]}..{span[1]}"
+                    _error(f"{path}: index entry {i} (byte position {i * size}) maps offset {base + rel} "
+                           f"to log position {pos}, but {found}")
+                    ok = False
     if len(data) % size:
         _error(f"{path}: {len(data) % size} trailing bytes at byte position {len(data) - len(data) % size}")
         ok = False

@@ -225,3 +225,32 @@ def test_missing_inputs_are_errors_not_tracebacks(tmp_path):
     assert r.returncode == 1 and b"Traceback" not in r.stderr
     r = run("verify", str(tmp_path / "absent"))
     assert r.returncode == 1
+
+
+def test_index_entry_that_points_at_the_wrong_batch(tmp_path):
+    part = write_log(tmp_path, [[Record(b"x")], [Record(b"y")], [Record(b"z")]], index_interval_bytes=1)
+    entries = run("dump-log", seg(part, "index")).stdout.decode()
+    assert re.findall(r"^offset: (\d+) ", entries, re.M) == ["1", "2"]
+    with open(seg(part, "index"), "r+b") as f:
+        f.seek(4)
+        f.write((1).to_bytes(4, "big"))  # entry 0 now points inside the first batch
+    r = run("dump-log", seg(part, "index"))
+    assert r.returncode == 1
+    assert b"index entry 0 (byte position 0) maps offset 1 to log position 1, but no batch starts there" in r.stderr
+
+
+def test_verify_progress_bar_and_index_repair(tmp_path):
+    part = write_log(tmp_path, [[Record(b"x")], [Record(b"y")]], index_interval_bytes=1)
+    r = run("verify", "--progress", str(tmp_path))
+    assert r.returncode == 0 and b"100.0%" in r.stderr
+    assert b"partitions: 1 segments: 1 batches: 2 records: 2" in r.stdout
+    r = run("verify", str(tmp_path))
+    assert b"%" not in r.stderr  # no bar when stderr is not a terminal
+    with open(seg(part, "index"), "ab") as f:
+        f.write(b"\x00\x00\x00")
+    r = run("verify", "--repair", "--yes", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert b"index fails validation" in r.stdout
+    assert os.path.getsize(seg(part, "index")) % 8 == 0
+    r = run("verify", str(tmp_path))
+    assert r.returncode == 0 and b"problems: 0" in r.stdout
