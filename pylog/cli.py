@@ -17,6 +17,7 @@ Thread-safety: a command-line entry point; not meant to be called concurrently.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import struct
@@ -25,13 +26,13 @@ import sys
 from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from pylog import _native
-from pylog.errors import CorruptRecordError, PylogError
+from pylog.errors import CorruptRecordError, LogDirLockedError, PylogError
 from pylog.storage import checkpoint
 from pylog.storage.compression import NAMES as CODEC_NAMES
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.log import LEADER_EPOCH_CHECKPOINT, Log
-from pylog.storage.logdir import CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE, parse_partition_dir
+from pylog.storage.logdir import CLEAN_SHUTDOWN_FILE, LOCK_FILE, RECOVERY_POINT_FILE, parse_partition_dir
 from pylog.storage.record import Record, RecordBatch, scan
 
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"  # replication.replica_manager's name (not imported: layering)
@@ -293,7 +294,6 @@ def _repair_partition(part_dir: str) -> str:
     log_dir = os.path.dirname(os.path.abspath(part_dir))
     tp = parse_partition_dir(part_dir)
     assert tp is not None
-    io = FileIO()
     # Recovery scans from the recovery point and only after an unclean shutdown:
     # lower the point to the first damaged segment and drop the clean marker.
     first_bad: Optional[int] = None
@@ -302,6 +302,23 @@ def _repair_partition(part_dir: str) -> str:
             if scan(f.read(), verify_crc=True).status != _native.OK:
                 first_bad = _base_offset_of(log_path)
                 break
+    # Hold the writer's lock (the same fcntl record lock LogDir takes) before
+    # changing anything. Record locks belong to the process, so Log.open below
+    # shares it; this descriptor is closed only after the log is closed,
+    # because closing it would drop the process's lock.
+    lock_fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.lockf(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise LogDirLockedError(f"log directory {log_dir} is locked by a running writer; stop it first") from None
+        return _recover_locked(part_dir, log_dir, tp, first_bad)
+    finally:
+        os.close(lock_fd)
+
+
+def _recover_locked(part_dir: str, log_dir: str, tp: Tuple[str, int], first_bad: Optional[int]) -> str:
+    io = FileIO()
     rp_path = os.path.join(log_dir, RECOVERY_POINT_FILE)
     if first_bad is not None:
         try:

@@ -254,3 +254,23 @@ def test_verify_progress_bar_and_index_repair(tmp_path):
     assert os.path.getsize(seg(part, "index")) % 8 == 0
     r = run("verify", str(tmp_path))
     assert r.returncode == 0 and b"problems: 0" in r.stdout
+
+
+def test_repair_refuses_while_a_writer_holds_the_directory(tmp_path):
+    part = write_log(tmp_path, [[Record(b"x")], [Record(b"y")]])
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import sys, pylog; l = pylog.Log.open(sys.argv[1]); print('open', flush=True); "
+         "sys.stdin.read(); l.close()", part],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    try:
+        assert writer.stdout.readline() == b"open\n"
+        size = os.path.getsize(seg(part, "log"))
+        flip(seg(part, "log"), size - 3)  # damage it under the writer
+        rp = open(os.path.join(str(tmp_path), "recovery-point-offset-checkpoint"), "rb").read()
+        r = run("verify", "--repair", "--yes", str(tmp_path))
+        assert r.returncode == 1 and b"locked by a running writer" in r.stderr
+        assert os.path.getsize(seg(part, "log")) == size
+        assert open(os.path.join(str(tmp_path), "recovery-point-offset-checkpoint"), "rb").read() == rp
+    finally:
+        writer.communicate(b"", timeout=60)
