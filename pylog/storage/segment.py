@@ -12,6 +12,7 @@ Thread-safety: none; :class:`pylog.storage.log.Log` serialises access.
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -24,6 +25,7 @@ from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.record import BatchInfo, Record, scan
 
+log = logging.getLogger("pylog.storage")
 READ_CHUNK = 64 * 1024
 _new_tuple = tuple.__new__
 
@@ -78,6 +80,12 @@ class LogSegment:
         self.offset_index = OffsetIndex(io, prefix + ".index", base_offset, read_only=read_only)
         self.time_index = TimeIndex(io, prefix + ".timeindex", base_offset, read_only=read_only)
         self._fd: Optional[int] = io.open(self.log_path, create=not read_only, read_only=read_only)
+        if not read_only and io.size(self._fd) == 0:
+            # Kafka creates both index files with the segment; an index file is
+            # then missing only when it was lost, which means "rebuild".
+            for index in (self.offset_index, self.time_index):
+                if not io.exists(index.path):
+                    io.close(io.open(index.path))
         self.created_ms = created_ms
         self._state = ffi.new("plg_segment_state_t *")
         st = self._state
@@ -138,7 +146,12 @@ class LogSegment:
                 self.time_index._data = bytearray()
                 self._indexes_ready = True
             else:
-                self.recover()
+                rec = self.recover()
+                if rec.truncated_bytes:
+                    log.warning(
+                        "rebuilding the indexes of %s cut %d bytes at position %d: %s",
+                        self.log_path, rec.truncated_bytes, rec.valid_bytes, rec.reason,
+                    )
 
     def _sync_state_from_indexes(self) -> None:
         st = self._state
