@@ -47,9 +47,8 @@ from pylog.storage.record import (
 
 log = logging.getLogger("pylog.spark")
 
-# Bytes of log read per Arrow batch (~9,000 records of 100 bytes). Smaller
-# batches let the Python worker and the JVM overlap; 1 MiB measured 0.77x of
-# Parquet where 8 MiB gave 0.64x (benchmarks/bench_spark.py, docs/spark.md).
+# Bytes of log read per Arrow batch (~9,000 records of 100 bytes). 8 MiB,
+# 1 MiB and 512 KiB measured within the machine's noise (docs/spark.md).
 CHUNK_BYTES = int(os.environ.get("PYLOG_SPARK_CHUNK_BYTES", 1 << 20))
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
