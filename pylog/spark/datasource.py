@@ -381,10 +381,16 @@ class PylogWriter(DataSourceArrowWriter):
         self.default_partitions = layout.parse_positive_int(opts, "numpartitions") or 1
         self.batch_size = layout.parse_positive_int(opts, "batchsize") or 1000
         self.lock_timeout_s = (layout.parse_positive_int(opts, "locktimeoutms") or 120_000) / 1000
+        # Partition counts are fixed here, on the driver, before any task runs:
+        # a task that looked at the directory itself could see another task's
+        # half-created topic and send a key to the wrong partition.
+        self.partition_counts: Dict[str, int] = {}
+        if os.path.isdir(self.path):
+            for t, p in layout.list_topic_partitions(self.path):
+                self.partition_counts[t] = max(self.partition_counts.get(t, 0), p + 1)
 
     def _num_partitions(self, topic: str) -> int:
-        found = [tp for tp in layout.list_topic_partitions(self.path) if tp[0] == topic] if os.path.isdir(self.path) else []
-        return max((p for _, p in found), default=self.default_partitions - 1) + 1
+        return self.partition_counts.get(topic, self.default_partitions)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         from pyspark import TaskContext
