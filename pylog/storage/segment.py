@@ -228,7 +228,11 @@ class LogSegment:
         """Up to ``max_bytes`` of the ``.log`` from ``position`` (not past ``max_position``)."""
         end = self.size if max_position is None else min(self.size, max_position)
         n = max(0, min(max_bytes, end - position))
-        return self.io.pread(self.fd, n, position) if n else b""
+        if not n:
+            return b""
+        if self._mapped() is not None:  # the writer's own segment: one copy, no system call
+            return self._map[position : position + n]  # type: ignore[index]
+        return self.io.pread(self.fd, n, position)
 
     def translate_offset(
         self, offset: int, start_position: int = 0, *, allow_torn_tail: bool = True
@@ -249,6 +253,26 @@ class LogSegment:
         out_pos = ffi.new("uint64_t *")
         out_last = ffi.new("int64_t *")
         size = self.size
+        ptr = self._mapped()
+        if ptr is not None and pos < size:
+            # The writer's own segment: walk the mapped file in one C call.
+            rc = lib.plg_find_batch(ptr + pos, size - pos, offset, out_pos, out_last)
+            if rc != _native.OK:
+                raise CorruptRecordError(
+                    f"invalid batch while looking for offset {offset}: {_native.strerror(rc)}",
+                    path=self.log_path,
+                    position=pos + out_pos[0],
+                )
+            if out_last[0] >= 0:
+                return self._checked_skip(offset, first, pos + int(out_pos[0]), int(out_last[0]), allow_torn_tail)
+            stop = pos + int(out_pos[0])
+            if stop < size and not allow_torn_tail:
+                raise CorruptRecordError(
+                    f"batch length runs past the end of the file while looking for offset {offset}",
+                    path=self.log_path,
+                    position=stop,
+                )
+            return self._checked_skip(offset, first, stop, None, allow_torn_tail)
         while pos < size:
             chunk = self.io.pread(self.fd, min(READ_CHUNK, size - pos), pos)
             rc = lib.plg_find_batch(ffi.from_buffer(chunk), len(chunk), offset, out_pos, out_last)

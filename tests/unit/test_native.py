@@ -721,3 +721,28 @@ def test_decode_legacy_fields():
     assert msg[out.value_pos : out.value_pos + out.value_len] == b"value"
     for cut in range(len(msg)):  # the size field no longer matches: never reads past len
         assert lib.plg_decode_legacy(msg[:cut], cut, out) != lib.PLG_OK
+
+
+# ---- RecordBatch.value_columns: the columnar zero-copy reader -----------------
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_value_columns_match_records(compression):
+    from pylog.storage.record import Record, encode_batch, iter_batches
+
+    items = [b"a", None, Record(b"ccc", b"k"), Record(b"", None, [("h", b"x")]), b"z" * 300]
+    batch = next(iter(iter_batches(encode_batch(items, now_ms=1, compression=compression))))
+    cols = batch.value_columns()
+    assert len(cols) == len(items)
+    got = [None if cols.value(i) is None else bytes(cols.value(i)) for i in range(len(cols))]
+    assert got == [r.value for r in batch.records()]
+    assert list(cols.lengths) == [-1 if r.value is None else len(r.value) for r in batch.records()]
+    if compression is None:  # zero-copy: the buffer is the batch's own memory
+        assert cols.buffer.obj is batch.buffer.obj
+
+
+def test_value_columns_of_legacy_messages():
+    from pylog.storage.record import iter_batches, py_encode_legacy
+
+    data = py_encode_legacy(0, b"v0", magic=0) + py_encode_legacy(1, None, b"k", magic=1, timestamp=5)
+    cols = [b.value_columns() for b in iter_batches(data)]
+    assert [None if c.value(0) is None else bytes(c.value(0)) for c in cols] == [b"v0", None]
