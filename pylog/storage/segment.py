@@ -253,29 +253,13 @@ class LogSegment:
         out_pos = ffi.new("uint64_t *")
         out_last = ffi.new("int64_t *")
         size = self.size
-        ptr = self._mapped()
-        if ptr is not None and pos < size:
-            # The writer's own segment: walk the mapped file in one C call.
-            rc = lib.plg_find_batch(ptr + pos, size - pos, offset, out_pos, out_last)
-            if rc != _native.OK:
-                raise CorruptRecordError(
-                    f"invalid batch while looking for offset {offset}: {_native.strerror(rc)}",
-                    path=self.log_path,
-                    position=pos + out_pos[0],
-                )
-            if out_last[0] >= 0:
-                return self._checked_skip(offset, first, pos + int(out_pos[0]), int(out_last[0]), allow_torn_tail)
-            stop = pos + int(out_pos[0])
-            if stop < size and not allow_torn_tail:
-                raise CorruptRecordError(
-                    f"batch length runs past the end of the file while looking for offset {offset}",
-                    path=self.log_path,
-                    position=stop,
-                )
-            return self._checked_skip(offset, first, stop, None, allow_torn_tail)
+        ptr = self._mapped()  # the writer's own segment: walk the mapped file, no reads
         while pos < size:
-            chunk = self.io.pread(self.fd, min(READ_CHUNK, size - pos), pos)
-            rc = lib.plg_find_batch(ffi.from_buffer(chunk), len(chunk), offset, out_pos, out_last)
+            if ptr is not None:
+                rc = lib.plg_find_batch(ptr + pos, size - pos, offset, out_pos, out_last)
+            else:
+                chunk = self.io.pread(self.fd, min(READ_CHUNK, size - pos), pos)
+                rc = lib.plg_find_batch(ffi.from_buffer(chunk), len(chunk), offset, out_pos, out_last)
             if rc != _native.OK:
                 raise CorruptRecordError(
                     f"invalid batch while looking for offset {offset}: {_native.strerror(rc)}",
@@ -286,7 +270,7 @@ class LogSegment:
                 return self._checked_skip(offset, first, pos + int(out_pos[0]), int(out_last[0]), allow_torn_tail)
             advanced = int(out_pos[0])
             if advanced == 0:
-                # One batch larger than the chunk: read it whole to step over it.
+                # A batch larger than the chunk (or a torn tail): read it whole to step over it.
                 whole = self._read_whole_batch(pos)
                 if whole is None:
                     if allow_torn_tail:
