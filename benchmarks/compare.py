@@ -182,34 +182,38 @@ def pylog_read_records(log: Log) -> Tuple[int, bytes]:
     return n, last
 
 
-def pylog_read_zero_copy(log: Log) -> Tuple[int, bytes]:
+def _walk_batches(log: Log, per_batch: Callable[[Any], Tuple[int, Any]]) -> Tuple[int, bytes]:
+    """Read every batch with read_batches; per_batch gives (values seen, last value)."""
     off, end, n = log.log_start_offset, log.log_end_offset, 0
     last: Any = b""
-    read_batches = log.read_batches
     while off < end:
-        batches = read_batches(off, MiB)
+        batches = log.read_batches(off, MiB)
         for b in batches:
-            vals = b.values()
-            n += len(vals)
-            last = vals[-1]
+            k, last = per_batch(b)
+            n += k
         off = batches[-1].last_offset + 1
     return n, bytes(last)
+
+
+def _memoryviews(b: Any) -> Tuple[int, Any]:
+    vals = b.values()
+    return len(vals), vals[-1]
+
+
+def _columns(b: Any) -> Tuple[int, Any]:
+    cols = b.value_columns()
+    return len(cols), cols.value(len(cols) - 1)
+
+
+def pylog_read_zero_copy(log: Log) -> Tuple[int, bytes]:
+    """One memoryview per value (RecordBatch.values)."""
+    return _walk_batches(log, _memoryviews)
 
 
 def pylog_read_columns(log: Log) -> Tuple[int, bytes]:
     """The zero-copy batch reader: per batch one memoryview of its bytes plus
     position/length arrays (RecordBatch.value_columns), no object per record."""
-    off, end, n = log.log_start_offset, log.log_end_offset, 0
-    last: Any = b""
-    read_batches = log.read_batches
-    while off < end:
-        batches = read_batches(off, MiB)
-        for b in batches:
-            cols = b.value_columns()
-            n += len(cols)
-            last = cols.value(len(cols) - 1)
-        off = batches[-1].last_offset + 1
-    return n, bytes(last)
+    return _walk_batches(log, _columns)
 
 
 def sqlite_scan(conn: sqlite3.Connection, chunk: int) -> Tuple[int, bytes]:

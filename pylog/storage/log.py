@@ -939,10 +939,6 @@ class Log:
         assert all(s <= self.log_end_offset for s in starts)
 
 
-def open_log(path: str, **kwargs: object) -> Log:
-    """Alias of :meth:`Log.open`."""
-    return Log.open(path, **kwargs)  # type: ignore[arg-type]
 
-
-__all__ = ["Log", "LogConfig", "AppendResult", "validate_topic", "open_log"]
+__all__ = ["Log", "LogConfig", "AppendResult", "validate_topic"]
 

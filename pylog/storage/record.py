@@ -267,18 +267,12 @@ class RecordBatch:
     def values(self) -> List[Optional[memoryview]]:
         """Zero-copy values of an uncompressed v2 batch (copies when compressed).
 
+        One memoryview per value, built from :meth:`value_columns`.
         Complexity: O(records). The memoryviews point into this batch's buffer.
         """
-        if self.info.magic != 2:
-            return [None if r.value is None else memoryview(r.value) for r in _legacy_records(self)]
-        if self.compression == codecs.NONE:
-            section = self.buffer[BATCH_OVERHEAD:]
-        else:
-            section = memoryview(self._records_section())
-        cols = _decode_columns(section, self.info.records_count, self.path, self.info.position)
-        vp = ffi.unpack(cols.value_pos, self.info.records_count)
-        vl = ffi.unpack(cols.value_len, self.info.records_count)
-        return [section[p : p + n] if n >= 0 else None for p, n in zip(vp, vl)]
+        cols = self.value_columns()
+        buf = cols.buffer
+        return [buf[p : p + n] if n >= 0 else None for p, n in zip(cols.positions, cols.lengths)]
 
     def value_columns(self) -> "ValueColumns":
         """The batch's values as columns, without a Python object per record.
