@@ -182,6 +182,79 @@ class NativeError(PylogError):
     """The C core reported a status that is a bug in pylog, not in the input."""
 
 
+# ---- consumer groups ---------------------------------------------------------
+
+
+class CoordinatorNotAvailableError(PylogError):
+    """No broker currently hosts the group's coordinator (its offsets partition has no leader)."""
+
+    kafka_name = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class NotCoordinatorError(PylogError):
+    """The broker asked is not the coordinator of the group (any more)."""
+
+    kafka_name = "NOT_COORDINATOR"
+    retriable = True
+
+
+class CoordinatorLoadInProgressError(PylogError):
+    """The coordinator is still loading the group's offsets partition."""
+
+    kafka_name = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+
+
+class IllegalGenerationError(PylogError):
+    """A group request carried a generation other than the group's current one (a stale member)."""
+
+    kafka_name = "ILLEGAL_GENERATION"
+
+
+class UnknownMemberIdError(PylogError):
+    """The member id is not (or no longer) a member of the group."""
+
+    kafka_name = "UNKNOWN_MEMBER_ID"
+
+
+class RebalanceInProgressError(PylogError):
+    """The group is rebalancing: the member must rejoin."""
+
+    kafka_name = "REBALANCE_IN_PROGRESS"
+
+
+class InconsistentGroupProtocolError(PylogError, ValueError):
+    """A member's protocol type or assignors do not match the group's."""
+
+    kafka_name = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class GroupIdNotFoundError(PylogError, KeyError):
+    """The group does not exist."""
+
+    kafka_name = "GROUP_ID_NOT_FOUND"
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NonEmptyGroupError(PylogError):
+    """The group still has members (it cannot be deleted)."""
+
+    kafka_name = "NON_EMPTY_GROUP"
+
+
+class NoOffsetForPartitionError(PylogError):
+    """No committed offset for a partition and ``auto_offset_reset="none"`` (Kafka's NoOffsetForPartitionException)."""
+
+
+class InvalidGroupIdError(PylogError, ValueError):
+    """An operation needs a ``group_id`` (e.g. commit) and the consumer has none."""
+
+    kafka_name = "INVALID_GROUP_ID"
+
+
 # ---- the one table from C status codes to exceptions ------------------------
 
 #: C status code -> (exception class, description). Filled from the compiled
