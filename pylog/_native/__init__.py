@@ -10,13 +10,42 @@ calls, and no C function keeps a pointer to a Python buffer after returning.
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+import os
+from typing import Any, Optional, Union
 
 from pylog import __version__
 from pylog.errors import PylogError, native_error
 
+
+
+def _load_from(path: str) -> Any:
+    """Load the compiled module from ``path`` (an out-of-place build) as ``pylog._native._plg``."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    name = "pylog._native._plg"
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None or not os.path.isfile(path):
+        raise ImportError(f"PYLOG_NATIVE_LIB={path!r} is not a compiled pylog C core")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+#: The file the C core was loaded from. ``PYLOG_NATIVE_LIB`` names another
+#: build to load instead of the in-place one (``./dev test`` points it at the
+#: sanitizer build, ``python pylog/_native/_build.py --out DIR``).
+NATIVE_PATH: str
 try:
-    from pylog._native._plg import ffi, lib
+    if os.environ.get("PYLOG_NATIVE_LIB"):
+        _mod = _load_from(os.environ["PYLOG_NATIVE_LIB"])
+    else:
+        from pylog._native import _plg as _mod
+    ffi, lib = _mod.ffi, _mod.lib
+    NATIVE_PATH = str(_mod.__file__)
 except ImportError as exc:  # pragma: no cover - exercised only without a build
     raise ImportError(
         "pylog's C core is not built. Run the README's set-up command, or "
@@ -90,6 +119,7 @@ def crc32(data: Buffer, crc: int = 0) -> int:
 __all__ = [
     "ffi",
     "lib",
+    "NATIVE_PATH",
     "check",
     "strerror",
     "crc32c",

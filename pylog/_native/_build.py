@@ -4,6 +4,11 @@
 builds the extension in place for development. ``PYLOG_SANITIZE=1`` adds
 AddressSanitizer and UndefinedBehaviorSanitizer (run Python with
 ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)`` then).
+
+``python pylog/_native/_build.py --out DIR`` builds into ``DIR`` instead and
+leaves the in-place library alone; point ``PYLOG_NATIVE_LIB`` at the built
+file to load it (``./dev test`` does this for its sanitizer pass, see
+docs/hardening.md).
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ _ldflags: list[str] = ["-lpthread"]
 if os.environ.get("PYLOG_SANITIZE") == "1":
     _cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
     _ldflags += ["-fsanitize=address,undefined"]
+    # Every undefined-behaviour report is fatal, not just printed.
+    _cflags += ["-fno-sanitize-recover=all"]
 
 # setuptools wants sources relative to the project root (where setup.py
 # runs); the in-place build compiles from a temporary directory, so it uses
@@ -37,8 +44,31 @@ ffibuilder.set_source(
     extra_link_args=_ldflags,
 )
 
+
+def _build_out_of_place(out: pathlib.Path) -> pathlib.Path:
+    """Compile into ``out`` (its own cffi tmpdir); return the library's path."""
+    out = out.resolve()
+    tmp = out / "cffi"
+    ffibuilder.compile(tmpdir=str(tmp), verbose=False)
+    built = sorted((tmp / "pylog" / "_native").glob("_plg*.so"))
+    if len(built) != 1:
+        raise SystemExit(f"expected one built library under {tmp}, found {built}")
+    target = out / "_plg.so"
+    tmp_target = out / "_plg.so.tmp"
+    tmp_target.write_bytes(built[0].read_bytes())
+    os.replace(tmp_target, target)  # a process loading the old file keeps its copy
+    return target
+
+
 if __name__ == "__main__":
+    import sys
+
     os.chdir(HERE.parent.parent)
+    if len(sys.argv) == 3 and sys.argv[1] == "--out":
+        print(f"built {_build_out_of_place(pathlib.Path(sys.argv[2]))}")
+        raise SystemExit(0)
+    if len(sys.argv) != 1:
+        raise SystemExit("usage: python pylog/_native/_build.py [--out DIR]")
     ffibuilder.compile(tmpdir="build/cffi", verbose=False)
     built = sorted(pathlib.Path("build/cffi/pylog/_native").glob("_plg*.so"))
     for stale in HERE.glob("_plg*.so"):
