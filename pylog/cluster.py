@@ -344,9 +344,21 @@ class Cluster:
         self.scheduler.run_sync(run)
 
 
-def open(path: "str | os.PathLike[str]", **kwargs: Any) -> Cluster:  # noqa: A001 - pylog.open
-    """A single-broker real-time cluster on ``path`` (the durable local queue)."""
-    return Cluster(path, brokers=1, **kwargs)
+def open(path: "str | os.PathLike[str]", *, shared: bool = True, **kwargs: Any) -> Any:  # noqa: A001 - pylog.open
+    """A single-broker real-time cluster on ``path`` (the durable local queue), shareable by processes.
+
+    Several processes may open the same directory: the first becomes its
+    owner (runs the broker), the others reach it over a Unix socket and take
+    over when it dies (:class:`pylog.shared.SharedCluster`,
+    docs/durable-queue.md). ``shared=False`` (or ``seed=...``) returns a plain
+    one-process :class:`Cluster` instead. Other keyword arguments go to
+    :class:`Cluster`.
+    """
+    if not shared or kwargs.get("seed") is not None:
+        return Cluster(path, brokers=1, **kwargs)
+    from pylog.shared import SharedCluster
+
+    return SharedCluster(path, **kwargs)
 
 
 __all__ = ["Cluster", "PartitionInfo", "open"]

@@ -1,0 +1,597 @@
+"""``pylog.open(path)`` from several processes: one owner runs the broker, the others reach it over a Unix socket.
+
+>>> import tempfile, pylog
+>>> q = pylog.open(tempfile.mkdtemp())     # the first process on a directory becomes its owner
+>>> q.role
+'owner'
+>>> q.create_topic("jobs")
+>>> q.producer().send("jobs", b"j0").result().offset
+0
+>>> q.close()
+
+Roles (see docs/durable-queue.md):
+
+* **owner** - the first process to take the directory's owner lock
+  (``<path>/.owner.lock``, an fcntl record lock) opens the single-broker
+  :class:`pylog.Cluster` on it (crash recovery runs here) and serves a
+  :class:`BrokerServer` on the directory's Unix socket
+  (:func:`~pylog.runtime.transport.unix.socket_address`); ``<path>/pylog.owner``
+  names its pid and socket.
+* **client** - every later process connects to that socket. Its producers
+  and consumers are the ordinary :mod:`pylog.client` classes; their messages
+  travel over the socket to the owner's broker and the responses come back,
+  so a consumer's long-poll fetch is parked in the owner's fetch purgatory
+  and wakes when the append happens.
+* **takeover** - when the owner's connection drops (the owner was killed or
+  closed), every client races for the owner lock; the winner reopens the
+  directory and becomes the owner *in place* (its producers and consumers
+  keep working: their in-flight requests fail and are retried), the others
+  connect to it.
+
+The object returned has the :class:`pylog.Cluster` API the clients use
+(``scheduler``, ``transport``, ``store``, ``_clients``, ``committed``,
+``producer()``, ``consumer()``, ``create_topic()``, ``describe()``,
+``close()``) in both roles and across takeovers: ``scheduler`` and
+``transport`` are this process's own for its whole life, and ``store`` is a
+mirror of the owner's :class:`MetadataStore`, refreshed when the owner's
+changes (checked every ``META_INTERVAL_MS``), after every admin call and on
+every (re)connect.
+
+Durability: a record is acknowledged once the owner's broker appended it (in
+the page cache): it survives ``kill -9`` of any process, the owner included;
+with ``log_config={"flush_messages": 1}`` it is fsynced first and survives
+power loss too. Consumer commits are kept by the owner (in its memory for
+now: they survive the death of a client, not of the owner).
+Thread-safety: every public method may be called from any thread.
+"""
+from __future__ import annotations
+
+import fcntl
+import itertools
+import json
+import os
+import random
+import threading
+import time
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Set, Tuple
+
+from pylog.client.consumer import Consumer
+from pylog.client.producer import Producer
+from pylog.cluster import Cluster, PartitionInfo
+from pylog.errors import BrokerNotAvailableError, KafkaStorageError, PylogError, RequestTimedOutError
+from pylog.replication.controller import MetadataStore
+from pylog.runtime.scheduler import RealScheduler, Timer
+from pylog.runtime.transport.unix import (
+    BrokerServer,
+    ClientLink,
+    Frame,
+    LocalPeer,
+    Peer,
+    RoutedTransport,
+    describe_address,
+    socket_address,
+)
+
+OWNER_LOCK_FILE = ".owner.lock"
+OWNER_INFO_FILE = "pylog.owner"
+#: how often the owner compares its metadata with what it last sent its clients
+META_INTERVAL_MS = 50
+#: admin calls a client may ask the owner to run
+_CALLS = frozenset({"create_topic", "describe"})
+
+Snapshot = Tuple[Tuple[int, ...], Optional[int], int, Dict[str, Any], Dict[Tuple[str, int], Any]]
+
+# Directories whose owner lock this process holds: fcntl record locks belong to the
+# process, so a second open() here must not "win" the lock its first open holds.
+_owned: Set[str] = set()
+_owned_lock = threading.Lock()
+
+
+def _snapshot(store: MetadataStore) -> Snapshot:
+    """What clients need of the owner's store (call on the owner's loop)."""
+    return (tuple(store.brokers), store.controller_id, store.controller_epoch, dict(store.topics),
+            dict(store.partitions))
+
+
+class _GroupOffsets(dict):
+    """One group's committed offsets as a client sees them; ``update`` also sends them to the owner."""
+
+    def __init__(self, shared: "SharedCluster", group: Optional[str]):
+        super().__init__()
+        self._shared = shared
+        self._group = group
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        new = dict(*args, **kwargs)
+        self._shared._send_commit(self._group, new)
+        dict.update(self, new)
+
+
+class _Committed(dict):
+    """``cluster.committed`` of a shared directory: group -> offsets, kept by the owner."""
+
+    def __init__(self, shared: "SharedCluster"):
+        super().__init__()
+        self._shared = shared
+
+    def setdefault(self, group: Any, default: Any = None) -> Any:  # type: ignore[override]
+        if group not in self:
+            dict.__setitem__(self, group, _GroupOffsets(self._shared, group))
+        return dict.__getitem__(self, group)
+
+    def load(self, snapshot: Dict[Any, Dict[Tuple[str, int], int]]) -> None:
+        for group, offsets in snapshot.items():
+            g = self.setdefault(group)
+            dict.update(g, offsets)
+
+
+class _Call:
+    __slots__ = ("event", "ok", "value", "snap")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.ok = False
+        self.value: Any = None
+        self.snap: Optional[Snapshot] = None
+
+
+class SharedCluster:
+    """A single-broker queue on ``path`` that several processes open at once (the durable local queue).
+
+    ``open_timeout_ms``: how long the constructor keeps trying to become the
+    owner or reach one. Other keyword arguments go to :class:`pylog.Cluster`
+    whenever this process becomes the owner (``log_config``,
+    ``request_timeout_ms``, ...).
+
+    Complexity: one socket round trip per client request in a client process;
+    one extra thread hop in the owner process.
+    Durability: see the module docstring.
+    Thread-safety: every public method may be called from any thread.
+    """
+
+    def __init__(self, path: "str | os.PathLike[str]", *, open_timeout_ms: int = 30_000, **cluster_kwargs: Any):
+        os.makedirs(os.fspath(path), exist_ok=True)
+        self.path = os.path.realpath(os.fspath(path))
+        self.address = socket_address(self.path)
+        self.simulated = False
+        self.seed = None
+        self._kwargs = cluster_kwargs
+        self.request_timeout_ms = int(cluster_kwargs.get("request_timeout_ms", 30_000))
+        self.scheduler = RealScheduler()
+        self.transport = RoutedTransport(self.scheduler)
+        self.store = MetadataStore([0], random.Random(), path=None)
+        self.committed: Dict[Optional[str], Dict[Tuple[str, int], int]] = _Committed(self)
+        self._clients: List[Any] = []
+        self._closed = False
+        self._role: Optional[str] = None
+        self._cond = threading.Condition()  # guards the role fields below; notified on every change
+        self._cluster: Optional[Cluster] = None
+        self._server: Optional[BrokerServer] = None
+        self._local: Optional[LocalPeer] = None
+        self._watch_timer: Optional[Timer] = None
+        self._last_snap: Optional[Snapshot] = None
+        self._link: Optional[ClientLink] = None
+        self._lock_fd: Optional[int] = None
+        self._calls: Dict[int, _Call] = {}
+        self._call_ids = itertools.count(1)
+        self._attach_thread: Optional[threading.Thread] = None
+        self.owner_pid: Optional[int] = None
+        #: times this process became the owner after another owner went away
+        self.takeovers = 0
+        try:
+            self._attach(time.monotonic() + open_timeout_ms / 1000.0)
+        except BaseException:
+            self._closed = True
+            self.scheduler.close()
+            raise
+
+    # ------------------------------------------------------------------ roles
+    @property
+    def role(self) -> Optional[str]:
+        """``"owner"``, ``"client"``, or ``None`` while between owners (a takeover is under way)."""
+        return self._role
+
+    def _attach(self, deadline: Optional[float]) -> None:
+        """Become the owner or a client of the owner; retry with backoff until ``deadline`` (None: until closed)."""
+        backoff = 0.005
+        last: Optional[BaseException] = None
+        while not self._closed:
+            if self._try_lock():
+                try:
+                    self._become_owner()
+                    return
+                except (KafkaStorageError, OSError) as exc:  # e.g. a non-shared Cluster holds broker-0
+                    last = exc
+                    self._unlock()
+            else:
+                try:
+                    self._become_client()
+                    return
+                except (OSError, PylogError) as exc:
+                    last = exc
+            if deadline is not None and time.monotonic() >= deadline:
+                raise BrokerNotAvailableError(
+                    f"{self.path}: could not become its owner nor reach the owner at "
+                    f"{describe_address(self.address)}: {last!r}")
+            time.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 0.2)
+
+    def _try_lock(self) -> bool:
+        with _owned_lock:
+            if self.path in _owned:
+                return False
+            fd = os.open(os.path.join(self.path, OWNER_LOCK_FILE), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                         0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            _owned.add(self.path)
+            self._lock_fd = fd
+            return True
+
+    def _unlock(self) -> None:
+        with _owned_lock:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the record lock
+                self._lock_fd = None
+                _owned.discard(self.path)
+
+    def _become_owner(self) -> None:
+        cluster = Cluster(self.path, brokers=1, **self._kwargs)
+        try:
+            # Commits this process saw survive a takeover (they live in the owner's memory until
+            # consumer groups keep them in __consumer_offsets).
+            seen = {g: dict(o) for g, o in self.committed.items()}
+
+            def seed() -> None:
+                for g, o in seen.items():
+                    for tp, off in o.items():
+                        cluster.committed.setdefault(g, {}).setdefault(tp, off)
+
+            cluster.scheduler.run_sync(seed)
+            server = BrokerServer(self.address, cluster.scheduler, cluster.transport, self._owner_frame)
+        except BaseException:
+            cluster.close()
+            raise
+        local = server.local_peer(self._local_frame)
+        snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
+        up = lambda frame: server.dispatch(local, frame)  # noqa: E731
+        with self._cond:
+            self._cluster, self._server, self._local = cluster, server, local
+            self._last_snap = snap
+            self.owner_pid = os.getpid()
+            self._role = "owner"
+            self._cond.notify_all()
+        self.scheduler.run_sync(lambda: (self._apply_snapshot(snap), self.transport.set_upstream(up, snap[0])))
+        cluster.scheduler.call_soon(self._watch, cluster)
+        tmp = os.path.join(self.path, OWNER_INFO_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), "address": describe_address(self.address)}, f)
+        os.replace(tmp, os.path.join(self.path, OWNER_INFO_FILE))
+
+    def _become_client(self) -> None:
+        welcome: List[Frame] = []
+        got = threading.Event()
+        holder: List[ClientLink] = []
+
+        def on_frame(frame: Frame) -> None:
+            if frame[0] == "welcome":
+                welcome.append(frame)
+                got.set()
+            else:
+                self._client_frame(frame)
+
+        def on_close() -> None:
+            got.set()
+            if holder:
+                self._link_closed(holder[0])
+
+        link = ClientLink(self.address, on_frame, on_close)
+        holder.append(link)
+        link.send(("hello", os.getpid()))
+        if not got.wait(5.0) or not welcome:
+            link.close()
+            raise BrokerNotAvailableError(f"{self.path}: the owner at {describe_address(self.address)} did not answer")
+        _, snap, committed, owner_pid = welcome[0]
+        with self._cond:
+            if link.closed:
+                raise BrokerNotAvailableError(f"{self.path}: the owner closed the connection")
+            self._link = link
+            self.owner_pid = owner_pid
+            self._role = "client"
+            self._cond.notify_all()
+
+        def install() -> None:
+            self._apply_snapshot(snap)
+            self.committed.load(committed)  # type: ignore[attr-defined]
+            self.transport.set_upstream(link.send, snap[0])
+
+        self.scheduler.run_sync(install)
+        if link.closed:  # dropped while installing: _link_closed may have run before _link was set
+            self._link_closed(link)
+
+    def _link_closed(self, link: ClientLink) -> None:
+        """The owner went away (or we closed the link): detach, then take over or reconnect."""
+        with self._cond:
+            if self._link is not link:
+                return
+            self._link = None
+            self._role = None
+            self.owner_pid = None
+            calls, self._calls = self._calls, {}
+            self._cond.notify_all()
+        for call in calls.values():
+            call.ok, call.value = False, BrokerNotAvailableError(f"{self.path}: the owner's connection closed")
+            call.event.set()
+        if self._closed:
+            return
+        try:
+            self.scheduler.call_soon(self._detach_clients)
+        except Exception:
+            return
+        t = threading.Thread(target=self._takeover, name="pylog-takeover", daemon=True)
+        self._attach_thread = t
+        t.start()
+
+    def _detach_clients(self) -> None:
+        remote = [n for n in self.transport.handlers if n not in self.transport.local_nodes()]
+        self.transport.set_upstream(None, ())
+        for c in self._clients:
+            for n in remote:
+                c._node.disconnected(n)
+
+    def _takeover(self) -> None:
+        try:
+            self._attach(None)
+        except BaseException:  # closed meanwhile, or a bug: leave the role empty
+            import traceback
+
+            traceback.print_exc()
+            return
+        if self._role == "owner":
+            self.takeovers += 1
+        if self._closed:
+            self._teardown()
+
+    # ----------------------------------------------------------- owner side
+    def _watch(self, cluster: Cluster) -> None:
+        """Owner loop: push the metadata to every client when it changed."""
+        if self._cluster is not cluster or self._server is None:
+            return
+        snap = _snapshot(cluster.store)
+        if snap != self._last_snap:
+            self._last_snap = snap
+            self._server.broadcast(("meta", snap))
+        self._watch_timer = cluster.scheduler.call_later(META_INTERVAL_MS, self._watch, cluster)
+
+    def _local_frame(self, frame: Frame) -> None:
+        """Frames the owner sends to this process's own clients."""
+        kind = frame[0]
+        if kind == "msg":
+            _, src, dst, msg = frame
+            self.transport.deliver_remote(src, dst, msg)
+        elif kind == "meta":
+            self.scheduler.call_soon(self._apply_snapshot, frame[1])
+
+    def _owner_frame(self, peer: Peer, frame: Frame) -> None:
+        """hello / commit / call frames from a client process (or this one's local peer)."""
+        cluster = self._cluster
+        if cluster is None:
+            return
+        kind = frame[0]
+        if kind == "hello":
+            cluster.scheduler.call_soon(lambda: peer.send(
+                ("welcome", _snapshot(cluster.store), {g: dict(o) for g, o in cluster.committed.items()}, os.getpid())))
+        elif kind == "commit":
+            _, group, offsets = frame
+            cluster.scheduler.call_soon(lambda: cluster.committed.setdefault(group, {}).update(offsets))
+        elif kind == "call":
+            threading.Thread(target=self._serve_call, args=(cluster, peer, frame), daemon=True,
+                             name="pylog-admin").start()
+
+    def _serve_call(self, cluster: Cluster, peer: Peer, frame: Frame) -> None:
+        _, call_id, name, args, kwargs = frame
+        try:
+            if name not in _CALLS:
+                raise BrokerNotAvailableError(f"{self.path}: the owner does not serve {name!r}")
+            ok, value = True, getattr(cluster, name)(*args, **kwargs)
+        except BaseException as exc:
+            ok, value = False, exc
+        try:
+            snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
+        except PylogError:
+            snap = None
+        if snap is not None and self._server is not None:
+            self._server.broadcast(("meta", snap))  # every client learns of a new topic before the caller
+        try:
+            peer.send(("ret", call_id, ok, value, snap))
+        except Exception:  # an unpicklable exception: send its text
+            peer.send(("ret", call_id, False, BrokerNotAvailableError(f"{name} failed on the owner: {value!r}"), snap))
+
+    # ---------------------------------------------------------- client side
+    def _client_frame(self, frame: Frame) -> None:
+        kind = frame[0]
+        if kind == "msg":
+            _, src, dst, msg = frame
+            self.transport.deliver_remote(src, dst, msg)
+        elif kind == "meta":
+            self.scheduler.call_soon(self._apply_snapshot, frame[1])
+        elif kind == "ret":
+            _, call_id, ok, value, snap = frame
+            with self._cond:
+                call = self._calls.pop(call_id, None)
+            if call is not None:
+                call.ok, call.value, call.snap = ok, value, snap
+                call.event.set()
+
+    def _apply_snapshot(self, snap: Snapshot) -> None:
+        brokers, controller_id, controller_epoch, topics, partitions = snap
+        st = self.store
+        st.brokers = tuple(brokers)
+        st.controller_id = controller_id
+        st.controller_epoch = controller_epoch
+        st.topics = dict(topics)
+        st.partitions = dict(partitions)
+
+    def _send_commit(self, group: Optional[str], offsets: Dict[Tuple[str, int], int]) -> None:
+        up = self.transport.upstream
+        if up is None:
+            raise BrokerNotAvailableError(f"{self.path}: no owner reachable; offsets for group {group!r} not committed")
+        up(("commit", group, offsets))
+
+    def _wait_attached(self, timeout_ms: int) -> Optional[str]:
+        end = time.monotonic() + timeout_ms / 1000.0
+        with self._cond:
+            while self._role is None and not self._closed:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self._role
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run an admin call on the owner's cluster and refresh the metadata mirror."""
+        self._ensure_open()
+        role = self._wait_attached(self.request_timeout_ms)
+        if role == "owner":
+            cluster = self._cluster
+            assert cluster is not None
+            value = getattr(cluster, name)(*args, **kwargs)
+            snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
+            self.scheduler.run_sync(lambda: self._apply_snapshot(snap))
+            return value
+        with self._cond:
+            link = self._link
+            if link is None:
+                raise BrokerNotAvailableError(f"{self.path}: no owner reachable for {name}")
+            call_id = next(self._call_ids)
+            call = self._calls[call_id] = _Call()
+        link.send(("call", call_id, name, args, kwargs))
+        if not call.event.wait(self.request_timeout_ms / 1000.0 + 30):
+            with self._cond:
+                self._calls.pop(call_id, None)
+            raise RequestTimedOutError(f"{self.path}: the owner did not answer {name} in time")
+        if call.snap is not None:
+            snap = call.snap
+            self.scheduler.run_sync(lambda: self._apply_snapshot(snap))
+        if not call.ok:
+            raise call.value
+        return call.value
+
+    # ------------------------------------------------------------ the API
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise BrokerNotAvailableError(f"shared queue at {self.path} is closed")
+
+    @property
+    def now_ms(self) -> int:
+        return self.scheduler.clock.now_ms()
+
+    def advance(self, ms: int) -> None:
+        """Sleep ``ms`` milliseconds (real time, as a real :class:`Cluster`)."""
+        time.sleep(ms / 1000.0)
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: Optional[int] = None,
+                     min_insync_replicas: int = 1, **kwargs: Any) -> None:
+        """Create a topic (run by the owner); returns once its leader serves it and this process's store has it."""
+        self._call("create_topic", name, partitions, replication_factor, min_insync_replicas, **kwargs)
+
+    def describe(self, topic: str) -> List[PartitionInfo]:
+        """Per partition: leader, epoch, replicas, ISR, high watermark, log end offsets (asked of the owner)."""
+        return self._call("describe", topic)
+
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        return self.scheduler.run_sync(lambda: self.store.partitions[(topic, partition)].leader)
+
+    def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
+        self._ensure_open()
+        p = Producer(self, acks=acks, **kwargs)
+        self._clients.append(p)
+        return p
+
+    def consumer(self, group_id: Optional[str] = None, topics: Sequence[str] = (), **kwargs: Any) -> Consumer:
+        self._ensure_open()
+        kwargs.pop("isolation_level", None)  # as Cluster.consumer: no transactions yet
+        c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
+        self._clients.append(c)
+        return c
+
+    def wait_owner(self, timeout: float = 30.0) -> str:
+        """Block until this process is attached to an owner (or is it); returns the role."""
+        role = self._wait_attached(int(timeout * 1000))
+        if role is None:
+            raise BrokerNotAvailableError(f"{self.path}: no owner within {timeout} s")
+        return role
+
+    def close(self) -> None:
+        """Close this process's clients; an owner also closes its broker cleanly and hands the directory over.
+
+        Clients of a closing owner see their connection drop and one of them
+        takes over (clean shutdown: no recovery needed).
+        """
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+
+        def close_clients() -> None:
+            for c in self._clients:
+                c._node.close_node()
+
+        try:
+            self.scheduler.run_sync(close_clients)
+        finally:
+            t = self._attach_thread
+            if t is not None and t is not threading.current_thread():
+                t.join(60)
+            self._teardown()
+            self.scheduler.close()
+
+    def _teardown(self) -> None:
+        with self._cond:
+            link, self._link = self._link, None
+            server, self._server = self._server, None
+            cluster, self._cluster = self._cluster, None
+            self._role = None
+            calls, self._calls = self._calls, {}
+        for call in calls.values():
+            call.ok, call.value = False, BrokerNotAvailableError(f"shared queue at {self.path} is closed")
+            call.event.set()
+        if link is not None:
+            link.close()
+        if server is not None:
+            server.close()
+        if cluster is not None:
+            try:
+                os.unlink(os.path.join(self.path, OWNER_INFO_FILE))
+            except OSError:
+                pass
+            try:
+                cluster.close()
+            finally:
+                self._unlock()
+
+    def __enter__(self) -> "SharedCluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check(self) -> None:
+        """Invariants: the loop has not failed; the owner's cluster holds its own; upstream matches the role."""
+        self.scheduler._check()
+        self.transport._check()
+        cluster = self._cluster
+        if cluster is not None:
+            assert self._lock_fd is not None and self.path in _owned
+            cluster._check()
+        for c in self._clients:
+            check = getattr(c, "_check", None)
+            if check is not None:
+                check()
+
+
+__all__ = ["SharedCluster", "OWNER_LOCK_FILE", "OWNER_INFO_FILE"]
