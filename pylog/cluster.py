@@ -154,11 +154,17 @@ class Cluster:
     # --------------------------------------------------------------- topics
     def create_topic(self, name: str, partitions: int = 1, replication_factor: Optional[int] = None,
                      min_insync_replicas: int = 1, *, unclean_leader_election: bool = False,
-                     start_index: Optional[int] = None, shift: Optional[int] = None) -> None:
-        """Create a topic; returns once every partition has a leader serving it."""
+                     start_index: Optional[int] = None, shift: Optional[int] = None,
+                     config: Optional[Dict[str, object]] = None) -> None:
+        """Create a topic; returns once every partition has a leader serving it.
+
+        ``config``: per-topic overrides of the brokers' ``log_config`` (Kafka's topic configs in
+        snake_case, e.g. ``{"cleanup_policy": "compact", "retention_ms": 60_000}``); stored with the
+        topic in ``cluster-metadata.json``. An unknown key raises InvalidConfigurationError.
+        """
         self._ensure_open()
         rf = replication_factor if replication_factor is not None else min(3, len(self.brokers))
-        cfg = TopicConfig(name, partitions, rf, min_insync_replicas, unclean_leader_election)
+        cfg = TopicConfig(name, partitions, rf, min_insync_replicas, unclean_leader_election, dict(config or {}))
         self._wait(lambda: self._controller() is not None, 30_000, "no active controller")
 
         def run() -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
@@ -54,19 +54,51 @@ from pylog.replication.messages import (
     Outbox,
     PartitionState,
 )
-from pylog.storage.log import validate_topic
+from pylog.storage.log import LogConfig, validate_topic
 
 TP = Tuple[str, int]
 NON_EXISTENT, NEW, ONLINE, OFFLINE = "NonExistent", "New", "Online", "Offline"
 
+#: producer ids granted to a broker at a time (KIP-730 hands out blocks of 1000; ours are
+#: pushed once per broker incarnation and controller, so they are larger)
+PRODUCER_ID_BLOCK_SIZE = 1 << 20
+
+#: Kafka topic configs (snake_case) a topic may set besides the :class:`LogConfig` fields; they are
+#: stored and passed to the log once the storage layer knows them.
+EXTRA_TOPIC_CONFIGS = frozenset({
+    "cleanup_policy", "delete_retention_ms", "min_compaction_lag_ms", "max_compaction_lag_ms",
+    "min_cleanable_dirty_ratio", "message_timestamp_type", "file_delete_delay_ms",
+})
+
 
 @dataclass(frozen=True)
 class TopicConfig:
+    """A topic as the controller stores it. ``configs``: per-topic overrides of the brokers'
+    :class:`LogConfig` (``{"cleanup_policy": "compact", "retention_ms": 60_000, ...}``)."""
+
     name: str
     partitions: int
     replication_factor: int
     min_insync_replicas: int = 1
     unclean_leader_election: bool = False
+    configs: Dict[str, object] = field(default_factory=dict)
+
+    def config_items(self) -> Tuple[Tuple[str, object], ...]:
+        return tuple(sorted(self.configs.items()))
+
+
+def validate_topic_configs(name: str, configs: Dict[str, object]) -> None:
+    """Refuse a key that is neither a :class:`LogConfig` field nor a known Kafka topic config."""
+    if not isinstance(configs, dict):
+        raise InvalidConfigurationError(f"topic {name!r}: config must be a dict, not {type(configs).__name__}")
+    known = set(LogConfig._fields) | EXTRA_TOPIC_CONFIGS
+    unknown = sorted(k for k in configs if k not in known)
+    if unknown:
+        raise InvalidConfigurationError(
+            f"topic {name!r}: unknown config {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
+        )
+    # Values of LogConfig fields are checked now (a bad value must not reach a broker's Log.open).
+    LogConfig.from_kwargs(**{k: v for k, v in configs.items() if k in LogConfig._fields})
 
 
 class MetadataStore:
@@ -99,6 +131,8 @@ class MetadataStore:
         #: new controller still recognises a broker that restarted.
         self.broker_incarnations: Dict[int, int] = {}
         self.history: List[Tuple[int, PartitionState]] = []  # (controller epoch, state) of every write
+        #: the next producer id to hand out; durable, so ids never repeat across restarts
+        self.next_producer_id = 0
         if path is not None and os.path.exists(path):
             self._load()
 
@@ -112,12 +146,13 @@ class MetadataStore:
                 f"{self.path}: the cluster was created with brokers {data['brokers']}, not {list(self.brokers)}"
             )
         self.controller_epoch = int(data["controller_epoch"])
-        self.topics = {t["name"]: TopicConfig(**t) for t in data["topics"]}
+        self.topics = {t["name"]: TopicConfig(**t) for t in data["topics"]}  # old files have no "configs"
         for raw in data["partitions"]:
             raw["replicas"], raw["isr"], raw["elr"] = tuple(raw["replicas"]), tuple(raw["isr"]), tuple(raw["elr"])
             st = PartitionState(**raw)
             self.partitions[(st.topic, st.partition)] = st
         self.broker_incarnations = {int(k): int(v) for k, v in data["broker_incarnations"].items()}
+        self.next_producer_id = int(data.get("next_producer_id", 0))
 
     def save(self) -> None:
         if self.path is None:
@@ -129,6 +164,7 @@ class MetadataStore:
             "topics": [asdict(t) for t in self.topics.values()],
             "partitions": [asdict(st) for st in self.partitions.values()],
             "broker_incarnations": {str(k): v for k, v in self.broker_incarnations.items()},
+            "next_producer_id": self.next_producer_id,
         }
         blob = json.dumps(data, sort_keys=True).encode("utf-8")
         if self.io is not None:
@@ -145,6 +181,13 @@ class MetadataStore:
         if self.broker_incarnations.get(broker_id) != incarnation:
             self.broker_incarnations[broker_id] = incarnation
             self.save()
+
+    def allocate_producer_ids(self, count: int) -> Tuple[int, int]:
+        """Reserve ``count`` producer ids; returns ``(first, count)``. Saved before it returns."""
+        first = self.next_producer_id
+        self.next_producer_id += count
+        self.save()
+        return first, count
 
     def add_topic(self, cfg: "TopicConfig") -> None:
         self.topics[cfg.name] = cfg
@@ -216,6 +259,10 @@ class Controller:
         self.incarnation = store.broker_incarnations
         self.shutting_down: Set[int] = set()
         self.active = True
+        #: broker -> (incarnation, producer id block) granted to it. Soft state: a new controller
+        #: grants every broker a fresh block. Every LeaderAndIsr to the broker repeats its block, so
+        #: a lost request does not leave it without one (the broker ignores a block it already has).
+        self._pid_blocks: Dict[int, Tuple[int, Tuple[int, int]]] = {}
 
     # --------------------------------------------------------------- liveness
     def live_brokers(self) -> Set[int]:
@@ -403,7 +450,20 @@ class Controller:
         return st
 
     def _lai(self, b: int, states: Tuple[PartitionState, ...]) -> LeaderAndIsrRequest:
-        return LeaderAndIsrRequest(self.broker_id, self.epoch, states, self.incarnation.get(b, -1))
+        inc = self.incarnation.get(b, -1)
+        block = (-1, 0)
+        if inc >= 0:
+            granted = self._pid_blocks.get(b)
+            if granted is None or granted[0] != inc:
+                granted = (inc, self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE))
+                self._pid_blocks[b] = granted
+            block = granted[1]
+        configs = []
+        for t in sorted({st.topic for st in states}):
+            cfg = self.store.topics.get(t)
+            if cfg is not None and cfg.configs:
+                configs.append((t, cfg.config_items()))
+        return LeaderAndIsrRequest(self.broker_id, self.epoch, states, inc, tuple(configs), block)
 
     # ---------------------------------------------------------- ISR changes
     def _on_alter_partition(self, req: AlterPartitionRequest, out: Outbox) -> AlterPartitionResponse:
@@ -440,6 +500,7 @@ class Controller:
                 f"min_insync_replicas must be in [1, replication_factor={cfg.replication_factor}], "
                 f"got {cfg.min_insync_replicas}"
             )
+        validate_topic_configs(cfg.name, cfg.configs)
         brokers = sorted(self.store.brokers)
         assignment = assign_replicas(brokers, cfg.partitions, cfg.replication_factor, rng=self.store.rng,
                                      start_index=start_index, shift=shift)
@@ -459,4 +520,4 @@ class Controller:
         assert self.epoch <= self.store.controller_epoch
 
 
-__all__ = ["Controller", "MetadataStore", "TopicConfig", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
+__all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]

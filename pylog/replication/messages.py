@@ -44,10 +44,18 @@ class LeaderAndIsrRequest:
     controller_epoch: int
     states: Tuple[PartitionState, ...]
     broker_incarnation: int = -1
+    #: per-topic LogConfig overrides of the topics in ``states``: ``((topic, ((key, value), ...)), ...)``
+    topic_configs: Tuple[Tuple[str, Tuple[Tuple[str, object], ...]], ...] = ()
+    #: a fresh block of producer ids ``(first, count)`` this broker may hand out (KIP-730's
+    #: AllocateProducerIds, pushed with the metadata instead of pulled); ``(-1, 0)``: none
+    producer_id_block: Tuple[int, int] = (-1, 0)
 
 
 @dataclass(frozen=True)
 class ProduceRequest:
+    """``records``: encoded RecordBatch v2 bytes (what the producer sends; carries the producer id,
+    epoch and base sequence), or a list of values / :class:`Record` for the leader to encode."""
+
     topic: str
     partition: int
     records: Sequence[object]
@@ -65,6 +73,23 @@ class ProduceResponse:
     message: str = ""
     base_offset: int = -1
     timestamp: int = -1
+
+
+@dataclass(frozen=True)
+class InitProducerIdRequest:
+    """An idempotent producer asks any broker for a producer id and epoch (Kafka's InitProducerId)."""
+
+    correlation_id: int
+    transactional_id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class InitProducerIdResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,12 @@ Thread-safety: none; one scheduler thread drives it.
 """
 from __future__ import annotations
 
+import struct
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     CorruptRecordError,
+    InvalidRecordError,
     FencedLeaderEpochError,
     InvalidOffsetError,
     NotEnoughReplicasError,
@@ -55,12 +57,20 @@ from pylog.replication.messages import (
 )
 from pylog.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from pylog.storage.log import AppendResult, Log
+from pylog.storage.producer_state import ProducerStateManager, last_sequence
+from pylog.storage.record import scan
 
 LEADER = "leader"
 FOLLOWER = "follower"
 NONE = "none"
 TRUNCATING = "truncating"
 FETCHING = "fetching"
+
+# RecordBatch v2 header fields read before an append: batchLength at 8; lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount from 23.
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_FIELDS = struct.Struct(">iqqqhii")
+_BATCH_OVERHEAD = 61
 
 
 class ReplicaState:
@@ -113,6 +123,14 @@ class Partition:
         self.remote: Dict[int, ReplicaState] = {}
         self.leader_epoch_start_offset = 0
         self.truncations = 0
+        #: committed ISR changes this replica made as leader (AlterPartition accepted)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        #: idempotent producer state (duplicates, sequences), rebuilt from ``.snapshot`` + log replay
+        self.producer_state = ProducerStateManager(log.dir, log.io)
+        self.producer_state.load(log.log_start_offset, log.log_end_offset, self._read_infos)
+        self._active_base = log.active_segment.base_offset
+        self.duplicates = 0
 
     # ------------------------------------------------------------ properties
     @property
@@ -229,6 +247,14 @@ class Partition:
     def append_as_leader(self, records: Sequence[object], acks: int, now_ms: int) -> AppendResult:
         """Append a producer's records, stamped with the leader epoch.
 
+        ``records`` is one encoded RecordBatch v2 (bytes-like; Kafka's rule for
+        produce requests) or a list of values / Records to encode here. A batch
+        with a producer id goes through the idempotence check first: a
+        duplicate of one of the producer's last 5 batches is not appended and
+        its original offsets are returned (``position`` -1); an out-of-order
+        sequence or a fenced epoch raises OutOfOrderSequenceError /
+        InvalidProducerEpochError.
+
         Raises NotLeaderError, or NotEnoughReplicasError (nothing appended)
         when ``acks`` is all and the ISR is below the effective min ISR.
         """
@@ -239,9 +265,57 @@ class Partition:
                 f"{self.topic}-{self.partition}: ISR {sorted(self.isr)} is smaller than "
                 f"min_insync_replicas={self.min_insync_replicas}; nothing was appended"
             )
-        res = self.log.append(list(records), leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
+        if isinstance(records, (bytes, bytearray, memoryview)):
+            res = self._append_batch_as_leader(records)
+        else:
+            res = self.log.append(list(records), leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
+            self._after_append()
         self.maybe_increment_hw(now_ms)
         return res
+
+    def _append_batch_as_leader(self, data: "bytes | bytearray | memoryview") -> AppendResult:
+        n = len(data)
+        if n < _BATCH_OVERHEAD or _BATCH_LENGTH.unpack_from(data, 8)[0] + 12 != n:
+            raise InvalidRecordError(
+                f"produce to {self.topic}-{self.partition}: a request must carry exactly one RecordBatch v2 "
+                f"({n} bytes given)")
+        delta, _, max_ts, pid, epoch, first_seq, count = _BATCH_FIELDS.unpack_from(data, 23)
+        ps = self.producer_state
+        if pid >= 0 and first_seq >= 0:
+            last_seq = last_sequence(first_seq, delta + 1)
+            dup = ps.check(pid, epoch, first_seq, last_seq)
+            if dup is not None:
+                self.duplicates += 1
+                return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp, -1,
+                                    dup.last_offset - dup.first_offset + 1)
+            res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
+            ps.update(pid, epoch, first_seq, last_seq, res.base_offset, res.last_offset, res.max_timestamp)
+        else:
+            res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
+        self._after_append()
+        return res
+
+    def _after_append(self) -> None:
+        """Snapshot the producer state when the append rolled the log (Kafka snapshots at every roll)."""
+        self.producer_state.map_end_offset = self.log.log_end_offset
+        base = self.log.active_segment.base_offset
+        if base != self._active_base:
+            self._active_base = base
+            self.producer_state.take_snapshot()
+
+    def _read_infos(self, start: int, end: int) -> List[object]:
+        """Headers of the batches in ``[start, end)`` of the local log (producer state replay)."""
+        out: List[object] = []
+        off = max(start, self.log.log_start_offset)
+        while off < end:
+            batches = self.log.read_batches(off, 1 << 20, max_offset=end)
+            if not batches:
+                break
+            for b in batches:
+                if b.last_offset >= off:
+                    out.append(b.info)
+                off = b.last_offset + 1
+        return out
 
     def handle_fetch(self, req: FetchRequest, now_ms: int) -> Tuple[FetchResponse, Optional[AlterPartitionRequest]]:
         """Serve a follower or consumer fetch; may return an ISR expansion to propose."""
@@ -341,6 +415,10 @@ class Partition:
             return False
         if st.partition_epoch <= self.partition_epoch:
             return False
+        if len(st.isr) < len(self.isr):
+            self.isr_shrinks += 1
+        elif len(st.isr) > len(self.isr):
+            self.isr_expands += 1
         self.isr = set(st.isr)
         self.partition_epoch = st.partition_epoch
         for r in st.replicas:
@@ -419,6 +497,8 @@ class Partition:
                 self._truncate(resp.log_end_offset)  # only after an unclean election
             elif req.fetch_offset < resp.log_start_offset:
                 self.log.truncate_fully_and_start_at(resp.log_start_offset)
+                self.producer_state.clear(resp.log_start_offset)
+                self._active_base = self.log.active_segment.base_offset
                 self.high_watermark = resp.log_start_offset
                 self.truncations += 1
             return 0
@@ -433,6 +513,9 @@ class Partition:
                 self.follower_state = TRUNCATING
                 return 0
             appended = res.count
+            # Build the same producer state as the leader, so a new leader deduplicates too.
+            self.producer_state.update_from_infos(scan(resp.records, verify_crc=False).batches)
+            self._after_append()
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
@@ -442,6 +525,9 @@ class Partition:
         if offset < self.log.log_end_offset:
             self.log.truncate_to(offset)
             self.truncations += 1
+            self.producer_state.truncate_and_reload(self.log.log_start_offset, self.log.log_end_offset,
+                                                    self._read_infos)
+            self._active_base = self.log.active_segment.base_offset
         if self.high_watermark > self.log.log_end_offset:
             self.high_watermark = self.log.log_end_offset
 
@@ -458,6 +544,8 @@ class Partition:
             assert self.log.epochs.latest_epoch <= self.leader_epoch
         if self.pending_isr is not None:
             assert self.pending_isr <= set(self.replicas)
+        assert self.producer_state.map_end_offset == leo, (self, self.producer_state.map_end_offset)
+        self.producer_state._check()
 
 
 def records_equal_below(a: Log, b: Log, end: int) -> Optional[int]:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pylog.errors import (
+    BrokerNotAvailableError,
     CorruptCheckpointError,
     NotEnoughReplicasAfterAppendError,
     NotLeaderError,
@@ -38,6 +39,8 @@ from pylog.replication.messages import (
     AlterPartitionResponse,
     FetchRequest,
     FetchResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     LeaderAndIsrRequest,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
@@ -49,7 +52,7 @@ from pylog.replication.messages import (
 from pylog.replication.partition import FOLLOWER, LEADER, Partition
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
-from pylog.storage.log import Log
+from pylog.storage.log import Log, LogConfig
 
 CONTROLLER = "controller"
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
@@ -124,15 +127,25 @@ class ReplicaManager:
         except CorruptCheckpointError:
             self._hw_at_start = {}
         self.closed = False
+        #: producer ids this broker may hand out: ``[next, end)`` of the block the controller granted
+        self._pid_block = (-1, 0)
+        self._next_pid = 0
+        self._pid_end = 0
 
     # ----------------------------------------------------------- partitions
-    def get_or_create(self, topic: str, partition: int) -> Partition:
+    def log_config_for(self, topic_config: Sequence[Tuple[str, object]] = ()) -> Dict[str, object]:
+        """The broker's log config with a topic's overrides (only keys the storage layer knows)."""
+        merged = dict(self.log_config)
+        merged.update((k, v) for k, v in topic_config if k in LogConfig._fields)
+        return merged
+
+    def get_or_create(self, topic: str, partition: int, topic_config: Sequence[Tuple[str, object]] = ()) -> Partition:
         tp = (topic, partition)
         p = self.partitions.get(tp)
         if p is None:
             log = Log.open(
                 os.path.join(self.log_dir, f"{topic}-{partition}"), file_io=self.io, clock_ms=self.clock_ms,
-                **self.log_config,
+                **self.log_config_for(topic_config),
             )
             p = Partition(
                 self.broker_id, log, high_watermark=self._hw_at_start.get(tp, 0),
@@ -166,6 +179,8 @@ class ReplicaManager:
                 out.send(src, p.handle_offsets_for_leader_epoch(msg))
         elif isinstance(msg, OffsetsForLeaderEpochResponse):
             self._on_epoch_response(msg, now_ms, out)
+        elif isinstance(msg, InitProducerIdRequest):
+            out.send(src, self._init_producer_id(msg))
         elif isinstance(msg, LeaderAndIsrRequest):
             self._on_leader_and_isr(msg, now_ms, out)
         elif isinstance(msg, AlterPartitionResponse):
@@ -187,10 +202,15 @@ class ReplicaManager:
         if req.broker_incarnation not in (-1, self.incarnation):
             return  # addressed to this broker's previous incarnation (KIP-380 broker epoch)
         self.controller_epoch = req.controller_epoch
+        first, count = req.producer_id_block
+        if count > 0 and (first, count) != self._pid_block:
+            self._pid_block = (first, count)
+            self._next_pid, self._pid_end = first, first + count
+        topic_configs = dict(req.topic_configs)
         for st in req.states:
             if self.broker_id not in st.replicas:
                 continue
-            p = self.get_or_create(st.topic, st.partition)
+            p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
             outcome = p.apply_state(st, now_ms)
             tp = (st.topic, st.partition)
             if outcome == "follower":
@@ -206,6 +226,16 @@ class ReplicaManager:
                 self._complete_delayed(tp, now_ms, out)
 
     # -------------------------------------------------------------- produce
+    def _init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
+        """Hand out the next id of the block the controller granted (epoch 0: a new idempotent producer)."""
+        if self._next_pid >= self._pid_end:
+            return InitProducerIdResponse(req.correlation_id, BrokerNotAvailableError,
+                                          f"broker {self.broker_id} has no producer ids to hand out "
+                                          "(no block from the controller yet); try another broker")
+        pid = self._next_pid
+        self._next_pid += 1
+        return InitProducerIdResponse(req.correlation_id, producer_id=pid, producer_epoch=0)
+
     def _on_produce(self, src: object, req: ProduceRequest, now_ms: int, out: Outbox) -> None:
         tp = (req.topic, req.partition)
         p = self.partitions.get(tp)
@@ -396,6 +426,10 @@ class ReplicaManager:
             self.checkpoint_high_watermarks()
             for p in self.partitions.values():
                 p.stop()
+                try:
+                    p.producer_state.take_snapshot()
+                except OSError:
+                    pass  # the log replay rebuilds the state on the next open
                 p.log.close()
         else:
             for p in self.partitions.values():
