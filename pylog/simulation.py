@@ -1,0 +1,811 @@
+"""Seeded fault simulations of a :class:`pylog.Cluster`, with invariant checks after every step and a trace.
+
+>>> import tempfile
+>>> from pylog.simulation import SimConfig, Simulation
+>>> result = Simulation(tempfile.mkdtemp(), SimConfig(seed=7, duration_ms=5_000)).run()
+>>> result.ok
+True
+
+A :class:`Simulation` builds a simulated cluster (virtual time, seeded
+network and disks: see :mod:`pylog.cluster`) with ``acks=all`` producers and
+one consumer, then runs random *steps* until ``duration_ms`` of virtual time
+(or ``steps`` steps) have passed. Each step picks one action with the
+configured per-step probabilities - a produce burst (futures left in flight),
+a hard crash, a clean (controlled) stop, a restart, a two-way or one-way
+network partition, a heal, a slow broker - then runs 5 ms to 2 s of virtual
+time and checks every invariant in :data:`INVARIANTS`.
+
+Crashes lose every byte not fsynced, so a new crash or stop is only injected
+while every broker is up and every ISR is full: at most one replica is ever
+missing from a write's ISR, within the ``RF - min ISR`` failures under which
+Kafka promises that no acknowledged ``acks=all`` write is lost. Network
+partitions (which lose no data) may happen at any time.
+
+At the end the network heals, every broker restarts, every pending send
+completes, and a fresh consumer reads each partition to its HW: every
+acknowledged record must be there at its acknowledged offset, with no gaps,
+and every record the consumer saw during the run must still be there.
+
+With ``trace=True`` the run also records a :class:`Trace`: each replica's LEO
+and HW every ``sample_ms`` of virtual time, the controller's ISR and leader,
+leader changes with their epoch, and fault events - what ``pylog sim --plot``
+draws (:func:`plot_trace`).
+
+Only the cluster's public API is driven; brokers' replica managers are read,
+never changed.
+
+Complexity: O(steps x partitions x brokers) checks plus the cluster's own work;
+the replica-agreement check reads every batch below each HW once per step.
+Durability: the cluster's files live under ``path`` (simulated disks: a crash
+drops unsynced bytes from them).
+Thread-safety: none; a simulation runs on the calling thread only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from pylog.cluster import Cluster
+from pylog.errors import InvalidConfigurationError
+from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, Partition, records_equal_below
+
+TP = Tuple[str, int]
+
+#: (name, what it asserts), in the order they are checked and reported.
+INVARIANTS: List[Tuple[str, str]] = [
+    ("component-invariants", "every broker's, replica's, controller's, scheduler's and client's own _check() holds"),
+    ("replicas-agree-below-hw", "every fetching ISR follower holds the leader's exact batches below the leader's HW"),
+    ("leader-epochs-only-grow", "the controller's and every replica's leader epoch never goes back"),
+    ("hw-never-moves-back", "a replica's HW never moves back while its broker stays up"),
+    ("committed-records-kept", "a serving leader holds every offset below the highest HW ever reached"),
+    ("acked-writes-kept", "each offset is acknowledged once, and every acknowledged acks=all write survives"),
+    ("consumer-below-hw", "consumers never see an offset at or above the HW; what they saw is never lost"),
+    ("consumer-reads-acked", "a consumer reads the acknowledged value at each offset, one value per offset, no gaps"),
+]
+
+#: Test-only bugs ``pylog sim --inject-bug`` can switch on, to show the checks catch them.
+BUGS: Dict[str, str] = {
+    "truncate-to-hw": "followers truncate to their HW on a leader change (Kafka before KIP-101)",
+    "hw-ignores-followers": "the leader advances the HW to its own LEO without waiting for the ISR",
+}
+
+#: Virtual milliseconds one step may run after its action.
+STEP_MS = (5, 50, 200, 800, 2_000)
+
+
+class SimulationViolation(AssertionError):
+    """An invariant failed (raised only with ``stop_on_violation``)."""
+
+    def __init__(self, violation: "Violation"):
+        super().__init__(str(violation))
+        self.violation = violation
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The first violation of one invariant."""
+
+    invariant: str
+    seed: int
+    step: int
+    t_ms: int
+    action: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"seed {self.seed} step {self.step} ({self.action}) at t={self.t_ms / 1000:.3f}s: [{self.invariant}] {self.message}"
+
+
+@dataclass
+class SimConfig:
+    """What to simulate. Rates are probabilities per step (they must sum to at most 1).
+
+    ``partitions=0``, ``loss=None`` and ``max_latency_ms=None`` are drawn from
+    the seed (in that order), as the randomized test driver does.
+    """
+
+    seed: int = 0
+    brokers: int = 3
+    topics: Tuple[str, ...] = ("sim",)
+    partitions: int = 1
+    rf: int = 3
+    min_isr: int = 2
+    duration_ms: Optional[int] = 60_000
+    steps: Optional[int] = None
+    produce_rate: float = 0.40
+    max_burst: int = 8
+    crash_rate: float = 0.105
+    stop_rate: float = 0.045
+    restart_rate: float = 0.15
+    partition_rate: float = 0.08
+    heal_rate: float = 0.08
+    slow_rate: float = 0.04
+    loss: Optional[float] = 0.0
+    max_latency_ms: Optional[int] = 5
+    replica_lag_time_max_ms: int = 2_000
+    session_timeout_ms: int = 1_500
+    heartbeat_interval_ms: int = 250
+    request_timeout_ms: int = 3_000
+    delivery_timeout_ms: int = 20_000
+
+    def validate(self) -> None:
+        rates = (self.produce_rate, self.crash_rate, self.stop_rate, self.restart_rate, self.partition_rate,
+                 self.heal_rate, self.slow_rate)
+        if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
+            raise InvalidConfigurationError(f"simulation rates must be >= 0 and sum to at most 1 per step, got {rates}")
+        if self.brokers < 1 or not 1 <= self.rf <= self.brokers:
+            raise InvalidConfigurationError(f"need 1 <= rf ({self.rf}) <= brokers ({self.brokers})")
+        if not 1 <= self.min_isr <= self.rf:
+            raise InvalidConfigurationError(f"need 1 <= min_isr ({self.min_isr}) <= rf ({self.rf})")
+        if not self.topics or self.partitions < 0 or self.max_burst < 1:
+            raise InvalidConfigurationError("need at least one topic, partitions >= 0 and max_burst >= 1")
+        if self.duration_ms is None and self.steps is None:
+            raise InvalidConfigurationError("give duration_ms or steps")
+
+
+# --------------------------------------------------------------------------- trace
+
+
+@dataclass
+class PartitionTrace:
+    """Samples of one partition: per replica LEO/HW (None while its broker is down), the controller's view."""
+
+    replicas: List[int]
+    times: List[int] = field(default_factory=list)
+    leo: Dict[int, List[Optional[int]]] = field(default_factory=dict)
+    hw: Dict[int, List[Optional[int]]] = field(default_factory=dict)
+    isr: List[List[int]] = field(default_factory=list)
+    leader: List[int] = field(default_factory=list)
+    epoch: List[int] = field(default_factory=list)
+
+
+@dataclass
+class Trace:
+    """What happened, in virtual milliseconds since the simulation started.
+
+    ``events`` are ``{"t", "kind", ...}`` with kind ``crash``, ``stop``,
+    ``start``, ``partition``, ``heal``, ``slow`` or ``settle``;
+    ``leader_changes`` are ``{"t", "tp", "leader", "epoch"}``, one per epoch
+    bump seen between samples.
+    """
+
+    brokers: int
+    partitions: Dict[str, PartitionTrace] = field(default_factory=dict)
+    events: List[Dict[str, Any]] = field(default_factory=list)
+    leader_changes: List[Dict[str, Any]] = field(default_factory=list)
+    end_ms: int = 0
+
+    def to_json(self) -> Dict[str, Any]:
+        out = asdict(self)
+        for pt in out["partitions"].values():  # JSON object keys are strings
+            pt["leo"] = {str(k): v for k, v in pt["leo"].items()}
+            pt["hw"] = {str(k): v for k, v in pt["hw"].items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Trace":
+        parts = {}
+        for name, pt in data["partitions"].items():
+            parts[name] = PartitionTrace(
+                replicas=list(pt["replicas"]), times=list(pt["times"]),
+                leo={int(k): v for k, v in pt["leo"].items()}, hw={int(k): v for k, v in pt["hw"].items()},
+                isr=pt["isr"], leader=pt["leader"], epoch=pt["epoch"],
+            )
+        return cls(brokers=data["brokers"], partitions=parts, events=data["events"],
+                   leader_changes=data["leader_changes"], end_ms=data["end_ms"])
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON: equal for two runs of one seed."""
+        blob = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass
+class SimResult:
+    """The outcome: first violation per invariant (absent = held), counters, and the trace (if recorded)."""
+
+    config: SimConfig
+    violations: Dict[str, Violation]
+    stats: Dict[str, int]
+    trace: Optional[Trace]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+# --------------------------------------------------------------------------- the simulation
+
+
+class Simulation:
+    """One seeded run; see the module docstring. ``run()`` once, then read the :class:`SimResult`."""
+
+    def __init__(self, path: str, config: SimConfig, *, trace: bool = False, sample_ms: int = 20,
+                 stop_on_violation: bool = False, bug: Optional[str] = None):
+        config.validate()
+        if bug is not None and bug not in BUGS:
+            raise InvalidConfigurationError(f"unknown bug {bug!r}; known: {', '.join(BUGS)}")
+        self.path = path
+        self.cfg = config
+        self.bug = bug
+        self.stop_on_violation = stop_on_violation
+        self.sample_ms = sample_ms
+        self.rng = random.Random(config.seed ^ 0x5EED)
+        rng = self.rng
+        self.partitions = config.partitions or rng.choice([1, 1, 2])
+        self.loss = config.loss if config.loss is not None else rng.choice([0.0, 0.0, 0.01, 0.05])
+        self.max_latency_ms = config.max_latency_ms if config.max_latency_ms is not None else rng.choice([2, 5, 20])
+        self.trace: Optional[Trace] = Trace(config.brokers) if trace else None
+        self.violations: Dict[str, Violation] = {}
+        self.stats = {"crashes": 0, "stops": 0, "partitions": 0, "acked": 0, "restarts": 0, "heals": 0,
+                      "slows": 0, "produced": 0, "steps": 0, "virtual_ms": 0, "leader_changes": 0}
+        # Checker state.
+        self.futures: List[Tuple[Any, bytes]] = []
+        self.acked: Dict[TP, Dict[int, bytes]] = {}
+        self.consumed: Dict[Tuple[TP, int], bytes] = {}
+        self.max_epoch: Dict[TP, int] = {}
+        self.replica_epoch: Dict[Tuple[int, int, TP], int] = {}
+        self.replica_hw: Dict[Tuple[int, int, TP], int] = {}
+        self.max_hw: Dict[TP, int] = {}
+        self.down: Dict[int, bool] = {}
+        self._step = 0
+        self._action = "start"
+        self._t0 = 0
+        self.c: Optional[Cluster] = None
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> SimResult:
+        """Run every step and the settle phase; raise :class:`SimulationViolation` only with ``stop_on_violation``."""
+        undo = self._inject_bug()
+        cfg = self.cfg
+        try:
+            self.c = c = Cluster(
+                self.path, brokers=cfg.brokers, seed=cfg.seed, replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+                session_timeout_ms=cfg.session_timeout_ms, heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                request_timeout_ms=cfg.request_timeout_ms, max_latency_ms=self.max_latency_ms, loss=self.loss,
+            )
+            try:
+                for t in cfg.topics:
+                    c.create_topic(t, partitions=self.partitions, replication_factor=cfg.rf,
+                                   min_insync_replicas=cfg.min_isr)
+                self.producer = c.producer(acks="all", request_timeout_ms=cfg.request_timeout_ms,
+                                           delivery_timeout_ms=cfg.delivery_timeout_ms)
+                self.consumer = c.consumer("sim", list(cfg.topics), fetch_max_wait_ms=100)
+                self._t0 = c.now_ms
+                self._sample()
+                step = 0
+                while True:
+                    if cfg.steps is not None and step >= cfg.steps:
+                        break
+                    if cfg.duration_ms is not None and self._now() >= cfg.duration_ms:
+                        break
+                    self._step = step
+                    what = self._act()
+                    self._sample()
+                    self._advance(self.rng.choice(STEP_MS))
+                    self._action = what + " +time"
+                    self.check(step, self._action)
+                    step += 1
+                self.stats["steps"] = step
+                self._settle(step)
+                self.stats["virtual_ms"] = self._now()
+            finally:
+                c.close()
+        finally:
+            undo()
+        if self.trace is not None:
+            self.trace.end_ms = self.stats["virtual_ms"]
+            self.stats["leader_changes"] = len(self.trace.leader_changes)
+        return SimResult(self.cfg, dict(self.violations), dict(self.stats), self.trace)
+
+    def _inject_bug(self) -> Callable[[], None]:
+        if self.bug == "truncate-to-hw":
+            old = Partition.__dict__.get("truncate_to_hw_on_become_follower", False)
+            Partition.truncate_to_hw_on_become_follower = True
+
+            def undo() -> None:
+                Partition.truncate_to_hw_on_become_follower = old
+
+            return undo
+        if self.bug == "hw-ignores-followers":
+            orig = Partition.__dict__["maybe_increment_hw"]
+
+            def commit_alone(part: Partition, now_ms: int) -> bool:
+                if part.role == LEADER and part.log.log_end_offset > part.high_watermark:
+                    part.high_watermark = part.log.log_end_offset
+                    return True
+                return False
+
+            Partition.maybe_increment_hw = commit_alone  # type: ignore[method-assign]
+
+            def undo2() -> None:
+                Partition.maybe_increment_hw = orig  # type: ignore[method-assign]
+
+            return undo2
+        return lambda: None
+
+    def _now(self) -> int:
+        assert self.c is not None
+        return self.c.now_ms - self._t0
+
+    def _advance(self, ms: int) -> None:
+        assert self.c is not None
+        if self.trace is None:
+            self.c.advance(ms)
+            return
+        end = self.c.now_ms + ms
+        while self.c.now_ms < end:
+            self.c.advance(min(self.sample_ms, end - self.c.now_ms))
+            self._sample()
+
+    def _event(self, kind: str, **detail: Any) -> None:
+        if self.trace is not None:
+            self.trace.events.append({"t": self._now(), "kind": kind, **detail})
+
+    def _all_in_sync(self) -> bool:
+        # Every broker up, registered with the controller under its current incarnation
+        # (a restarted broker is dropped from ISRs at registration), and every ISR full again.
+        c = self.c
+        assert c is not None
+        registered = all(c.store.broker_incarnations.get(b) == c.brokers[b].incarnation for b in c.brokers)
+        full = all(len(st.isr) == len(st.replicas) and st.leader >= 0 for st in c.store.partitions.values())
+        return registered and full and not any(self.down.values())
+
+    def _act(self) -> str:
+        """Pick and run one action (the thresholds fall through exactly as the original driver's did)."""
+        c, cfg, rng = self.c, self.cfg, self.rng
+        assert c is not None
+        n = cfg.brokers
+        roll = rng.random()
+        cut = cfg.produce_rate
+        if roll < cut:
+            k = rng.randint(1, cfg.max_burst)
+            for _ in range(k):
+                self.stats["produced"] += 1
+                value = b"s%d-%d" % (cfg.seed, self.stats["produced"])
+                topic = cfg.topics[0] if len(cfg.topics) == 1 else rng.choice(cfg.topics)
+                self.futures.append((self.producer.send(topic, value, partition=rng.randrange(self.partitions)), value))
+            return f"produce {k}"
+        cut += cfg.crash_rate + cfg.stop_rate
+        if roll < cut and self._all_in_sync() and not c.transport.blocked:
+            target = rng.choice([c.store.partitions[(cfg.topics[0], 0)].leader, c.store.controller_id, rng.randrange(n)])
+            stops = cfg.crash_rate + cfg.stop_rate
+            clean = rng.random() < (cfg.stop_rate / stops if stops else 0.0)
+            self._event("stop" if clean else "crash", broker=target)
+            c.stop_broker(target, clean=clean)
+            self.down[target] = True
+            self.stats["stops" if clean else "crashes"] += 1
+            return f"stop {target} clean={clean}"
+        cut += cfg.restart_rate
+        if roll < cut and any(self.down.values()):
+            b = rng.choice([b for b, d in self.down.items() if d])
+            c.start_broker(b)
+            self._event("start", broker=b)
+            self.down[b] = False
+            self.stats["restarts"] += 1
+            return f"start {b}"
+        cut += cfg.partition_rate
+        if roll < cut and not c.transport.blocked:
+            a = rng.randrange(n)
+            one_way = rng.random() < 0.3
+            c.partition_network([a], [x for x in range(n) if x != a], one_way=one_way)
+            self._event("partition", broker=a, one_way=one_way)
+            self.stats["partitions"] += 1
+            return f"partition {a} one_way={one_way}"
+        cut += cfg.heal_rate
+        if roll < cut:
+            if c.transport.blocked:
+                self._event("heal")
+            c.heal_network()
+            self.stats["heals"] += 1
+            return "heal"
+        cut += cfg.slow_rate
+        if roll < cut:
+            b = rng.randrange(n)
+            ms = rng.choice([0, 50, 400])
+            c.transport.slow(b, ms)
+            self._event("slow", broker=b, extra_ms=ms)
+            self.stats["slows"] += 1
+            return f"slow {b}"
+        return ""
+
+    def _settle(self, step: int) -> None:
+        """Heal, restart everyone, finish every send, check, run 5 s, check, read everything back."""
+        c = self.c
+        assert c is not None
+        self._step = step
+        self._event("settle")
+        if c.transport.blocked:
+            self._event("heal")
+        c.heal_network()
+        c.transport.loss = 0.0
+        for b in range(self.cfg.brokers):
+            c.transport.slow(b, 0)
+            if self.down.get(b):
+                c.start_broker(b)
+                self._event("start", broker=b)
+                self.down[b] = False
+        for fut, _ in list(self.futures):
+            try:
+                fut.result()
+            except Exception:  # noqa: BLE001 - a failed send is allowed; only acks are promised
+                pass
+        self._sample()
+        self.check(step, "settle")
+        self._advance(5_000)
+        self.check(step + 1, "settled")
+        self._action = "final read"
+        self._step = step + 2
+        tps = sorted(set(self.acked) | {tp for tp, _ in self.consumed})
+        for tp in tps:
+            offsets = self.acked.get(tp, {})
+            self.stats["acked"] += len(offsets)
+            hw = c.describe(tp[0])[tp[1]].high_watermark
+            reader = c.consumer(None, [tp[0]], fetch_max_wait_ms=50)
+            got: Dict[int, bytes] = {}
+            for _ in range(200):
+                for r in reader.poll(0.5):
+                    if r.partition == tp[1]:
+                        got[r.offset] = r.value
+                if len(got) >= hw:
+                    break
+            name = f"{tp[0]}-{tp[1]}"
+            self._guard("consumer-reads-acked", lambda: _assert(
+                sorted(got) == list(range(len(got))), f"gap in the offsets read back from {name} (HW {hw})"))
+
+            def acked_there() -> None:
+                for off, value in offsets.items():
+                    assert got.get(off) == value, (
+                        f"acknowledged {value!r} at {name} offset {off} was not read back there "
+                        f"(got {got.get(off)!r}, HW {hw})")
+
+            def consumed_there() -> None:
+                for (ctp, off), value in sorted(self.consumed.items()):
+                    if ctp == tp:
+                        assert got.get(off) == value, (
+                            f"{name} offset {off} was consumed as {value!r} during the run but reads back as "
+                            f"{got.get(off)!r} (HW {hw}): the consumer saw an uncommitted record")
+
+            self._guard("acked-writes-kept", acked_there)
+            self._guard("consumer-below-hw", consumed_there)
+            self._guard("component-invariants", reader._check)
+
+    # ------------------------------------------------------------------ trace
+    def _sample(self) -> None:
+        tr, c = self.trace, self.c
+        if tr is None or c is None:
+            return
+        t = self._now()
+        for tp, st in sorted(c.store.partitions.items()):
+            name = f"{tp[0]}-{tp[1]}"
+            pt = tr.partitions.get(name)
+            if pt is None:
+                pt = tr.partitions[name] = PartitionTrace(replicas=list(st.replicas))
+                for r in range(self.cfg.brokers):
+                    pt.leo[r], pt.hw[r] = [], []
+            if pt.epoch and st.leader_epoch > pt.epoch[-1]:
+                tr.leader_changes.append({"t": t, "tp": name, "leader": st.leader, "epoch": st.leader_epoch})
+            if pt.times and pt.times[-1] == t:  # same instant: the newer sample wins
+                pt.times.pop()
+                pt.isr.pop(), pt.leader.pop(), pt.epoch.pop()
+                for r in pt.leo:
+                    pt.leo[r].pop(), pt.hw[r].pop()
+            pt.times.append(t)
+            pt.isr.append(sorted(st.isr))
+            pt.leader.append(st.leader)
+            pt.epoch.append(st.leader_epoch)
+            for r in pt.leo:
+                b = c.brokers[r]
+                part = b.rm.partitions.get(tp) if b.running and b.rm is not None else None
+                pt.leo[r].append(part.log_end_offset if part is not None else None)
+                pt.hw[r].append(part.high_watermark if part is not None else None)
+
+    # ------------------------------------------------------------------ checks
+    def _violate(self, name: str, message: str) -> None:
+        v = Violation(name, self.cfg.seed, self._step, self._now() if self.c is not None else 0, self._action, message)
+        if self.stop_on_violation:
+            raise SimulationViolation(v)
+        self.violations.setdefault(name, v)
+
+    def _guard(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except SimulationViolation:
+            raise
+        except AssertionError as exc:
+            self._violate(name, str(exc) or repr(exc))
+
+    def check(self, step: int, what: str) -> None:
+        """Check every invariant now; record (or raise) the first violation of each."""
+        self._step, self._action = step, what
+        self._guard("acked-writes-kept", self._harvest)
+        self._guard("component-invariants", self._check_components)
+        self._guard("replicas-agree-below-hw", self._check_agreement)
+        self._guard("leader-epochs-only-grow", self._check_controller_epochs)
+        self._check_replicas()
+        self._check_consumer()
+
+    def _harvest(self) -> None:
+        keep = []
+        failures = []
+        for fut, value in self.futures:
+            if not fut.done():
+                keep.append((fut, value))
+            elif fut.exception() is None:
+                m = fut.result()
+                slot = self.acked.setdefault((m.topic, m.partition), {})
+                if m.offset in slot and slot[m.offset] != value:
+                    failures.append(f"two acks for {m.topic}-{m.partition} offset {m.offset}: {slot[m.offset]!r} and {value!r}")
+                slot[m.offset] = value
+        self.futures[:] = keep
+        assert not failures, failures[0]
+
+    def _check_components(self) -> None:
+        c = self.c
+        assert c is not None
+        c._check(deep=False)
+
+    def _check_agreement(self) -> None:
+        c = self.c
+        assert c is not None
+        for tp, st in c.store.partitions.items():
+            lb = c.brokers.get(st.leader)
+            if lb is None or not lb.running or lb.rm is None:
+                continue
+            lp = lb.rm.partitions.get(tp)
+            if lp is None or lp.role != LEADER or lp.leader_epoch != st.leader_epoch:
+                continue
+            for r in st.isr:
+                rb = c.brokers[r]
+                if r == st.leader or not rb.running or rb.rm is None:
+                    continue
+                rp = rb.rm.partitions.get(tp)
+                if rp is None or rp.role != FOLLOWER or rp.leader_epoch != st.leader_epoch or rp.follower_state != FETCHING:
+                    continue
+                diff = records_equal_below(lp.log, rp.log, min(lp.high_watermark, rp.log_end_offset))
+                assert diff is None, (
+                    f"{tp[0]}-{tp[1]}: broker {r} differs from leader {st.leader} at offset {diff} "
+                    f"(below HW {lp.high_watermark})")
+
+    def _check_controller_epochs(self) -> None:
+        c = self.c
+        assert c is not None
+        for tp, st in c.store.partitions.items():
+            assert st.leader_epoch >= self.max_epoch.get(tp, -1), (
+                f"{tp[0]}-{tp[1]}: controller leader epoch went back from {self.max_epoch[tp]} to {st.leader_epoch}")
+            self.max_epoch[tp] = st.leader_epoch
+
+    def _check_replicas(self) -> None:
+        c = self.c
+        assert c is not None
+        for b in c.brokers.values():
+            if not b.running or b.rm is None:
+                continue
+            for tp, p in b.rm.partitions.items():
+                key = (b.broker_id, b.incarnation, tp)
+                name = f"broker {b.broker_id} {tp[0]}-{tp[1]}"
+
+                def epochs() -> None:
+                    assert p.leader_epoch >= self.replica_epoch.get(key, -1), (
+                        f"{name}: leader epoch went back from {self.replica_epoch[key]} to {p.leader_epoch}")
+
+                def hw() -> None:
+                    assert p.high_watermark >= self.replica_hw.get(key, 0), (
+                        f"{name}: HW moved back {self.replica_hw[key]} -> {p.high_watermark}")
+
+                self._guard("leader-epochs-only-grow", epochs)
+                self._guard("hw-never-moves-back", hw)
+                self.replica_epoch[key] = max(p.leader_epoch, self.replica_epoch.get(key, -1))
+                self.replica_hw[key] = max(p.high_watermark, self.replica_hw.get(key, 0))
+                if p.role == LEADER and p.leader_epoch == c.store.partitions[tp].leader_epoch:
+                    self.max_hw[tp] = max(self.max_hw.get(tp, 0), p.high_watermark)
+                    top = self.max_hw[tp]
+                    mine = self.acked.get(tp, {})
+                    self._guard("committed-records-kept", lambda: _assert(
+                        p.log_end_offset >= top, f"{tp[0]}-{tp[1]}: leader {b.broker_id} LEO {p.log_end_offset} "
+                                                 f"< committed HW {top}"))
+                    self._guard("acked-writes-kept", lambda: _assert(
+                        not mine or p.log_end_offset > max(mine),
+                        f"{tp[0]}-{tp[1]}: leader {b.broker_id} (LEO {p.log_end_offset}) lacks acknowledged "
+                        f"offset {max(mine) if mine else -1}"))
+
+    def _check_consumer(self) -> None:
+        self._guard("consumer-below-hw", self.consumer._check)
+        records = self.consumer.poll(0.0)
+        problems: List[str] = []
+        for r in records:
+            tp = (r.topic, r.partition)
+            seen = self.consumed.get((tp, r.offset))
+            if seen is not None and seen != r.value:
+                problems.append(f"{tp[0]}-{tp[1]} offset {r.offset} read as {seen!r} then {r.value!r}")
+            self.consumed[(tp, r.offset)] = r.value
+            want = self.acked.get(tp, {}).get(r.offset)
+            if want is not None and want != r.value:
+                problems.append(f"{tp[0]}-{tp[1]} offset {r.offset}: acked {want!r}, consumed {r.value!r}")
+        if problems:
+            self._violate("consumer-reads-acked", problems[0])
+
+
+def _assert(cond: bool, message: str) -> None:
+    if not cond:
+        raise AssertionError(message)
+
+
+# --------------------------------------------------------------------------- the picture
+
+#: Colours per broker (matplotlib's tab10 order) and per fault kind.
+_FAULT_COLOURS = {"crash": "#d62728", "stop": "#ff7f0e"}
+
+
+def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str]] = None,
+               title: str = "", violations: Sequence[Violation] = ()) -> List[str]:
+    """Draw ``trace`` to a PNG at ``out_path``; returns the partitions drawn.
+
+    One panel pair per partition: on top each replica's LEO (solid) and HW
+    (dashed) as step lines over virtual time, leader changes as vertical lines
+    labelled with the new epoch and leader, network partitions shaded; below,
+    one band per replica: in the ISR (filled), leader (dark), broker down
+    (hatched red for a crash, orange for a clean stop), slowed (marker).
+
+    Needs matplotlib (the ``plot`` extra); raises ImportError without it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    names = list(partitions) if partitions else sorted(trace.partitions)
+    for n in names:
+        if n not in trace.partitions:
+            raise InvalidConfigurationError(f"no partition {n!r} in the trace; have {', '.join(sorted(trace.partitions))}")
+    colours = plt.get_cmap("tab10").colors
+    end_s = max(trace.end_ms, 1) / 1000.0
+    down_spans = _down_spans(trace)
+    net_spans = _network_spans(trace)
+    fig_h = 1.2 + 4.4 * len(names)
+    fig = plt.figure(figsize=(13, fig_h), dpi=100)
+    heights: List[float] = []
+    for _ in names:
+        heights += [3.0, 0.35 * trace.brokers + 0.4]
+    gs = fig.add_gridspec(len(heights), 1, height_ratios=heights, hspace=0.12)
+    axes = []
+    for i, name in enumerate(names):
+        pt = trace.partitions[name]
+        ax = fig.add_subplot(gs[2 * i])
+        band = fig.add_subplot(gs[2 * i + 1], sharex=ax)
+        axes.append((ax, band))
+        ts = [t / 1000.0 for t in pt.times]
+        for s, e, ev in net_spans:
+            ax.axvspan(s, e, color="#9aa5b1", alpha=0.22, lw=0)
+        for r in pt.replicas:
+            col = colours[r % len(colours)]
+            ax.plot(ts, _nan(pt.leo[r]), drawstyle="steps-post", color=col, lw=1.8)
+            ax.plot(ts, _nan(pt.hw[r]), drawstyle="steps-post", color=col, lw=1.3, ls=(0, (4, 2)), alpha=0.9)
+        top = max([v for r in pt.replicas for v in pt.leo[r] if v is not None] or [1])
+        ax.set_ylim(-0.03 * top - 0.5, top * 1.14 + 1)
+        for lc in trace.leader_changes:
+            if lc["tp"] != name:
+                continue
+            x = lc["t"] / 1000.0
+            ax.axvline(x, color="#333333", lw=0.9, ls=":")
+            band.axvline(x, color="#333333", lw=0.9, ls=":")
+            ax.text(x, 1.0, f" e{lc['epoch']}\u2192b{lc['leader']}", transform=ax.get_xaxis_transform(),
+                    rotation=90, va="top", ha="right", fontsize=7.5, color="#222222")
+        for ev in trace.events:
+            if ev["kind"] in ("crash", "stop", "start"):
+                ax.axvline(ev["t"] / 1000.0, color=_FAULT_COLOURS.get(ev["kind"], "#2ca02c"), lw=1.0, alpha=0.6)
+        ax.set_ylabel("offset")
+        ax.set_title(f"{name}   (replicas {', '.join(map(str, pt.replicas))})", loc="left", fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        plt.setp(ax.get_xticklabels(), visible=False)
+        # ISR / leader / down bands.
+        rows = list(pt.replicas)
+        for row, r in enumerate(rows):
+            y = len(rows) - 1 - row
+            col = colours[r % len(colours)]
+            band.broken_barh(_runs(pt.times, [r in isr for isr in pt.isr], trace.end_ms), (y - 0.35, 0.7),
+                             facecolors=col, alpha=0.45, lw=0)
+            band.broken_barh(_runs(pt.times, [lead == r for lead in pt.leader], trace.end_ms), (y - 0.35, 0.7),
+                             facecolors=col, alpha=1.0, lw=0)
+            for s, e, kind in down_spans.get(r, []):
+                band.broken_barh([(s, e - s)], (y - 0.42, 0.84), facecolors="white",
+                                 edgecolors=_FAULT_COLOURS[kind], hatch="////", lw=0.8)
+            for ev in trace.events:
+                if ev["kind"] == "slow" and ev["broker"] == r:
+                    band.plot(ev["t"] / 1000.0, y + 0.42, marker="v", color="#8c564b" if ev["extra_ms"] else "#7f7f7f",
+                              ms=6, clip_on=False)
+        for s, e, ev in net_spans:
+            band.axvspan(s, e, color="#9aa5b1", alpha=0.22, lw=0)
+        band.set_yticks(range(len(rows)))
+        band.set_yticklabels([f"b{r}" for r in reversed(rows)], fontsize=8)
+        band.set_ylim(-0.6, len(rows) - 0.4)
+        band.set_xlim(0, end_s)
+        ax.set_xlim(0, end_s)
+        band.set_ylabel("ISR", fontsize=8)
+        if i < len(names) - 1:
+            plt.setp(band.get_xticklabels(), visible=False)
+        else:
+            band.set_xlabel("virtual time (s)")
+    for v in violations:
+        for ax, band in axes:
+            ax.axvline(v.t_ms / 1000.0, color="#d62728", lw=2.0)
+            ax.text(v.t_ms / 1000.0, 0.02, f" {v.invariant}", transform=ax.get_xaxis_transform(), color="#d62728",
+                    fontsize=8, rotation=90, va="bottom")
+    handles = [Line2D([], [], color=colours[r % len(colours)], lw=2.5, label=f"broker {r}")
+               for r in range(trace.brokers)]
+    handles += [
+        Line2D([], [], color="#555555", lw=1.8, label="LEO"),
+        Line2D([], [], color="#555555", lw=1.3, ls=(0, (4, 2)), label="HW"),
+        Line2D([], [], color="#333333", lw=0.9, ls=":", label="leader change (epoch\u2192leader)"),
+        Patch(facecolor="#9aa5b1", alpha=0.35, label="network partition"),
+        Patch(facecolor="#888888", alpha=0.45, label="in ISR"),
+        Patch(facecolor="#888888", alpha=1.0, label="leader"),
+        Patch(facecolor="white", edgecolor=_FAULT_COLOURS["crash"], hatch="////", label="crashed"),
+        Patch(facecolor="white", edgecolor=_FAULT_COLOURS["stop"], hatch="////", label="clean stop"),
+        Line2D([], [], color="#8c564b", marker="v", lw=0, label="slowed"),
+    ]
+    fig.legend(handles=handles, loc="upper center", ncol=7, fontsize=8.5, frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.25 / fig_h))
+    if title:
+        fig.suptitle(title, y=1 - 0.02 / fig_h, fontsize=11)
+    fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.95 / fig_h, bottom=0.55 / fig_h)
+    fig.savefig(out_path, format="png")
+    plt.close(fig)
+    return names
+
+
+def _nan(values: Sequence[Optional[int]]) -> List[float]:
+    return [float("nan") if v is None else float(v) for v in values]
+
+
+def _runs(times: Sequence[int], flags: Sequence[bool], end_ms: int) -> List[Tuple[float, float]]:
+    """(start s, width s) of each run of True flags, each sample holding until the next."""
+    out: List[Tuple[float, float]] = []
+    start: Optional[int] = None
+    for i, (t, f) in enumerate(zip(times, flags)):
+        if f and start is None:
+            start = t
+        elif not f and start is not None:
+            out.append((start / 1000.0, (t - start) / 1000.0))
+            start = None
+    if start is not None:
+        out.append((start / 1000.0, (max(end_ms, start) - start) / 1000.0))
+    return out
+
+
+def _down_spans(trace: Trace) -> Dict[int, List[Tuple[float, float, str]]]:
+    """broker -> [(start s, end s, "crash"|"stop")] from the stop/crash and start events."""
+    open_: Dict[int, Tuple[int, str]] = {}
+    out: Dict[int, List[Tuple[float, float, str]]] = {}
+    for ev in trace.events:
+        if ev["kind"] in ("crash", "stop"):
+            open_[ev["broker"]] = (ev["t"], ev["kind"])
+        elif ev["kind"] == "start" and ev["broker"] in open_:
+            t, kind = open_.pop(ev["broker"])
+            out.setdefault(ev["broker"], []).append((t / 1000.0, ev["t"] / 1000.0, kind))
+    for b, (t, kind) in open_.items():
+        out.setdefault(b, []).append((t / 1000.0, trace.end_ms / 1000.0, kind))
+    return out
+
+
+def _network_spans(trace: Trace) -> List[Tuple[float, float, Dict[str, Any]]]:
+    out: List[Tuple[float, float, Dict[str, Any]]] = []
+    cur: Optional[Dict[str, Any]] = None
+    for ev in trace.events:
+        if ev["kind"] == "partition" and cur is None:
+            cur = ev
+        elif ev["kind"] == "heal" and cur is not None:
+            out.append((cur["t"] / 1000.0, ev["t"] / 1000.0, cur))
+            cur = None
+    if cur is not None:
+        out.append((cur["t"] / 1000.0, trace.end_ms / 1000.0, cur))
+    return out
+
+
+__all__ = ["BUGS", "INVARIANTS", "PartitionTrace", "SimConfig", "SimResult", "Simulation", "SimulationViolation",
+           "Trace", "Violation", "plot_trace"]
