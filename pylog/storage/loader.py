@@ -2,8 +2,12 @@
 
 On open:
 
-1. leftover temporary files (``.cleaned``, ``.swap``, ``.deleted``, ``.tmp``)
-   and index files without a ``.log`` are removed;
+1. segment replacements the log cleaner left half done are finished: a
+   ``.swap`` segment is complete (it was fsynced before being renamed from
+   ``.cleaned``), so the live segments in the offset range it covers are
+   deleted and it is renamed into place (Kafka's LogLoader); then leftover
+   temporary files (``.cleaned``, ``.deleted``, ``.tmp``) and index files
+   without a ``.log`` are removed;
 2. every ``<base>.log`` becomes a :class:`LogSegment` (indexes load lazily
    and are rebuilt when missing or invalid);
 3. after a clean shutdown nothing is scanned. Otherwise every segment from
@@ -20,17 +24,21 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 from sortedcontainers import SortedDict
 
+from pylog.errors import KafkaStorageError
 from pylog.storage.fileio import FileIO
 from pylog.storage.record import BatchInfo
 from pylog.storage.segment import LogSegment
 
 log = logging.getLogger("pylog.storage")
 
-_TEMP_SUFFIXES = (".cleaned", ".swap", ".deleted", ".tmp")
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+_TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX, ".tmp")
 _INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 
 
@@ -58,33 +66,131 @@ def _base_offset(name: str) -> int:
     return int(name.split(".", 1)[0])
 
 
+def _parse_segment_file(name: str) -> Optional[Tuple[int, str, str]]:
+    """``(base offset, kind, suffix)`` for ``<20 digits>.<kind>[<suffix>]``, else None."""
+    head, dot, rest = name.partition(".")
+    if not dot or len(head) != 20 or not head.isdigit():
+        return None
+    kind, _, suffix = rest.partition(".")
+    if kind not in ("log", "index", "timeindex", "txnindex", "snapshot"):
+        return None
+    return int(head), kind, "." + suffix if suffix else ""
+
+
+def _swap_ranges(io: FileIO, directory: str, swaps: List[int], *, index_interval_bytes: int) -> Dict[int, int]:
+    """For each ``<base>.log.swap``: the offsets ``[base, end)`` it replaces.
+
+    ``end`` is the swap segment's next offset (Kafka's LogLoader), and at
+    least ``base + 1``, so the live segment with the swap's own base offset is
+    always replaced, even when cleaning left the swap segment empty.
+    """
+    out: Dict[int, int] = {}
+    for base in swaps:
+        seg = LogSegment(io, directory, base, index_interval_bytes=index_interval_bytes, read_only=True, suffix=SWAP_SUFFIX)
+        try:
+            out[base] = max(base + 1, seg.next_offset())
+        finally:
+            seg.close()
+    return out
+
+
+def _complete_swaps(io: FileIO, directory: str, names: List[str], *, index_interval_bytes: int,
+                    removed: List[str]) -> None:
+    """Finish the segment replacements a crash interrupted (Kafka's LogLoader).
+
+    A ``.swap`` file exists only once the cleaned segment was fully written and
+    fsynced, so it is complete: every live segment whose base offset falls in
+    the range it replaces is deleted, then the swap files are renamed to live
+    names. ``.cleaned`` files (an unfinished clean) and ``.deleted`` files are
+    removed by the caller.
+    """
+    parsed = [(n, _parse_segment_file(n)) for n in names]
+    swaps = sorted(p[0] for n, p in parsed if p is not None and p[1] == "log" and p[2] == SWAP_SUFFIX)
+    if not swaps:
+        return
+    ranges = _swap_ranges(io, directory, swaps, index_interval_bytes=index_interval_bytes)
+    for n, p in parsed:
+        if p is None or p[2] != "":
+            continue
+        if any(lo <= p[0] < hi for lo, hi in ranges.items()):
+            io.unlink(os.path.join(directory, n))
+            removed.append(n)
+    io.fsync_dir(directory)
+    for n, p in parsed:
+        if p is not None and p[2] == SWAP_SUFFIX and p[0] in ranges and p[1] != "log":
+            io.replace(os.path.join(directory, n), os.path.join(directory, n[: -len(SWAP_SUFFIX)]))
+    for base in swaps:  # the .log last: an index renamed without its log is removed as an orphan
+        name = f"{base:020d}.log"
+        io.replace(os.path.join(directory, name + SWAP_SUFFIX), os.path.join(directory, name))
+    io.fsync_dir(directory)
+    log.warning("completed %d interrupted segment swap(s) in %s (replaced %s)", len(swaps), directory, removed)
+
+
 def load_segments(
-    io: FileIO, directory: str, *, index_interval_bytes: int, read_only: bool, now_ms: int
+    io: FileIO, directory: str, *, index_interval_bytes: int, read_only: bool, now_ms: int,
+    result: Optional["RecoveryResult"] = None,
 ) -> "SortedDict[int, LogSegment]":
-    """Open every segment in ``directory`` (removing temp and orphan files unless read-only)."""
+    """Open every segment in ``directory``.
+
+    A writer first completes interrupted swaps, then removes temp files
+    (``.cleaned``, ``.deleted``, ``.tmp``) and orphan indexes. A reader
+    (``read_only``) changes nothing: it reads a complete ``.swap`` segment in
+    place of the live segments it replaces, so it sees every offset either as
+    it was or as cleaned while a writer's cleaner swaps segments in.
+    """
+    if read_only:
+        return _load_read_only(io, directory, index_interval_bytes=index_interval_bytes, now_ms=now_ms)
+    removed: List[str] = result.temp_files_removed if result is not None else []
+    names = io.listdir(directory)
+    _complete_swaps(io, directory, names, index_interval_bytes=index_interval_bytes, removed=removed)
     names = io.listdir(directory)
     logs = {n for n in names if n.endswith(".log") and n[:-4].isdigit() and len(n) == 24}
     segments: SortedDict = SortedDict()
-    if not read_only:
-        for n in names:
-            path = os.path.join(directory, n)
-            if n.endswith(_TEMP_SUFFIXES):
-                io.unlink(path)
-            elif n.endswith(_INDEX_SUFFIXES) and f"{n.split('.', 1)[0]}.log" not in logs:
-                io.unlink(path)
+    unlinked = False
+    for n in names:
+        path = os.path.join(directory, n)
+        if n.endswith(_TEMP_SUFFIXES):
+            io.unlink(path)
+            removed.append(n)
+            unlinked = True
+        elif n.endswith(_INDEX_SUFFIXES) and f"{n.split('.', 1)[0]}.log" not in logs:
+            io.unlink(path)
+            unlinked = True
+    if unlinked:
+        io.fsync_dir(directory)
     for n in sorted(logs):
         base = _base_offset(n)
-        try:
-            segments[base] = LogSegment(
-                io, directory, base, index_interval_bytes=index_interval_bytes, read_only=read_only, created_ms=now_ms
-            )
-        except FileNotFoundError:
-            if not read_only:
-                raise
-            # A reader raced the writer's retention or truncation: the segment
-            # was deleted after listdir(), so it is no longer part of the log.
-            continue
+        segments[base] = LogSegment(
+            io, directory, base, index_interval_bytes=index_interval_bytes, read_only=False, created_ms=now_ms
+        )
     return segments
+
+
+def _load_read_only(io: FileIO, directory: str, *, index_interval_bytes: int, now_ms: int) -> "SortedDict[int, LogSegment]":
+    for _attempt in range(20):
+        segments: SortedDict = SortedDict()
+        names = io.listdir(directory)
+        parsed = [_parse_segment_file(n) for n in names]
+        swaps = sorted(p[0] for p in parsed if p is not None and p[1] == "log" and p[2] == SWAP_SUFFIX)
+        try:
+            ranges = _swap_ranges(io, directory, swaps, index_interval_bytes=index_interval_bytes)
+            for p in parsed:
+                if p is None or p[1] != "log" or p[2] not in ("", SWAP_SUFFIX):
+                    continue
+                base, _, suffix = p
+                if suffix == "" and any(lo <= base < hi for lo, hi in ranges.items()):
+                    continue  # being replaced by a complete cleaned segment
+                segments[base] = LogSegment(
+                    io, directory, base, index_interval_bytes=index_interval_bytes, read_only=True,
+                    created_ms=now_ms, suffix=suffix,
+                )
+            return segments
+        except FileNotFoundError:
+            # The writer renamed or deleted a file after listdir() (a swap
+            # finishing, retention): list again rather than miss a segment.
+            for seg in segments.values():
+                seg.close()
+    raise KafkaStorageError(f"{directory}: segment files kept changing while a reader listed them")
 
 
 def recover(

@@ -39,7 +39,8 @@ import os
 import re
 import threading
 import time
-from typing import Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, TypeVar, Union
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, TypeVar, Union
 
 from sortedcontainers import SortedDict
 
@@ -49,6 +50,7 @@ from pylog.errors import (
     CorruptRecordError,
     InvalidConfigurationError,
     InvalidOffsetError,
+    InvalidRecordError,
     InvalidTopicError,
     KafkaStorageError,
     LogClosedError,
@@ -58,7 +60,7 @@ from pylog.errors import (
 from pylog.storage import checkpoint
 from pylog.storage.epoch_cache import LeaderEpochCache
 from pylog.storage.fileio import FileIO
-from pylog.storage.loader import RecoveryResult, load_segments, recover
+from pylog.storage.loader import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, load_segments, recover
 from pylog.storage.logdir import LogDir, parse_partition_dir
 from pylog.storage.record import (
     NO_PARTITION_LEADER_EPOCH,
@@ -72,7 +74,11 @@ from pylog.storage.record import (
 )
 from pylog.storage.segment import LogSegment
 
+if TYPE_CHECKING:
+    from pylog.metrics import Metric
+
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _DAY_MS = 24 * 3600 * 1000
 T = TypeVar("T")
@@ -113,6 +119,22 @@ class LogConfig(NamedTuple):
     retention_bytes: int = -1  # -1: unlimited
     retention_ms: int = 7 * _DAY_MS  # -1: unlimited
     recovery_checkpoint_interval_ms: int = 60_000
+    # Log cleaner (Kafka's cleanup.policy and friends; see docs/compaction.md).
+    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
+    delete_retention_ms: int = _DAY_MS  # how long a tombstone outlives its first cleaning
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0  # a record younger than this is not compacted
+    max_compaction_lag_ms: int = 2**63 - 1  # a dirty record older than this forces a clean
+
+    @property
+    def compact(self) -> bool:
+        """True when the cleaner compacts this log by key."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """True when retention by time and size deletes old segments."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> "LogConfig":
@@ -144,6 +166,59 @@ class LogConfig(NamedTuple):
         need_int("retention_bytes", -1)
         need_int("retention_ms", -1)
         need_int("recovery_checkpoint_interval_ms", 0)
+        policy = self.cleanup_policy
+        parts = policy.split(",") if isinstance(policy, str) else None
+        if not parts or any(p not in CLEANUP_POLICIES for p in parts) or len(set(parts)) != len(parts):
+            raise InvalidConfigurationError(
+                f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', got {policy!r}"
+            )
+        need_int("delete_retention_ms", 0)
+        need_int("min_compaction_lag_ms", 0)
+        need_int("max_compaction_lag_ms", 1)
+        ratio = self.min_cleanable_dirty_ratio
+        if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0.0 <= ratio <= 1.0:
+            raise InvalidConfigurationError(f"min_cleanable_dirty_ratio must be a number in [0, 1], got {ratio!r}")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigurationError(
+                f"min_compaction_lag_ms ({self.min_compaction_lag_ms}) must not exceed "
+                f"max_compaction_lag_ms ({self.max_compaction_lag_ms})"
+            )
+
+
+def _require_keys(records: Sequence[RecordInput], topic: str, partition: int) -> None:
+    """A compacted log refuses records without a key (Kafka's LogValidator)."""
+    for i, r in enumerate(records):
+        if not isinstance(r, Record) or r.key is None:
+            raise InvalidRecordError(
+                f"record {i} for compacted topic {topic}-{partition} has no key: "
+                "a log with cleanup_policy 'compact' needs a key on every record"
+            )
+
+
+def _require_batch_keys(buf: bytearray, batches: List[BatchInfo], topic: str, partition: int) -> None:
+    view = memoryview(buf)
+    for info in batches:
+        batch = RecordBatch(info, view[info.position : info.position + info.size])
+        if batch.is_control:
+            continue
+        for rec in batch.records():
+            if rec.key is None:
+                raise InvalidRecordError(
+                    f"record at batch offset {info.base_offset} for compacted topic {topic}-{partition} has no key: "
+                    "a log with cleanup_policy 'compact' needs a key on every record"
+                )
+
+
+@dataclass
+class CleanerStats:
+    """What the log cleaner did to this log since it was opened (for metrics)."""
+
+    runs: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    last_clean_ms: int = -1
 
 
 def _storage_errors(what: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
@@ -218,6 +293,14 @@ class Log:
         self._closed = False
         self._logdir: Optional[LogDir] = None
         self.recovery: Optional[RecoveryResult] = None
+        # Metrics (counters since this object was opened) and the cleaner's bookkeeping.
+        self.appended_records_total = 0
+        self.appended_bytes_total = 0
+        self.cleaner_stats = CleanerStats()
+        # Consumer-aware retention: no segment holding an offset >= this is deleted.
+        self.retention_protect_from: Optional[int] = None
+        self.last_maintenance_ms: Optional[int] = None  # pylog.runtime.log_maintenance's schedule
+        self._cleaner_next_horizon: object = "unknown"  # earliest tombstone delete horizon (cleaner)
         parent = os.path.dirname(self.dir)
         if read_only:
             if not os.path.isdir(self.dir):
@@ -249,11 +332,12 @@ class Log:
         except OSError as exc:
             raise KafkaStorageError(f"cannot create partition directory {self.dir}: {exc.strerror}") from exc
         now = self.clock_ms()
-        self.segments: SortedDict = load_segments(
-            io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=False, now_ms=now
-        )
         recovery_point = ld.recovery_points.get(tp, 0)
         self.recovery = RecoveryResult(self.dir, clean_shutdown=not needs_recovery, recovery_point=recovery_point)
+        self.segments: SortedDict = load_segments(
+            io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=False, now_ms=now,
+            result=self.recovery,
+        )
         epoch_path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
         try:
             self.epochs = LeaderEpochCache(checkpoint.read_epochs(io, epoch_path))
@@ -389,6 +473,8 @@ class Log:
         if isinstance(records, (bytes, bytearray, memoryview, str, Record)) or records is None:
             raise InvalidConfigurationError("append() takes a list of records; wrap a single record in a list")
         records = list(records)
+        if self.config.compact:
+            _require_keys(records, self.topic, self.partition)
         with self._lock:
             self._ensure_writable()
             batch = encode_batch(
@@ -428,6 +514,8 @@ class Log:
         with self._lock:
             self._ensure_writable()
             if assign_offsets:
+                if self.config.compact:
+                    _require_batch_keys(buf, found.batches, self.topic, self.partition)
                 epoch = leader_epoch if leader_epoch is not None else found.batches[0].partition_leader_epoch
                 set_base_offset(buf, self.log_end_offset, epoch)
                 found = scan(buf, verify_crc=False)
@@ -480,6 +568,8 @@ class Log:
             self.log_end_offset = prev_end
             self.epochs = LeaderEpochCache(prev_epochs)
             self._raise_storage_error(exc, f"append at offset {first.base_offset}")
+        self.appended_records_total += sum(b.records_count for b in batches)
+        self.appended_bytes_total += size
         return AppendResult(first.base_offset, last.last_offset, max_ts, position, count)
 
     def _raise_storage_error(self, exc: OSError, what: str) -> NoReturn:
@@ -765,6 +855,9 @@ class Log:
             rp_moved = self.recovery_point > self.log_end_offset
             if rp_moved:
                 self._set_recovery_point(self.log_end_offset)
+            cleaned_to = self.cleaner_checkpoint
+            if cleaned_to is not None and cleaned_to > self.log_end_offset:
+                self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
             seg.flush()
             self.io.fsync_dir(self.dir)
             if epochs_changed:
@@ -785,6 +878,7 @@ class Log:
             self.segments[offset] = self._new_segment(offset)
             self.log_end_offset = self.log_start_offset = offset
             self.epochs.clear()
+            self.set_cleaner_checkpoint(None)
             self._set_recovery_point(offset)
             self.io.fsync_dir(self.dir)
             self._write_epochs()
@@ -828,35 +922,183 @@ class Log:
         return deleted
 
     @_storage_errors("enforce retention")
-    def enforce_retention(self) -> List[int]:
+    def enforce_retention(self, now_ms: Optional[int] = None, *, protect_from: Optional[int] = None) -> List[int]:
         """Delete whole old segments by ``retention_ms`` and ``retention_bytes``.
 
-        The active segment is never deleted. Returns the deleted base offsets.
+        Only when ``cleanup_policy`` includes ``delete`` (Kafka). Segments go
+        oldest first and deletion stops at the first segment that is neither
+        too old nor needed to get under ``retention_bytes``. A segment is too
+        old when its largest timestamp is more than ``retention_ms`` before
+        ``now_ms`` (default: the log's clock); size retention deletes a
+        segment when what stays is still at least ``retention_bytes``.
+
+        Never deleted: the active segment, and - consumer-aware retention - a
+        segment holding any offset >= ``protect_from`` (default
+        :attr:`retention_protect_from`, which the maintenance task sets to the
+        slowest protected group's committed offset); the lower of the two wins.
+        Returns the deleted base offsets.
+
+        Complexity: O(segments). Durability: the files are removed and the
+        log-start checkpoint rewritten before return.
         """
         with self._lock:
             self._ensure_writable()
-            now = self.clock_ms()
             cfg = self.config
+            if not cfg.delete:
+                return []
+            now = self.clock_ms() if now_ms is None else now_ms
+            floors = [p for p in (protect_from, self.retention_protect_from) if p is not None]
+            floor = min(floors) if floors else None
             doomed: List[int] = []
-            bases = list(self.segments.keys())[:-1]
+            keys = self.segments.keys()
             total = self.size_in_bytes
-            for base in bases:
-                seg = self.segments[base]
+            for i in range(len(keys) - 1):  # never the active (last) segment
+                seg = self.segments[keys[i]]
+                if floor is not None and keys[i + 1] > floor:
+                    break  # this segment holds offsets a protected group has not consumed
                 too_old = cfg.retention_ms >= 0 and seg.max_timestamp_so_far >= 0 and now - seg.max_timestamp_so_far > cfg.retention_ms
                 too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
                 if not (too_old or too_big):
                     break
-                doomed.append(base)
+                doomed.append(keys[i])
                 total -= seg.size
             if not doomed:
                 return []
-            new_start = self.segments.keys()[len(doomed)]
+            new_start = keys[len(doomed)]
             self.log_start_offset = max(self.log_start_offset, new_start)
             self._delete_segments_below(new_start)
             if self.epochs.truncate_from_start(self.log_start_offset):
                 self._write_epochs()
             self._checkpoint()
             return doomed
+
+    # ------------------------------------------------------------- cleaner support
+    @property
+    def cleaner_checkpoint(self) -> Optional[int]:
+        """The offset the log cleaner has cleaned up to (``cleaner-offset-checkpoint``), or None."""
+        if self._logdir is None:
+            return None
+        return self._logdir.cleaner_offsets.get((self.topic, self.partition))
+
+    def set_cleaner_checkpoint(self, offset: Optional[int]) -> None:
+        """Record how far the cleaner got (None forgets it). Durability: atomic, fsynced."""
+        if self._logdir is not None:
+            self._logdir.set_cleaner_offset((self.topic, self.partition), offset)
+
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """An empty ``<base>.log.cleaned`` segment the cleaner writes into (removing a stale one)."""
+        with self._lock:
+            self._ensure_writable()
+            seg = LogSegment(
+                self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                created_ms=self.clock_ms(), suffix=CLEANED_SUFFIX,
+            )
+            if seg.size:
+                seg.truncate_to(base_offset)
+            return seg
+
+    def replace_segments(self, new_segments: Sequence[LogSegment], old_bases: Sequence[int]) -> None:
+        """Swap fully written ``.cleaned`` segments in for the segments at ``old_bases``.
+
+        Kafka's LocalLog.replaceSegments, crash-safe at every step:
+
+        1. the new segments (already fsynced by the caller) are renamed
+           ``.cleaned`` -> ``.swap`` and the directory fsynced: from here on,
+           recovery completes the swap (a ``.swap`` file is always complete);
+        2. the old segments are renamed to ``.deleted``, directory fsynced;
+        3. the new segments are renamed to their live names, directory fsynced;
+        4. the old files are unlinked.
+
+        A crash before step 1 leaves the old segments and a ``.cleaned`` file
+        that the next open removes; after it, the next open deletes the live
+        segments the ``.swap`` covers and renames it into place. Either way
+        every offset reads either as it was or as cleaned.
+
+        On an I/O error the log is closed (as a crashed one would be, so the
+        next open runs recovery) and :class:`KafkaStorageError` is raised.
+        The active segment can never be replaced.
+
+        Complexity: O(files renamed). Thread-safety: takes the log's lock.
+        """
+        with self._lock:
+            self._ensure_writable()
+            keys = list(self.segments.keys())
+            if not new_segments or not old_bases:
+                raise InvalidConfigurationError("replace_segments needs new segments and the bases they replace")
+            if keys[-1] in old_bases:
+                raise InvalidConfigurationError(
+                    f"{self.topic}-{self.partition}: the active segment {keys[-1]} cannot be replaced"
+                )
+            first = keys.index(old_bases[0]) if old_bases[0] in self.segments else -1
+            if first < 0 or keys[first : first + len(old_bases)] != list(old_bases):
+                raise InvalidConfigurationError(
+                    f"{self.topic}-{self.partition}: segments {list(old_bases)} are not consecutive segments of the log"
+                )
+            if new_segments[0].base_offset != old_bases[0] or any(
+                not (old_bases[0] <= n.base_offset < keys[first + len(old_bases)]) for n in new_segments
+            ):
+                raise InvalidConfigurationError(
+                    f"{self.topic}-{self.partition}: new segments {[n.base_offset for n in new_segments]} "
+                    f"do not cover the range of {list(old_bases)}"
+                )
+            try:
+                for seg in reversed(new_segments):
+                    seg.change_suffix(SWAP_SUFFIX)
+                self.io.fsync_dir(self.dir)
+                old = [self.segments[b] for b in old_bases]
+                for seg in old:
+                    seg.close()
+                    seg.change_suffix(DELETED_SUFFIX)
+                self.io.fsync_dir(self.dir)
+                for seg in new_segments:
+                    seg.change_suffix("")
+                self.io.fsync_dir(self.dir)
+                for b in old_bases:
+                    del self.segments[b]
+                for seg in new_segments:
+                    self.segments[seg.base_offset] = seg
+                for seg in old:
+                    seg.delete()
+            except OSError as exc:
+                err = self._storage_error(exc, "segment swap")
+                for seg in new_segments:
+                    seg.close()
+                self.abandon()
+                raise err from exc
+
+    # --------------------------------------------------------------- metrics
+    def metrics(self) -> List["Metric"]:
+        """Samples for this partition (labels ``topic``, ``partition``), see pylog.metrics.
+
+        Counters (``*_total``) count since this Log object was opened.
+        Complexity: O(segments). Thread-safety: takes the log's lock.
+        """
+        from pylog.metrics import metric  # local: storage does not need metrics to work
+
+        with self._lock:
+            labels = {"topic": self.topic, "partition": self.partition}
+            st = self.cleaner_stats
+            return [
+                metric("pylog_log_appended_records_total", "counter", "Records appended to the log.",
+                       self.appended_records_total, **labels),
+                metric("pylog_log_appended_bytes_total", "counter", "Bytes of batches appended to the log.",
+                       self.appended_bytes_total, **labels),
+                metric("pylog_log_size_bytes", "gauge", "Bytes of all segments of the log.", self.size_in_bytes, **labels),
+                metric("pylog_log_segments", "gauge", "Number of segments.", len(self.segments), **labels),
+                metric("pylog_log_start_offset", "gauge", "First offset of the log.", self.log_start_offset, **labels),
+                metric("pylog_log_end_offset", "gauge", "Offset the next record gets.", self.log_end_offset, **labels),
+                metric("pylog_log_cleaner_runs_total", "counter", "Log cleaner runs that compacted this log.",
+                       st.runs, **labels),
+                metric("pylog_log_cleaner_bytes_read_total", "counter", "Bytes the log cleaner read.",
+                       st.bytes_read, **labels),
+                metric("pylog_log_cleaner_bytes_written_total", "counter", "Bytes the log cleaner wrote.",
+                       st.bytes_written, **labels),
+                metric("pylog_log_cleaner_records_removed_total", "counter",
+                       "Records compaction removed (superseded, keyless, expired tombstones).",
+                       st.records_removed, **labels),
+                metric("pylog_log_cleaner_tombstones_removed_total", "counter",
+                       "Tombstones removed after delete_retention_ms.", st.tombstones_removed, **labels),
+            ]
 
     # ----------------------------------------------------------------- close
     def close(self) -> None:

@@ -8,6 +8,8 @@ its root, Kafka's per-directory files:
   one process the :class:`LogDir` object is shared, and opening the same
   partition twice is refused the same way;
 * ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``;
+* ``cleaner-offset-checkpoint`` - per compacted partition, the offset the
+  log cleaner has cleaned up to (the first dirty offset), Kafka's format;
 * ``.kafka_cleanshutdown`` - present only while no writer has the directory
   open and every partition was closed cleanly; its presence lets a reopen
   skip recovery entirely.
@@ -29,6 +31,7 @@ from pylog.storage.fileio import FileIO
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
+CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 
@@ -52,6 +55,7 @@ class LogDir:
         self.was_clean = False
         self.recovery_points: Dict[TopicPartition, int] = {}
         self.log_start_offsets: Dict[TopicPartition, int] = {}
+        self.cleaner_offsets: Dict[TopicPartition, int] = {}
 
     # ---- acquisition -------------------------------------------------------------
     @classmethod
@@ -99,6 +103,10 @@ class LogDir:
             self.log_start_offsets = checkpoint.read_offsets(self.io, os.path.join(self.path, LOG_START_FILE))
         except CorruptCheckpointError:
             self.log_start_offsets = {}
+        try:
+            self.cleaner_offsets = checkpoint.read_offsets(self.io, os.path.join(self.path, CLEANER_OFFSET_FILE))
+        except CorruptCheckpointError:
+            self.cleaner_offsets = {}  # the cleaner then starts from the log start: more work, same result
         if not self.was_clean:
             self._dirty = {tp for tp in (_parse_partition_dir(n) for n in self.io.listdir(self.path)) if tp}
         if self.was_clean:
@@ -165,6 +173,8 @@ class LogDir:
         with self.lock:
             self.recovery_points.pop(tp, None)
             self.log_start_offsets.pop(tp, None)
+            if self.cleaner_offsets.pop(tp, None) is not None:
+                self.write_cleaner_checkpoint()
             self._dirty.discard(tp)
 
     def write_checkpoints(self) -> None:
@@ -172,6 +182,26 @@ class LogDir:
         with self.lock:
             checkpoint.write_offsets(self.io, os.path.join(self.path, RECOVERY_POINT_FILE), self.recovery_points)
             checkpoint.write_offsets(self.io, os.path.join(self.path, LOG_START_FILE), self.log_start_offsets)
+
+    def set_cleaner_offset(self, tp: TopicPartition, offset: Optional[int]) -> None:
+        """Record (or with None forget) how far ``tp`` is cleaned, and rewrite the checkpoint.
+
+        Durability: atomic replace (temp, fsync, rename, fsync dir) before return.
+        """
+        with self.lock:
+            if offset is None:
+                if self.cleaner_offsets.pop(tp, None) is None:
+                    return
+            else:
+                if self.cleaner_offsets.get(tp) == offset:
+                    return
+                self.cleaner_offsets[tp] = offset
+            self.write_cleaner_checkpoint()
+
+    def write_cleaner_checkpoint(self) -> None:
+        """Atomically rewrite ``cleaner-offset-checkpoint`` (Kafka's LogCleanerManager file)."""
+        with self.lock:
+            checkpoint.write_offsets(self.io, os.path.join(self.path, CLEANER_OFFSET_FILE), self.cleaner_offsets)
 
 
 def _parse_partition_dir(name: str) -> Optional[TopicPartition]:

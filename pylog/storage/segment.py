@@ -71,14 +71,17 @@ class LogSegment:
         index_interval_bytes: int = 4096,
         read_only: bool = False,
         created_ms: int = 0,
+        suffix: str = "",
     ):
         self.io = io
         self.base_offset = base_offset
+        self.directory = directory
+        self.suffix = suffix  # "" for a live segment; ".cleaned"/".swap" while the cleaner replaces segments
         prefix = os.path.join(directory, filename_prefix(base_offset))
-        self.log_path = prefix + ".log"
+        self.log_path = prefix + ".log" + suffix
         self.read_only = read_only
-        self.offset_index = OffsetIndex(io, prefix + ".index", base_offset, read_only=read_only)
-        self.time_index = TimeIndex(io, prefix + ".timeindex", base_offset, read_only=read_only)
+        self.offset_index = OffsetIndex(io, prefix + ".index" + suffix, base_offset, read_only=read_only)
+        self.time_index = TimeIndex(io, prefix + ".timeindex" + suffix, base_offset, read_only=read_only)
         self._fd: Optional[int] = io.open(self.log_path, create=not read_only, read_only=read_only)
         if not read_only and io.size(self._fd) == 0:
             # Kafka creates both index files with the segment; an index file is
@@ -620,6 +623,26 @@ class LogSegment:
             self._fd = None
         self.offset_index.close()
         self.time_index.close()
+
+    def change_suffix(self, new_suffix: str) -> None:
+        """Rename the segment's three files from the current suffix to ``new_suffix``
+        (Kafka's LogSegment.changeFileSuffixes: ``.cleaned`` -> ``.swap`` -> ``""``,
+        or ``""`` -> ``.deleted``). Open descriptors stay valid across the rename.
+
+        The ``.log`` is renamed last, so a crash in between leaves index files
+        that recovery either renames with it or removes as orphans. Durability:
+        the caller fsyncs the directory.
+        """
+        prefix = os.path.join(self.directory, filename_prefix(self.base_offset))
+        for index, ext in ((self.offset_index, ".index"), (self.time_index, ".timeindex")):
+            target = prefix + ext + new_suffix
+            if self.io.exists(index.path):
+                self.io.replace(index.path, target)
+            index.path = target
+        target = prefix + ".log" + new_suffix
+        self.io.replace(self.log_path, target)
+        self.log_path = target
+        self.suffix = new_suffix
 
     def delete(self) -> None:
         """Close and remove the segment's files."""

@@ -1,0 +1,520 @@
+"""The log cleaner: key-based compaction of ``cleanup_policy="compact"`` logs (Kafka's LogCleaner/Cleaner).
+
+One clean of a log:
+
+1. **Range.** The *dirty* section starts at the ``cleaner-offset-checkpoint``
+   (or the log start) and ends at the *first uncleanable offset*: the lowest
+   of the active segment's base, the caller's ``upper_bound`` (the high
+   watermark / last stable offset: nothing that could still be truncated or
+   aborted is cleaned), and the base of the first segment with a record
+   younger than ``min_compaction_lag_ms``. Only whole segments are cleaned,
+   so the bound is rounded down to a segment boundary.
+2. **Offset map.** :func:`build_offset_map` maps every key in the dirty
+   section to its latest offset (control batches and legacy messages are
+   not compacted by key). The map holds at most ``max_map_entries`` keys; a
+   segment that would overflow it ends the dirty section of this run.
+3. **Filter.** Every segment from the log start to the end of the mapped
+   section is rewritten, in groups of consecutive segments that fit in
+   ``segment_bytes``, into ``<base>.log.cleaned``. A record survives when no
+   later offset of its key is in the map; a record without a key is dropped
+   (a compacted log refuses them on append, as Kafka's validator does); a
+   tombstone (``value is None``) survives its first cleaning, which stamps
+   its batch with a *delete horizon* of ``now + delete_retention_ms``
+   (KIP-534: attribute bit 6, the horizon stored as the batch's base
+   timestamp), and is dropped by the first cleaning at or after the horizon.
+   Batches keep their base and last offsets, leader epoch, producer id,
+   epoch and base sequence; a batch whose records were all removed is kept
+   as an empty batch when it is its producer's last data batch (so the
+   producer's sequence state survives), else dropped. Control batches and
+   legacy (magic 0/1) messages are copied unchanged. A batch whose records
+   all survive (and needs no horizon) is copied byte for byte; others are
+   re-encoded with the same compression codec. Offsets never change.
+4. **Swap.** Each cleaned group is fsynced and swapped in through
+   :meth:`pylog.storage.log.Log.replace_segments` (``.cleaned`` ->
+   ``.swap``; the old files -> ``.deleted``; ``.swap`` -> live), which a
+   crash at any point leaves recoverable (see pylog/storage/loader.py).
+5. **Checkpoint.** ``cleaner-offset-checkpoint`` records the end of the
+   cleaned section.
+
+Readers are unaffected by gaps: a read at an offset whose record was
+removed returns the next batch (Log.read_batches, LogSegment.translate_offset).
+
+Thread-safety: :meth:`Cleaner.clean` holds the log's lock for the whole
+clean (appends wait). Complexity: O(bytes of the log below the first
+uncleanable offset) per clean, plus a header scan of the whole log.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+
+from pylog import _native
+from pylog._native import ffi, lib
+from pylog.errors import CorruptRecordError
+from pylog.storage import compression as codecs
+from pylog.storage.log import Log
+from pylog.storage.record import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
+    BATCH_OVERHEAD,
+    BatchInfo,
+    Record,
+    RecordBatch,
+    py_varint,
+    scan,
+)
+from pylog.storage.segment import LogSegment
+
+ATTR_DELETE_HORIZON = 0x40  # Kafka's DELETE_HORIZON_FLAG_MASK (KIP-534)
+_MAX_OFFSET_SPAN = 0x7FFFFFFF  # a segment's relative offsets are int32
+_CHUNK = 4 * 1024 * 1024
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+class OffsetMap(NamedTuple):
+    """Key -> latest offset over a dirty section, and the last offset mapped (-1 when none)."""
+
+    offsets: Dict[bytes, int]
+    latest_offset: int
+
+
+class CleanResult(NamedTuple):
+    """What one :meth:`Cleaner.clean` did (``cleaned`` False: nothing was due)."""
+
+    topic: str
+    partition: int
+    cleaned: bool
+    reason: str  # why it cleaned, or why not
+    first_dirty_offset: int = 0
+    end_offset: int = 0  # the new cleaner checkpoint (exclusive)
+    segments_replaced: int = 0
+    groups: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    empty_batches_kept: int = 0
+    batches_removed: int = 0
+
+
+def delete_horizon(info: BatchInfo) -> Optional[int]:
+    """The batch's delete horizon (ms) when attribute bit 6 is set, else None."""
+    if info.magic == 2 and info.attributes & ATTR_DELETE_HORIZON:
+        return info.base_timestamp
+    return None
+
+
+def build_offset_map(batches: Iterable[RecordBatch], start: int = 0, end: Optional[int] = None) -> OffsetMap:
+    """Map each key to its latest offset over the records in ``[start, end)``.
+
+    A pure function of the batches (Kafka's Cleaner.buildOffsetMap with an
+    exact dict instead of a hash table): control batches and legacy
+    messages are skipped, records without a key too. Tombstones count: a
+    tombstone supersedes the values before it.
+
+    >>> from pylog.storage.record import encode_batch, scan
+    >>> b = encode_batch([Record(b"1", key=b"a"), Record(b"2", key=b"b"), Record(None, key=b"a")], now_ms=0)
+    >>> info = scan(b).batches[0]
+    >>> build_offset_map([RecordBatch(info, memoryview(b))])
+    OffsetMap(offsets={b'a': 2, b'b': 1}, latest_offset=2)
+
+    Complexity: O(records).
+    """
+    out: Dict[bytes, int] = {}
+    latest = -1
+    for batch in batches:
+        if batch.magic != 2 or batch.is_control or batch.last_offset < start:
+            continue
+        if end is not None and batch.base_offset >= end:
+            break
+        for rec in batch.records():
+            if rec.offset < start or (end is not None and rec.offset >= end):
+                continue
+            if rec.key is not None:
+                out[bytes(rec.key)] = rec.offset
+                latest = rec.offset
+    return OffsetMap(out, latest)
+
+
+def iter_segment_batches(seg: LogSegment, start_position: int = 0) -> Iterator[RecordBatch]:
+    """Every batch of ``seg`` from ``start_position``, CRC-checked, read in chunks.
+
+    Raises :class:`CorruptRecordError` naming the file and position for an
+    invalid batch (a rolled segment never has a torn tail).
+    """
+    pos, size = start_position, seg.size
+    while pos < size:
+        chunk = seg.read(pos, min(_CHUNK, size - pos))
+        found = scan(chunk, verify_crc=True)
+        if not found.batches:
+            if found.status == _native.ETRUNCATED:
+                head = seg.read(pos, 12)
+                if len(head) == 12:
+                    whole = seg.read(pos, int.from_bytes(head[8:12], "big", signed=True) + 12)
+                    found = scan(whole, verify_crc=True, max_batches=1)
+                    chunk = whole
+            if not found.batches:
+                raise CorruptRecordError(f"invalid batch while cleaning: {found.reason}", path=seg.log_path, position=pos)
+        view = memoryview(chunk)
+        for info in found.batches:
+            yield RecordBatch(info._replace(position=pos + info.position), view[info.position : info.position + info.size],
+                              seg.log_path)
+        pos += found.valid_bytes
+
+
+def _record_bytes(rec: Record, base_ts: int, base_offset: int) -> bytes:
+    body = bytearray(b"\x00")
+    body += py_varint(rec.timestamp - base_ts)  # type: ignore[operator]
+    body += py_varint(rec.offset - base_offset)
+    for field in (rec.key, rec.value):
+        if field is None:
+            body += py_varint(-1)
+        else:
+            body += py_varint(len(field)) + bytes(field)
+    body += py_varint(len(rec.headers))
+    for hk, hv in rec.headers:
+        kb = hk.encode("utf-8", "surrogateescape")
+        body += py_varint(len(kb)) + kb
+        body += py_varint(-1) if hv is None else py_varint(len(hv)) + bytes(hv)
+    return py_varint(len(body)) + bytes(body)
+
+
+def encode_retained(info: BatchInfo, records: List[Record], horizon: Optional[int]) -> bytearray:
+    """Re-encode ``info``'s batch holding only ``records`` (Kafka's buildRetainedRecordsInto).
+
+    Base and last offset, leader epoch, producer id/epoch, base sequence,
+    timestamp type and the transactional/control bits are kept; the codec is
+    kept too. With ``horizon`` the delete-horizon bit is set and the base
+    timestamp holds it (record timestamps are deltas from it, so each record
+    keeps its timestamp). With no records this is Kafka's empty batch header
+    (``writeEmptyHeader``): no compression, timestamps = the max timestamp.
+    """
+    codec = info.attributes & ATTR_COMPRESSION_MASK
+    keep_bits = ATTR_LOG_APPEND_TIME | ATTR_TRANSACTIONAL | ATTR_CONTROL
+    if not records:
+        attrs = info.attributes & keep_bits
+        base_ts = max_ts = info.max_timestamp
+        section = b""
+    else:
+        attrs = info.attributes & (keep_bits | ATTR_COMPRESSION_MASK)
+        if horizon is not None:
+            attrs |= ATTR_DELETE_HORIZON
+            base_ts = horizon
+        else:
+            base_ts = records[0].timestamp  # type: ignore[assignment]
+        if info.attributes & ATTR_LOG_APPEND_TIME:
+            max_ts = info.max_timestamp
+        else:
+            max_ts = max(r.timestamp for r in records)  # type: ignore[type-var]
+        raw = b"".join(_record_bytes(r, base_ts, info.base_offset) for r in records)
+        section = codecs.compress(codec, raw) if codec != codecs.NONE else raw
+    out = bytearray(BATCH_OVERHEAD + len(section))
+    _HEADER.pack_into(
+        out, 0, info.base_offset, 0, info.partition_leader_epoch, 2, 0, attrs, info.last_offset - info.base_offset,
+        base_ts, max_ts, info.producer_id, info.producer_epoch, info.base_sequence, len(records),
+    )
+    out[BATCH_OVERHEAD:] = section
+    _native.check(lib.plg_batch_seal(ffi.from_buffer(out), len(out)), "seal cleaned batch")
+    return out
+
+
+class _Filtered(NamedTuple):
+    data: Optional[bytes]  # None: the batch is dropped
+    removed: int
+    tombstones_removed: int
+    horizon: Optional[int]  # the delete horizon of a kept batch holding tombstones
+    empty_kept: bool
+
+
+def filter_batch(
+    batch: RecordBatch,
+    offset_map: Mapping[bytes, int],
+    now_ms: int,
+    delete_retention_ms: int,
+    producer_last_offsets: Mapping[int, int],
+) -> _Filtered:
+    """Kafka's record and batch retention rules for one batch (see the module docstring)."""
+    info = batch.info
+    if info.magic != 2 or batch.is_control:
+        return _Filtered(bytes(batch.buffer), 0, 0, None, False)
+    horizon = delete_horizon(info)
+    retain_deletes = horizon is None or now_ms < horizon
+    records = batch.records()
+    kept: List[Record] = []
+    tombstones_removed = 0
+    for rec in records:
+        key = rec.key
+        if key is None:
+            continue  # invalid in a compacted log (Kafka counts it and drops it)
+        if offset_map.get(bytes(key), -1) > rec.offset:
+            continue
+        if rec.value is None and not retain_deletes:
+            tombstones_removed += 1
+            continue
+        kept.append(rec)
+    removed = len(records) - len(kept)
+    has_tombstones = any(r.value is None for r in kept)
+    if has_tombstones and horizon is None:
+        horizon = now_ms + delete_retention_ms  # first cleaning of this tombstone: start its clock
+        needs_horizon = True
+    else:
+        needs_horizon = False
+    if kept and not removed and not needs_horizon:
+        return _Filtered(bytes(batch.buffer), 0, 0, horizon if has_tombstones else None, False)
+    if kept:
+        data = encode_retained(info, kept, horizon if (needs_horizon or info.attributes & ATTR_DELETE_HORIZON) else None)
+        return _Filtered(bytes(data), removed, tombstones_removed, horizon if has_tombstones else None, False)
+    if info.producer_id >= 0 and producer_last_offsets.get(info.producer_id) == info.last_offset:
+        return _Filtered(bytes(encode_retained(info, [], None)), removed, tombstones_removed, None, True)
+    return _Filtered(None, removed, tombstones_removed, None, False)
+
+
+def _first_timestamp(seg: LogSegment) -> Optional[int]:
+    head = seg.read(0, BATCH_OVERHEAD)
+    if len(head) < 12:
+        return None
+    found = scan(head + b"", verify_crc=False, max_batches=1)
+    if found.batches:
+        return found.batches[0].max_timestamp
+    whole = seg.read(0, int.from_bytes(head[8:12], "big", signed=True) + 12)
+    found = scan(whole, verify_crc=False, max_batches=1)
+    return found.batches[0].max_timestamp if found.batches else None
+
+
+class Cleaner:
+    """Compacts logs whose ``cleanup_policy`` includes ``compact``.
+
+    ``max_map_entries`` bounds the offset map (Kafka's
+    ``log.cleaner.dedupe.buffer.size``): one clean maps at most that many
+    keys, and leaves the rest of the dirty section to the next run.
+
+    Thread-safety: a Cleaner keeps no per-log state; one may serve many logs
+    from one thread. Each clean holds that log's lock.
+    """
+
+    def __init__(self, *, max_map_entries: int = 4_000_000):
+        if max_map_entries < 1:
+            raise ValueError(f"max_map_entries must be >= 1, got {max_map_entries}")
+        self.max_map_entries = max_map_entries
+
+    # ---- what is due ------------------------------------------------------------
+    def _bounds(self, log: Log, now_ms: int, upper_bound: Optional[int]) -> Tuple[int, int, List[int]]:
+        """``(first dirty offset, end of cleanable section, bases of cleanable segments)``."""
+        keys = list(log.segments.keys())
+        cfg = log.config
+        checkpoint = log.cleaner_checkpoint
+        first_dirty = log.log_start_offset
+        if checkpoint is not None and log.log_start_offset <= checkpoint <= log.log_end_offset:
+            first_dirty = checkpoint
+        limit = keys[-1]  # the active segment is never cleaned
+        if upper_bound is not None:
+            limit = min(limit, upper_bound)
+        cleanable: List[int] = []
+        for i in range(len(keys) - 1):
+            nxt = keys[i + 1]
+            if nxt > limit:
+                break
+            seg = log.segments[keys[i]]
+            if cfg.min_compaction_lag_ms > 0 and nxt > first_dirty and seg.size and (
+                seg.max_timestamp_so_far > now_ms - cfg.min_compaction_lag_ms
+            ):
+                break  # a record here is younger than min_compaction_lag_ms
+            cleanable.append(keys[i])
+        end = keys[len(cleanable)] if cleanable else (keys[0] if keys else 0)
+        return min(first_dirty, end), end, cleanable
+
+    def dirty_ratio(self, log: Log, now_ms: int, upper_bound: Optional[int] = None) -> float:
+        """Dirty bytes / (clean + dirty bytes) of the cleanable section (0.0 when empty)."""
+        with log._lock:
+            first_dirty, end, bases = self._bounds(log, now_ms, upper_bound)
+            return self._ratio(log, first_dirty, bases)
+
+    @staticmethod
+    def _ratio(log: Log, first_dirty: int, bases: List[int]) -> float:
+        keys = log.segments.keys()
+        clean = dirty = 0
+        for i, b in enumerate(bases):
+            size = log.segments[b].size
+            if keys[i + 1] <= first_dirty:
+                clean += size
+            else:
+                dirty += size
+        return dirty / (clean + dirty) if clean + dirty else 0.0
+
+    def _horizon_due(self, log: Log, now_ms: int, bases: List[int], first_dirty: int) -> bool:
+        horizon = log._cleaner_next_horizon
+        if horizon == "unknown":
+            horizon = None
+            keys = log.segments.keys()
+            for i, b in enumerate(bases):
+                if keys[i + 1] > first_dirty:
+                    break
+                for batch in iter_segment_batches(log.segments[b]):
+                    h = delete_horizon(batch.info)
+                    if h is not None and (horizon is None or h < horizon):
+                        horizon = h
+            log._cleaner_next_horizon = horizon
+        return horizon is not None and now_ms >= horizon
+
+    # ---- the clean ------------------------------------------------------------------
+    def clean(
+        self,
+        log: Log,
+        now_ms: int,
+        *,
+        upper_bound: Optional[int] = None,
+        force: bool = False,
+        producer_last_offsets: Optional[Mapping[int, int]] = None,
+    ) -> CleanResult:
+        """Compact ``log`` if a clean is due (or ``force``); see the module docstring.
+
+        Due when the dirty ratio exceeds ``min_cleanable_dirty_ratio``, or the
+        oldest dirty record is older than ``max_compaction_lag_ms``, or a
+        tombstone's delete horizon has passed. ``upper_bound`` is the first
+        offset that must not be cleaned (the high watermark or last stable
+        offset of a replicated partition). ``producer_last_offsets`` (producer
+        id -> last offset of its last data batch) may come from the producer
+        state; by default it is read from the batch headers of the whole log.
+
+        Complexity: O(bytes below the cleanable end). Durability: every
+        replaced group is fsynced and swapped crash-safely, then the cleaner
+        checkpoint is written (atomically) before return.
+        """
+        with log._lock:
+            log._ensure_writable()
+            base = dict(topic=log.topic, partition=log.partition)
+            if not log.config.compact:
+                return CleanResult(**base, cleaned=False, reason="cleanup_policy does not include compact")
+            first_dirty, end, bases = self._bounds(log, now_ms, upper_bound)
+            if not bases:
+                return CleanResult(**base, cleaned=False, reason="no cleanable segment", first_dirty_offset=first_dirty,
+                                   end_offset=end)
+            ratio = self._ratio(log, first_dirty, bases)
+            keys = log.segments.keys()
+            dirty_bases = [b for i, b in enumerate(bases) if keys[i + 1] > first_dirty]
+            reason = ""
+            if force:
+                reason = "forced"
+            elif dirty_bases and ratio > log.config.min_cleanable_dirty_ratio:
+                reason = f"dirty ratio {ratio:.3f} > {log.config.min_cleanable_dirty_ratio}"
+            elif dirty_bases and (ts := _first_timestamp(log.segments[dirty_bases[0]])) is not None and (
+                now_ms - ts > log.config.max_compaction_lag_ms
+            ):
+                reason = f"dirty records older than max_compaction_lag_ms={log.config.max_compaction_lag_ms}"
+            elif self._horizon_due(log, now_ms, bases, first_dirty):
+                reason = "a tombstone's delete horizon has passed"
+            if not reason:
+                return CleanResult(**base, cleaned=False, reason=f"dirty ratio {ratio:.3f} not above "
+                                   f"{log.config.min_cleanable_dirty_ratio}", first_dirty_offset=first_dirty, end_offset=end)
+            # -- the offset map over the dirty segments, bounded by max_map_entries
+            offsets: Dict[bytes, int] = {}
+            mapped_end = first_dirty if dirty_bases else end
+            for b in dirty_bases:
+                seg = log.segments[b]
+                batches = list(iter_segment_batches(seg))
+                n = sum(x.records_count for x in batches)
+                if offsets and len(offsets) + n > self.max_map_entries:
+                    break
+                part = build_offset_map(batches, first_dirty)
+                offsets.update(part.offsets)
+                mapped_end = keys[keys.index(b) + 1]
+            end = mapped_end
+            bases = [b for i, b in enumerate(bases) if keys[i + 1] <= end]
+            # -- the producers' last data batches (their empty batches are kept)
+            if producer_last_offsets is None:
+                producer_last_offsets = self._producer_last_offsets(log)
+            # -- group and rewrite
+            groups = self._group(log, bases)
+            res = dict(bytes_read=0, bytes_written=0, records_read=0, records_removed=0, tombstones_removed=0,
+                       empty_batches_kept=0, batches_removed=0)
+            horizon_min: Optional[int] = None
+            for group in groups:
+                new = log.new_cleaned_segment(group[0])
+                try:
+                    for b in group:
+                        seg = log.segments[b]
+                        res["bytes_read"] += seg.size
+                        for batch in iter_segment_batches(seg):
+                            res["records_read"] += batch.records_count
+                            f = filter_batch(batch, offsets, now_ms, log.config.delete_retention_ms, producer_last_offsets)
+                            res["records_removed"] += f.removed
+                            res["tombstones_removed"] += f.tombstones_removed
+                            res["empty_batches_kept"] += f.empty_kept
+                            if f.data is None:
+                                res["batches_removed"] += 1
+                                continue
+                            if f.horizon is not None and (horizon_min is None or f.horizon < horizon_min):
+                                horizon_min = f.horizon
+                            info = batch.info
+                            kept = scan(f.data, verify_crc=False, max_batches=1).batches[0]
+                            new.append(f.data, info.last_offset, kept.max_timestamp, info.last_offset)
+                            res["bytes_written"] += len(f.data)
+                    new.on_become_inactive()
+                    new.flush()
+                except BaseException:
+                    new.delete()
+                    raise
+                log.replace_segments([new], group)
+            log._cleaner_next_horizon = horizon_min
+            log.set_cleaner_checkpoint(end)
+            stats = log.cleaner_stats
+            stats.runs += 1
+            stats.bytes_read += res["bytes_read"]
+            stats.bytes_written += res["bytes_written"]
+            stats.records_removed += res["records_removed"]
+            stats.tombstones_removed += res["tombstones_removed"]
+            stats.last_clean_ms = now_ms
+            return CleanResult(**base, cleaned=True, reason=reason, first_dirty_offset=first_dirty, end_offset=end,
+                               segments_replaced=sum(len(g) for g in groups), groups=len(groups), **res)
+
+    @staticmethod
+    def _producer_last_offsets(log: Log) -> Dict[int, int]:
+        out: Dict[int, int] = {}
+        for seg in log.segments.values():
+            pos, size = 0, seg.size
+            while pos < size:
+                chunk = seg.read(pos, min(_CHUNK, size - pos))
+                found = scan(chunk, verify_crc=False)
+                for info in found.batches:
+                    if info.magic == 2 and info.producer_id >= 0 and not info.attributes & ATTR_CONTROL:
+                        out[info.producer_id] = info.last_offset
+                if not found.batches:
+                    if found.status == _native.ETRUNCATED:
+                        head = seg.read(pos, 12)
+                        whole = seg.read(pos, int.from_bytes(head[8:12], "big", signed=True) + 12) if len(head) == 12 else b""
+                        one = scan(whole, verify_crc=False, max_batches=1)
+                        if one.batches:
+                            info = one.batches[0]
+                            if info.magic == 2 and info.producer_id >= 0 and not info.attributes & ATTR_CONTROL:
+                                out[info.producer_id] = info.last_offset
+                            pos += info.size
+                            continue
+                    break
+                pos += found.valid_bytes
+        return out
+
+    @staticmethod
+    def _group(log: Log, bases: List[int]) -> List[List[int]]:
+        """Consecutive segments whose total size fits ``segment_bytes`` and whose
+        offsets fit one segment's int32 relative offsets (Kafka's groupSegmentsBySize)."""
+        keys = log.segments.keys()
+        groups: List[List[int]] = []
+        limit = log.config.segment_bytes
+        for i, b in enumerate(bases):
+            size = log.segments[b].size
+            nxt = keys[i + 1]
+            if groups:
+                g = groups[-1]
+                total = sum(log.segments[x].size for x in g) + size
+                if total <= limit and nxt - 1 - g[0] <= _MAX_OFFSET_SPAN:
+                    g.append(b)
+                    continue
+            groups.append([b])
+        return groups
+
+
+__all__ = ["Cleaner", "CleanResult", "OffsetMap", "build_offset_map", "filter_batch", "encode_retained", "delete_horizon",
+           "iter_segment_batches", "ATTR_DELETE_HORIZON"]
