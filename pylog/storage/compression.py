@@ -17,15 +17,25 @@ platform, binding the reference implementations of all three, so pylog needs
 no C compression code of its own. Without it, reading or writing those codecs
 raises :class:`~pylog.errors.InvalidConfigurationError` saying what to install.
 
+Decompression is capped: a records section may not expand past
+:data:`MAX_DECOMPRESSED_BYTES` (64 MiB unless ``PYLOG_MAX_DECOMPRESSED_BYTES``
+says otherwise), so a crafted batch of a few kilobytes cannot make a reader
+allocate gigabytes (a "decompression bomb"); :func:`compress` refuses to write
+what a reader would refuse. gzip is streamed with a bounded output; zstd, lz4
+and snappy decompress into a buffer that grows, up to the cap, only while the
+output keeps coming (snappy declares its length up front and is checked before
+any work). See docs/hardening.md.
+
 Complexity: linear in the data. Thread-safety: stateless functions.
 """
 from __future__ import annotations
 
+import os
 import struct
 import zlib
-from typing import Any, Union
+from typing import Any, Optional, Union
 
-from pylog.errors import CorruptRecordError, InvalidConfigurationError
+from pylog.errors import CorruptRecordError, InvalidConfigurationError, RecordTooLargeError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
@@ -36,6 +46,27 @@ _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 Buffer = Union[bytes, bytearray, memoryview]
+
+
+def _max_decompressed_from_env() -> int:
+    raw = os.environ.get("PYLOG_MAX_DECOMPRESSED_BYTES")
+    if raw is None:
+        return 64 << 20
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 1024:
+        raise InvalidConfigurationError(
+            f"PYLOG_MAX_DECOMPRESSED_BYTES must be an integer >= 1024, not {raw!r}"
+        )
+    return value
+
+
+#: The largest records section a compressed batch (or legacy wrapper) may
+#: expand to. Kafka's own limit is max.message.bytes on the compressed size;
+#: this bounds what a reader allocates for one batch.
+MAX_DECOMPRESSED_BYTES: int = _max_decompressed_from_env()
 
 
 def codec_id(compression: Union[str, int, None]) -> int:
@@ -63,7 +94,16 @@ def _cramjam() -> Any:
 
 
 def compress(codec: int, data: Buffer) -> bytes:
-    """Compress a batch's records section with Kafka codec ``codec``."""
+    """Compress a batch's records section with Kafka codec ``codec``.
+
+    Raises :class:`RecordTooLargeError` when ``data`` is larger than
+    :data:`MAX_DECOMPRESSED_BYTES` (a reader would refuse to expand it).
+    """
+    if len(data) > MAX_DECOMPRESSED_BYTES and codec in NAMES and codec != NONE:
+        raise RecordTooLargeError(
+            f"records section of {len(data)} bytes is over the {MAX_DECOMPRESSED_BYTES}-byte limit "
+            f"of a compressed batch (PYLOG_MAX_DECOMPRESSED_BYTES); append fewer records per batch"
+        )
     if codec == GZIP:
         c = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip container
         return c.compress(data) + c.flush()
@@ -83,23 +123,39 @@ def compress(codec: int, data: Buffer) -> bytes:
     raise InvalidConfigurationError(f"unknown compression codec id {codec}")
 
 
-def decompress(codec: int, data: Buffer, path: Union[str, None] = None, position: Union[int, None] = None) -> bytes:
-    """Decompress a records section; bad data raises :class:`CorruptRecordError`."""
+def decompress(
+    codec: int,
+    data: Buffer,
+    path: Union[str, None] = None,
+    position: Union[int, None] = None,
+    max_bytes: Optional[int] = None,
+) -> bytes:
+    """Decompress a records section; bad data raises :class:`CorruptRecordError`.
+
+    The output is capped at ``max_bytes`` (default :data:`MAX_DECOMPRESSED_BYTES`):
+    data that would expand further raises :class:`CorruptRecordError` naming
+    ``path`` and ``position`` before more than the cap is allocated.
+    """
+    cap = MAX_DECOMPRESSED_BYTES if max_bytes is None else max_bytes
     try:
         if codec == GZIP:
-            d = zlib.decompressobj(47)  # wbits 47: gzip or zlib header, auto-detected
-            out = d.decompress(data)
-            if not d.eof:
-                raise ValueError("gzip stream is incomplete")
-            return out
+            return _gzip_decompress(data, cap)
         if codec == SNAPPY:
-            return _snappy_decompress(bytes(data))
+            return _snappy_decompress(bytes(data), cap)
         if codec == LZ4:
-            return bytes(_cramjam().lz4.decompress(bytes(data)))
+            return _bounded(_cramjam().lz4.decompress_into, bytes(data), cap, None)
         if codec == ZSTD:
-            return bytes(_cramjam().zstd.decompress(bytes(data)))
+            raw = bytes(data)
+            return _bounded(_cramjam().zstd.decompress_into, raw, cap, _zstd_content_size(raw))
     except InvalidConfigurationError:
         raise
+    except _TooLarge as exc:
+        raise CorruptRecordError(
+            f"{NAMES.get(codec, codec)} records expand past {cap} bytes ({exc}): "
+            "refusing a decompression bomb (PYLOG_MAX_DECOMPRESSED_BYTES raises the limit)",
+            path=path,
+            position=position,
+        ) from None
     except Exception as exc:  # zlib.error, cramjam.DecompressionError, ValueError
         raise CorruptRecordError(
             f"cannot decompress {NAMES.get(codec, codec)} records: {exc}", path=path, position=position
@@ -107,13 +163,79 @@ def decompress(codec: int, data: Buffer, path: Union[str, None] = None, position
     raise CorruptRecordError(f"unknown compression codec id {codec}", path=path, position=position)
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+class _TooLarge(Exception):
+    """The output would pass the cap (internal; becomes CorruptRecordError)."""
+
+
+def _gzip_decompress(data: Buffer, cap: int) -> bytes:
+    d = zlib.decompressobj(47)  # wbits 47: gzip or zlib header, auto-detected
+    out = d.decompress(data, cap + 1)
+    if len(out) > cap:
+        raise _TooLarge(f"more than {cap} bytes")
+    if not d.eof:
+        if d.unconsumed_tail:  # stopped at the cap with input left
+            raise _TooLarge(f"more than {cap} bytes")
+        raise ValueError("gzip stream is incomplete")
+    return out
+
+
+# cramjam reports a full output buffer with this message (checked in tests/fuzz).
+_FULL = "failed to write whole buffer"
+
+
+def _bounded(decompress_into: Any, data: bytes, cap: int, hint: Optional[int]) -> bytes:
+    """Decompress into a buffer that doubles (from ``hint`` or 8x the input) up to ``cap``.
+
+    Complexity: O(output) amortised; a corrupt stream fails on the first
+    attempt, an over-cap one after at most log2(cap / first size) attempts
+    without ever holding more than ``cap + 1`` bytes.
+    """
+    if hint is not None and hint > cap:
+        raise _TooLarge(f"the frame declares {hint} bytes")
+    size = min(cap + 1, max(hint + 1 if hint is not None else 8 * len(data), 4096))
+    while True:
+        buf = bytearray(size)
+        try:
+            n = decompress_into(data, buf)
+        except Exception as exc:
+            if _FULL not in str(exc):
+                raise
+            if size > cap:
+                raise _TooLarge(f"more than {cap} bytes") from None
+            size = min(cap + 1, size * 2)
+            continue
+        if n >= size:  # filled exactly: there may be more
+            if size > cap:
+                raise _TooLarge(f"more than {cap} bytes")
+            size = min(cap + 1, size * 2)
+            continue
+        del buf[n:]
+        return bytes(buf)
+
+
+def _zstd_content_size(data: bytes) -> Optional[int]:
+    """The Frame_Content_Size a zstd frame header declares, or None (RFC 8878 3.1.1.1)."""
+    if len(data) < 6 or data[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = data[4]
+    fcs_flag, single, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+    fcs_size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if fcs_size == 0:
+        return None
+    at = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+    if len(data) < at + fcs_size:
+        return None
+    value = int.from_bytes(data[at : at + fcs_size], "little")
+    return value + 256 if fcs_size == 2 else value
+
+
+def _snappy_decompress(data: bytes, cap: int) -> bytes:
     snappy = _cramjam().snappy
     if not data.startswith(_XERIAL_MAGIC):
-        return bytes(snappy.decompress_raw(data))
+        return _snappy_block(snappy, data, cap)
     if len(data) < len(_XERIAL_HEADER):
         raise ValueError("truncated xerial header")
-    pos, out = len(_XERIAL_HEADER), []
+    pos, out, total = len(_XERIAL_HEADER), [], 0
     while pos < len(data):
         if len(data) - pos < 4:
             raise ValueError("truncated xerial block length")
@@ -121,6 +243,20 @@ def _snappy_decompress(data: bytes) -> bytes:
         pos += 4
         if n < 0 or n > len(data) - pos:
             raise ValueError("xerial block length out of range")
-        out.append(bytes(snappy.decompress_raw(data[pos : pos + n])))
+        block = _snappy_block(snappy, data[pos : pos + n], cap - total)
+        total += len(block)
+        out.append(block)
         pos += n
     return b"".join(out)
+
+
+def _snappy_block(snappy: Any, block: bytes, cap: int) -> bytes:
+    """One raw snappy block, its declared length checked against ``cap`` first."""
+    declared = int(snappy.decompress_raw_len(block))
+    if declared > cap:
+        raise _TooLarge(f"a snappy block declares {declared} bytes with {cap} left")
+    buf = bytearray(declared)
+    n = snappy.decompress_raw_into(block, buf)
+    if n != declared:
+        raise ValueError(f"snappy block declared {declared} bytes but held {n}")
+    return bytes(buf)

@@ -370,17 +370,21 @@ class _Columns:
 
 
 def _decode_columns(data: Buffer, count: int, path: Optional[str], position: Optional[int]) -> _Columns:
-    buf = ffi.from_buffer(data)
     # A record takes at least 7 bytes: checking before allocating keeps a
     # CRC-valid batch with a huge recordsCount from asking for gigabytes.
-    if count < 0 or count > len(buf) // 7:
+    if count < 0 or count > len(data) // 7:
         raise CorruptRecordError(
-            f"malformed records in batch: {count} records cannot fit in {len(buf)} bytes",
+            f"malformed records in batch: {count} records cannot fit in {len(data)} bytes",
             path=path,
             position=position,
         )
     cols = _Columns(count)
+    buf = ffi.from_buffer(data)
     rc = lib.plg_decode_records(buf, len(buf), count, cols.struct)
+    # Release the export before anything can raise: a traceback keeping this
+    # frame alive in a reference cycle would otherwise let the GC clear the
+    # exported memoryview first, and CPython 3.11 then crashes (tests/fuzz).
+    ffi.release(buf)
     if rc != _native.OK:
         raise CorruptRecordError(
             f"malformed records in batch: {_native.strerror(rc)}", path=path, position=position
