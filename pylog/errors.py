@@ -178,6 +178,12 @@ class InvalidProducerEpochError(PylogError):
     kafka_name = "INVALID_PRODUCER_EPOCH"
 
 
+class ProducerClosedError(PylogError):
+    """``send`` after ``close()``, or a record still unacknowledged when its producer closed."""
+
+    kafka_name = "PRODUCER_CLOSED"
+
+
 class NativeError(PylogError):
     """The C core reported a status that is a bug in pylog, not in the input."""
 
