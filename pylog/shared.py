@@ -47,6 +47,7 @@ Thread-safety: every public method may be called from any thread.
 from __future__ import annotations
 
 import fcntl
+import inspect
 import itertools
 import json
 import os
@@ -77,7 +78,7 @@ OWNER_INFO_FILE = "pylog.owner"
 #: how often the owner compares its metadata with what it last sent its clients
 META_INTERVAL_MS = 50
 #: admin calls a client may ask the owner to run
-_CALLS = frozenset({"create_topic", "describe"})
+_CALLS = frozenset({"create_topic", "describe", "_ensure_offsets_topic"})
 
 Snapshot = Tuple[Tuple[int, ...], Optional[int], int, Dict[str, Any], Dict[Tuple[str, int], Any]]
 
@@ -91,6 +92,14 @@ def _snapshot(store: MetadataStore) -> Snapshot:
     """What clients need of the owner's store (call on the owner's loop)."""
     return (tuple(store.brokers), store.controller_id, store.controller_epoch, dict(store.topics),
             dict(store.partitions))
+
+
+def _committed_of(cluster: Cluster) -> Dict[Any, Dict[Tuple[str, int], int]]:
+    """The in-memory committed offsets of a Cluster whose consumers keep them there (before consumer groups)."""
+    committed = getattr(cluster, "committed", None)
+    if committed is None:
+        committed = cluster.committed = {}  # type: ignore[attr-defined]
+    return committed
 
 
 class _GroupOffsets(dict):
@@ -123,6 +132,48 @@ class _Committed(dict):
         for group, offsets in snapshot.items():
             g = self.setdefault(group)
             dict.update(g, offsets)
+
+
+class _TopicsMirror(dict):
+    """``store.topics`` of a shared directory: a lookup that misses asks the owner once before answering.
+
+    So a topic another process just created is found by this process's
+    producers and consumers (Kafka's clients also fetch metadata for an
+    unknown topic before failing). At most one refresh per name per
+    ``MISS_REFRESH_S``. Runs on this process's loop thread.
+    """
+
+    MISS_REFRESH_S = 0.2
+
+    def __init__(self, shared: "SharedCluster"):
+        super().__init__()
+        self._shared = shared
+        self._misses: Dict[Any, float] = {}
+
+    def _refreshed(self, key: Any) -> bool:
+        now = time.monotonic()
+        if now - self._misses.get(key, -1e9) < self.MISS_REFRESH_S:
+            return False
+        self._misses[key] = now
+        self._shared._refresh_metadata()
+        return dict.__contains__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or self._refreshed(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        if not dict.__contains__(self, key):
+            self._refreshed(key)
+        return dict.__getitem__(self, key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, key) or self._refreshed(key):
+            return dict.__getitem__(self, key)
+        return default
+
+    def replace(self, topics: Dict[str, Any]) -> None:
+        dict.clear(self)
+        dict.update(self, topics)
 
 
 class _Call:
@@ -160,6 +211,7 @@ class SharedCluster:
         self.scheduler = RealScheduler()
         self.transport = RoutedTransport(self.scheduler)
         self.store = MetadataStore([0], random.Random(), path=None)
+        self.store.topics = _TopicsMirror(self)
         self.committed: Dict[Optional[str], Dict[Tuple[str, int], int]] = _Committed(self)
         self._clients: List[Any] = []
         self._closed = False
@@ -248,7 +300,7 @@ class SharedCluster:
             def seed() -> None:
                 for g, o in seen.items():
                     for tp, off in o.items():
-                        cluster.committed.setdefault(g, {}).setdefault(tp, off)
+                        _committed_of(cluster).setdefault(g, {}).setdefault(tp, off)
 
             cluster.scheduler.run_sync(seed)
             server = BrokerServer(self.address, cluster.scheduler, cluster.transport, self._owner_frame)
@@ -383,10 +435,11 @@ class SharedCluster:
         kind = frame[0]
         if kind == "hello":
             cluster.scheduler.call_soon(lambda: peer.send(
-                ("welcome", _snapshot(cluster.store), {g: dict(o) for g, o in cluster.committed.items()}, os.getpid())))
+                ("welcome", _snapshot(cluster.store), {g: dict(o) for g, o in _committed_of(cluster).items()},
+                 os.getpid())))
         elif kind == "commit":
             _, group, offsets = frame
-            cluster.scheduler.call_soon(lambda: cluster.committed.setdefault(group, {}).update(offsets))
+            cluster.scheduler.call_soon(lambda: _committed_of(cluster).setdefault(group, {}).update(offsets))
         elif kind == "call":
             threading.Thread(target=self._serve_call, args=(cluster, peer, frame), daemon=True,
                              name="pylog-admin").start()
@@ -394,16 +447,19 @@ class SharedCluster:
     def _serve_call(self, cluster: Cluster, peer: Peer, frame: Frame) -> None:
         _, call_id, name, args, kwargs = frame
         try:
-            if name not in _CALLS:
+            if name == "metadata":
+                ok, value = True, None
+            elif name not in _CALLS:
                 raise BrokerNotAvailableError(f"{self.path}: the owner does not serve {name!r}")
-            ok, value = True, getattr(cluster, name)(*args, **kwargs)
+            else:
+                ok, value = True, getattr(cluster, name)(*args, **kwargs)
         except BaseException as exc:
             ok, value = False, exc
         try:
             snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
         except PylogError:
             snap = None
-        if snap is not None and self._server is not None:
+        if snap is not None and self._server is not None and name != "metadata":
             self._server.broadcast(("meta", snap))  # every client learns of a new topic before the caller
         try:
             peer.send(("ret", call_id, ok, value, snap))
@@ -432,8 +488,28 @@ class SharedCluster:
         st.brokers = tuple(brokers)
         st.controller_id = controller_id
         st.controller_epoch = controller_epoch
-        st.topics = dict(topics)
         st.partitions = dict(partitions)
+        st.topics.replace(topics)  # type: ignore[attr-defined]
+
+    def _refresh_metadata(self) -> None:
+        """Fetch the owner's metadata now and apply it (on this process's loop; waits at most 2 s)."""
+        cluster = self._cluster
+        if cluster is not None:
+            snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
+        else:
+            with self._cond:
+                link = self._link
+                if link is None:
+                    return
+                call_id = next(self._call_ids)
+                call = self._calls[call_id] = _Call()
+            link.send(("call", call_id, "metadata", (), {}))
+            if not call.event.wait(2.0) or call.snap is None:
+                with self._cond:
+                    self._calls.pop(call_id, None)
+                return
+            snap = call.snap
+        self._apply_snapshot(snap)
 
     def _send_commit(self, group: Optional[str], offsets: Dict[Tuple[str, int], int]) -> None:
         up = self.transport.upstream
@@ -460,6 +536,9 @@ class SharedCluster:
             assert cluster is not None
             value = getattr(cluster, name)(*args, **kwargs)
             snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
+            server = self._server
+            if server is not None:
+                server.broadcast(("meta", snap))  # this process's mirror and every client's
             self.scheduler.run_sync(lambda: self._apply_snapshot(snap))
             return value
         with self._cond:
@@ -513,7 +592,10 @@ class SharedCluster:
 
     def consumer(self, group_id: Optional[str] = None, topics: Sequence[str] = (), **kwargs: Any) -> Consumer:
         self._ensure_open()
-        kwargs.pop("isolation_level", None)  # as Cluster.consumer: no transactions yet
+        if "isolation_level" not in inspect.signature(Consumer).parameters:
+            kwargs.pop("isolation_level", None)  # as Cluster.consumer: no transactions yet
+        if group_id is not None and hasattr(Cluster, "_ensure_offsets_topic"):
+            self._call("_ensure_offsets_topic")  # the owner creates __consumer_offsets on first use
         c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
         self._clients.append(c)
         return c
