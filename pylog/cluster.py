@@ -109,7 +109,6 @@ class Cluster:
         meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
         self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
                                    path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
-        self.committed: Dict[Optional[str], Dict[Tuple[str, int], int]] = {}
         self.brokers: Dict[int, Broker] = {}
         for b in range(brokers):
             disk: FileIO = SimDisk() if self.simulated else FileIO()
@@ -194,12 +193,40 @@ class Cluster:
         self._clients.append(p)
         return p
 
+    #: partitions of ``__consumer_offsets`` when a group consumer first creates it (Kafka's
+    #: ``offsets.topic.num.partitions``); ``None``: 50, or 5 in a simulated cluster (fast simulations).
+    offsets_topic_partitions: Optional[int] = None
+
     def consumer(self, group_id: Optional[str] = None, topics: Sequence[str] = (), **kwargs: Any) -> Consumer:
+        """A :class:`~pylog.client.consumer.Consumer` (see its docstring for the options).
+
+        With a ``group_id``, the ``__consumer_offsets`` topic is created first if it
+        does not exist (compacted, ``offsets_topic_partitions`` partitions,
+        replication factor min(3, brokers)), as Kafka's brokers create it on the
+        first FindCoordinator.
+        """
         self._ensure_open()
-        kwargs.pop("isolation_level", None)  # no transactions yet: read_committed == read_uncommitted
+        if group_id is not None:
+            self._ensure_offsets_topic()
         c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
         self._clients.append(c)
         return c
+
+    def _ensure_offsets_topic(self) -> None:
+        from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
+
+        if OFFSETS_TOPIC in self.store.topics:
+            return
+        n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
+        rf = min(3, len(self.brokers))
+        try:
+            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf,  # type: ignore[call-arg]
+                              config={"cleanup_policy": "compact"})
+        except TypeError:  # a Cluster without per-topic configs
+            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf)
+        except Exception:
+            if OFFSETS_TOPIC not in self.store.topics:  # another consumer created it meanwhile: fine
+                raise
 
     def describe(self, topic: str) -> List[PartitionInfo]:
         """Per partition: leader, leader_epoch, replicas, isr, high_watermark (the leader's), log_end_offsets."""

@@ -1,29 +1,94 @@
-"""A minimal consumer: reads every partition of its topics, only below the high watermark.
+"""The consumer: subscribe or assign, poll, seek, commit; consumer groups with a coordinator.
 
-Positions start at the group's committed offset (kept in the cluster's
-memory for now) or at the log start (``auto_offset_reset="earliest"``).
-``poll`` fetches from each partition leader and returns records in offset
-order per partition; ``commit`` stores the positions for ``group_id``.
+>>> # consumer = cluster.consumer(group_id="billing", topics=["orders"])
+>>> # for record in consumer.poll(timeout=1.0): ...; consumer.commit()
+
+* **Subscribe** (``subscribe(topics)`` or ``subscribe(pattern=...)``) with a
+  ``group_id``: the consumer joins the group through its coordinator (the
+  broker leading the group's ``__consumer_offsets`` partition), the leader
+  member runs the assignor (``range`` or ``roundrobin``) and every member
+  fetches only its share. Rebalances are *eager*: when one starts, every
+  member commits (with auto-commit) and gives up all its partitions, then
+  rejoins. Without a ``group_id`` a subscription simply reads every partition
+  of the matching topics.
+* **Assign** (``assign([(topic, partition), ...])``): no group membership; a
+  ``group_id`` is still used to look up and commit offsets (with generation
+  -1, as Kafka's standalone consumers do).
+* **Positions**: a newly assigned partition starts at the group's committed
+  offset, else per ``auto_offset_reset`` (``"earliest"`` - pylog's default,
+  since a local queue should not skip what is already there -, ``"latest"``,
+  or ``"none"``: :class:`NoOffsetForPartitionError` from ``poll``).
+* **poll(timeout)** returns records already fetched, or blocks until a fetch
+  brings some: the broker parks an empty fetch until a record is appended (or
+  ``fetch_max_wait_ms`` passes), and the response wakes the waiting thread
+  through an event; there is no polling loop. In a simulated cluster it runs
+  virtual time instead.
+* **Commits**: ``commit()`` blocks until the coordinator has written the
+  offsets to ``__consumer_offsets`` with acks=all; ``commit_async(callback)``
+  does not block (the callback runs in a later ``poll``/``commit``/``close`` on
+  the caller's thread). With ``enable_auto_commit`` the positions of the
+  records returned by earlier polls are committed every
+  ``auto_commit_interval_ms`` from ``poll``, before a rebalance and on close.
+  Committing after processing gives *at-least-once* delivery; committing
+  before processing *at-most-once* (docs/consumer-groups.md).
+* ``isolation_level``: ``"read_uncommitted"`` or ``"read_committed"``. pylog has
+  no transactions yet, so both read exactly the records below the high
+  watermark.
 
 Every record returned has an offset below the HW the leader reported with it
-(checked by :meth:`Consumer._check`).
+(:meth:`Consumer._check`).
 
-Thread-safety: one consumer per thread; calls are marshalled to the
-cluster's scheduler thread.
+Durability: what survives a consumer crash is what was committed.
+Thread-safety: one consumer per thread (as Kafka's); the state lives on the
+cluster's scheduler thread and calls are marshalled there.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+import re
+import threading
+from collections import deque
+from itertools import repeat
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Pattern, Sequence, Set, Tuple, Union
 
-from pylog.client._node import ClientNode
-from pylog.errors import OffsetOutOfRangeError
+from pylog._native import ffi
+from pylog.client._node import ClientFuture, ClientNode
+from pylog.client.assignors import get_assignor
+from pylog.errors import (
+    CoordinatorNotAvailableError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidConfigurationError,
+    InvalidGroupIdError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    PylogError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.replication import group_messages as gm
+from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER, FetchRequest
-from pylog.storage.record import iter_batches
+from pylog.storage.record import (
+    BATCH_OVERHEAD,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    _decode_columns,
+    _decode_header_columns,
+    _is_sequence,
+    _spans,
+    iter_batches,
+)
+from pylog.storage import compression as codecs
 
 TP = Tuple[str, int]
+_new_tuple = tuple.__new__
 
 
 class ConsumerRecord(NamedTuple):
+    """One record as :meth:`Consumer.poll` returns it (Kafka's ConsumerRecord)."""
+
     topic: str
     partition: int
     offset: int
@@ -31,124 +96,954 @@ class ConsumerRecord(NamedTuple):
     value: Optional[bytes]
     timestamp: int
     headers: Sequence[Tuple[str, Optional[bytes]]]
+    #: 0 CreateTime, 1 LogAppendTime
+    timestamp_type: int = CREATE_TIME
+    #: the leader epoch of the batch that carried the record
+    leader_epoch: int = -1
+
+
+class OffsetAndMetadata(NamedTuple):
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+def _batch_records(batch: Any, topic: str, partition: int) -> List[ConsumerRecord]:
+    """All records of a batch as ConsumerRecords, decoded columnwise (one C call, tuples built by map/zip)."""
+    info = batch.info
+    if info.magic != 2:
+        return [ConsumerRecord(topic, partition, r.offset, r.key, r.value, r.timestamp, r.headers, r.timestamp_type)
+                for r in batch.records()]
+    count = info.records_count
+    if count == 0:
+        return []
+    if batch.compression == codecs.NONE:
+        data = bytes(batch.buffer[BATCH_OVERHEAD:])
+    else:
+        data = batch._records_section()
+    cols = _decode_columns(data, count, batch.path, info.position)
+    up = ffi.unpack
+    raw = ffi.buffer
+    n4 = 4 * count
+    base = info.base_offset
+    if _is_sequence(raw(cols.offset_delta, n4)[:], count):
+        offsets: Any = range(base, base + count)
+    else:
+        offsets = [base + d for d in up(cols.offset_delta, count)]
+    tst = batch.timestamp_type
+    if tst == LOG_APPEND_TIME:
+        timestamps: Any = repeat(info.max_timestamp)
+    else:
+        tsd = raw(cols.timestamp_delta, 8 * count)[:]
+        if tsd == tsd[:8] * count:
+            timestamps = repeat(info.base_timestamp + cols.timestamp_delta[0])
+        else:
+            bt = info.base_timestamp
+            timestamps = [bt + d for d in up(cols.timestamp_delta, count)]
+    values = _spans(data, up(cols.value_pos, count), up(cols.value_len, count))
+    if raw(cols.key_len, n4)[:] == b"\xff" * n4:
+        keys: Any = repeat(None)
+    else:
+        keys = _spans(data, up(cols.key_pos, count), up(cols.key_len, count))
+    if raw(cols.header_count, n4)[:] == bytes(n4):
+        headers: Any = repeat(())
+    else:
+        headers = _decode_header_columns(data, cols, count, batch.path, info.position)
+    return list(map(_new_tuple, repeat(ConsumerRecord), zip(
+        repeat(topic), repeat(partition), offsets, keys, values, timestamps, headers, repeat(tst),
+        repeat(info.partition_leader_epoch))))
+
+
+_RETRIABLE_GROUP_ERRORS = ("NotCoordinatorError", "CoordinatorNotAvailableError", "CoordinatorLoadInProgressError",
+                           "RequestTimedOutError", "NotEnoughReplicasError")
 
 
 class Consumer:
-    """Fetches records below the HW from partition leaders."""
+    """Reads records below the HW from partition leaders; optionally a member of a consumer group.
+
+    See the module docstring for the behaviour. Kafka's configuration names,
+    in snake_case: ``group_id``, ``client_id``, ``auto_offset_reset``,
+    ``enable_auto_commit``, ``auto_commit_interval_ms``, ``isolation_level``,
+    ``session_timeout_ms``, ``heartbeat_interval_ms``, ``rebalance_timeout_ms``
+    (Kafka's ``max.poll.interval.ms`` plays this role), ``partition_assignment_strategy``,
+    ``fetch_max_wait_ms``, ``max_partition_fetch_bytes``, ``max_poll_records``,
+    ``request_timeout_ms``, ``retry_backoff_ms``, ``consumer_timeout_ms``
+    (iteration stops after this long without a record; None: never).
+
+    Complexity: ``poll`` costs O(records returned) plus one columnar decode per
+    fetched batch.
+    """
 
     def __init__(self, cluster: Any, *, group_id: Optional[str] = None, topics: Sequence[str] = (),
-                 fetch_max_wait_ms: int = 500, request_timeout_ms: int = 30_000, max_poll_records: int = 500):
+                 pattern: Union[None, str, Pattern[str]] = None, client_id: Optional[str] = None,
+                 auto_offset_reset: str = "earliest", enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5_000, isolation_level: str = "read_uncommitted",
+                 session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 3_000,
+                 rebalance_timeout_ms: int = 300_000,
+                 partition_assignment_strategy: Sequence[str] = ("range", "roundrobin"),
+                 fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1 << 20,
+                 request_timeout_ms: int = 30_000, max_poll_records: int = 500, retry_backoff_ms: int = 100,
+                 consumer_timeout_ms: Optional[float] = None):
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise InvalidConfigurationError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', got {auto_offset_reset!r}")
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise InvalidConfigurationError(f"isolation_level must be 'read_uncommitted' or 'read_committed', got {isolation_level!r}")
+        if not isinstance(max_poll_records, int) or max_poll_records < 1:
+            raise InvalidConfigurationError(f"max_poll_records must be a positive int, got {max_poll_records!r}")
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise InvalidGroupIdError(f"group_id must be a non-empty str or None, got {group_id!r}")
+        self._assignors = [get_assignor(n) for n in partition_assignment_strategy]
+        if not self._assignors:
+            raise InvalidConfigurationError("partition_assignment_strategy needs at least one assignor")
         self.cluster = cluster
-        self.group_id = group_id
+        self.store = cluster.store
         self.scheduler = cluster.scheduler
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.isolation_level = isolation_level
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.request_timeout_ms = request_timeout_ms
         self.max_poll_records = max_poll_records
-        self.positions: Dict[TP, int] = {}
-        self._buffer: List[ConsumerRecord] = []
-        self._inflight: Dict[TP, bool] = {}
+        self.retry_backoff_ms = retry_backoff_ms
+        self.consumer_timeout_ms = consumer_timeout_ms
+        # ---- subscription and assignment (loop thread)
+        self._topics: Optional[List[str]] = None
+        self._pattern: Optional[Pattern[str]] = None
+        self._manual = False
+        self._assignment: List[TP] = []
+        self._positions: Dict[TP, int] = {}  # next offset to return
+        self._fetch_pos: Dict[TP, int] = {}  # next offset to fetch
+        self._token: Dict[TP, int] = {}  # bumped on seek/revoke: older fetch responses are ignored
+        self._hw: Dict[TP, int] = {}
+        self._resetting: Set[TP] = set()
+        self._inflight: Set[TP] = set()
+        self._buffer: Deque[List[Any]] = deque()  # [tp, records, next index]
+        self._buffered: Dict[TP, int] = {}
+        self._error: Optional[BaseException] = None
+        # ---- group membership (loop thread)
+        self.client_id = client_id or f"pylog-consumer"
+        self.member_id = gm.NO_MEMBER
+        self.generation = gm.NO_GENERATION
+        self._coordinator: Optional[int] = None
+        self._finding = False
+        self._state = "unjoined"  # unjoined | joining | syncing | stable
+        self._rejoin = False
+        self._joined_topics: Tuple[str, ...] = ()
+        self._joined_counts: Dict[str, int] = {}
+        self._last_heartbeat = 0
+        self._hb_inflight = False
+        self._next_attempt = 0
+        self._tick_timer: Any = None
+        #: (generation, member_id, assignment) after every completed rebalance (tests check ownership)
+        self.assignment_history: List[Tuple[int, str, Tuple[TP, ...]]] = []
+        # ---- commits
+        self._commit_callbacks: Deque[Tuple[Callable[..., Any], Dict[TP, int], Optional[BaseException]]] = deque()
+        self._next_auto_commit = 0
+        # ---- metrics and checks
+        self.records_consumed = 0
+        self.bytes_consumed = 0
+        self.rebalances = 0
         self.violations: List[Tuple[TP, int, int]] = []
-        self._node = cluster.scheduler.run_sync(lambda: ClientNode("consumer", cluster.scheduler, cluster.transport))
-        self.topics: List[str] = []
-        self.subscribe(topics)
+        self._wake = threading.Event()
+        self._closed = False
+        self._node: ClientNode = self.scheduler.run_sync(
+            lambda: ClientNode("consumer", self.scheduler, cluster.transport))
+        self._node.on_close.append(self._on_node_closed)
+        self.scheduler.run_sync(self._start_tick)
+        self._next_auto_commit = self._now() + auto_commit_interval_ms
+        if topics or pattern is not None:
+            self.subscribe(list(topics) if topics else None, pattern=pattern)
 
-    def subscribe(self, topics: Sequence[str]) -> None:
+    # ================================================================ helpers
+    def _now(self) -> int:
+        return self.scheduler.clock.now_ms()
+
+    def _start_tick(self) -> None:
+        self._tick_timer = self.scheduler.call_later(min(100, self.heartbeat_interval_ms), self._tick)
+
+    def _on_node_closed(self) -> None:
+        self._closed = True
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
+        self._wake.set()
+
+    def _signal(self) -> None:
+        self._wake.set()
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        if self._closed:
+            from pylog.errors import BrokerNotAvailableError
+
+            raise BrokerNotAvailableError("the consumer is closed")
+        return self.scheduler.run_sync(fn)
+
+    def _matched_topics(self) -> List[str]:
+        if self._pattern is not None:
+            return sorted(t for t in self.store.topics if self._pattern.fullmatch(t) and not t.startswith("__"))
+        return sorted(self._topics or [])
+
+    def _partition_counts(self, topics: Sequence[str]) -> Dict[str, int]:
+        return {t: self.store.topics[t].partitions for t in topics if t in self.store.topics}
+
+    # ========================================================== subscription
+    def subscribe(self, topics: Optional[Sequence[str]] = None, *, pattern: Union[None, str, Pattern[str]] = None) -> None:
+        """Subscribe to ``topics`` (a list) or to every topic matching ``pattern`` (a regex, full match).
+
+        With a ``group_id`` the consumer joins (or rejoins) its group; without one it
+        reads every partition of the matching topics. Replaces any earlier
+        subscription or assignment.
+        """
+        if (topics is None) == (pattern is None):
+            if isinstance(topics, (str, re.Pattern)) and pattern is None:
+                topics, pattern = None, topics  # subscribe(re.compile(...)) / subscribe("regex")
+                if isinstance(pattern, str):
+                    raise InvalidConfigurationError("subscribe() takes a list of topics; pass a regex as pattern=...")
+            else:
+                raise InvalidConfigurationError("subscribe() needs either a list of topics or pattern=...")
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+
         def run() -> None:
-            self.topics = list(topics)
-            committed = self.cluster.committed.get(self.group_id, {}) if self.group_id else {}
-            for t in self.topics:
-                cfg = self.cluster.store.topics.get(t)
-                if cfg is None:
-                    continue
-                for p in range(cfg.partitions):
-                    self.positions.setdefault((t, p), committed.get((t, p), 0))
+            self._revoke_all()
+            self._manual = False
+            self._topics = list(topics) if topics is not None else None
+            self._pattern = compiled
+            if self.group_id is None:
+                self._set_assignment([(t, p) for t, n in self._partition_counts(self._matched_topics()).items()
+                                      for p in range(n)])
+            else:
+                self._rejoin = True
+                self._coordinate()
 
-        self.scheduler.run_sync(run)
+        self._call(run)
+
+    def assign(self, partitions: Sequence[TP]) -> None:
+        """Read exactly ``partitions`` (no group membership); replaces any subscription."""
+        parts = [(str(t), int(p)) for t, p in partitions]
+
+        def run() -> None:
+            if self._state != "unjoined" and self.member_id:
+                self._leave_group()
+            self._revoke_all()
+            self._topics, self._pattern, self._manual = None, None, True
+            self._set_assignment(parts)
+
+        self._call(run)
+
+    def unsubscribe(self) -> None:
+        def run() -> None:
+            if self.member_id:
+                self._leave_group()
+            self._revoke_all()
+            self._topics, self._pattern, self._manual = None, None, False
+
+        self._call(run)
+
+    def subscription(self) -> Set[str]:
+        return set(self._call(self._matched_topics)) if not self._manual else set()
 
     def assignment(self) -> List[TP]:
-        return sorted(self.positions)
+        """The partitions this consumer currently reads (sorted)."""
+        return sorted(self._call(lambda: list(self._assignment)))
+
+    # ---------------------------------------------------------- assignment
+    def _revoke_all(self) -> None:
+        for tp in self._assignment:
+            self._token[tp] = self._token.get(tp, 0) + 1
+        self._assignment = []
+        self._positions.clear()
+        self._fetch_pos.clear()
+        self._resetting.clear()
+        self._buffer.clear()
+        self._buffered.clear()
+
+    def _set_assignment(self, parts: Sequence[TP]) -> None:
+        """Take ``parts``; positions come from committed offsets (with a group) or the reset policy."""
+        self._assignment = list(dict.fromkeys(parts))
+        todo = [tp for tp in self._assignment if tp not in self._positions]
+        if not todo:
+            return
+        self._resetting.update(todo)
+        if self.group_id is None:
+            for tp in todo:
+                self._reset_offset(tp, self.auto_offset_reset)
+            return
+        self._fetch_committed(todo, self._on_committed_for_positions)
+
+    def _on_committed_for_positions(self, result: Optional[Dict[TP, Optional[OffsetAndMetadata]]],
+                                    error: Optional[BaseException]) -> None:
+        if error is not None or result is None:
+            # retry later (the tick resolves partitions still resetting)
+            self._next_attempt = self._now() + self.retry_backoff_ms
+            return
+        for tp, om in result.items():
+            if tp not in self._resetting or tp not in self._assignment:
+                continue
+            if om is not None and om.offset >= 0:
+                self._set_position(tp, om.offset)
+            else:
+                self._reset_offset(tp, self.auto_offset_reset)
+        self._send_fetches()
+
+    def _set_position(self, tp: TP, offset: int) -> None:
+        self._resetting.discard(tp)
+        self._token[tp] = self._token.get(tp, 0) + 1
+        self._positions[tp] = offset
+        self._fetch_pos[tp] = offset
+        self._drop_buffered(tp)
+
+    def _drop_buffered(self, tp: TP) -> None:
+        if self._buffered.pop(tp, 0):
+            self._buffer = deque(c for c in self._buffer if c[0] != tp)
+
+    def _reset_offset(self, tp: TP, policy: str) -> None:
+        """Resolve ``tp``'s position by ``policy``: ask the leader for its earliest or latest offset."""
+        if policy == "none":
+            self._resetting.discard(tp)
+            self._error = NoOffsetForPartitionError(
+                f"no committed offset for {tp[0]}-{tp[1]} (group {self.group_id!r}) and auto_offset_reset='none'")
+            self._signal()
+            return
+        self._resetting.add(tp)
+        st = self.store.partitions.get(tp)
+        if st is None or st.leader == NO_LEADER:
+            return  # the tick retries
+        ts = gm.EARLIEST_TIMESTAMP if policy == "earliest" else gm.LATEST_TIMESTAMP
+        token = self._token.get(tp, 0)
+        req = gm.ListOffsetsRequest(tp[0], tp[1], ts, self._node.next_corr(),
+                                    isolation_level=1 if self.isolation_level == "read_committed" else 0)
+
+        def done(resp: Any) -> None:
+            if self._token.get(tp, 0) != token or tp not in self._resetting:
+                return
+            if resp is None or resp.error is not None:
+                return  # the tick retries
+            self._set_position(tp, resp.offset)
+            self._send_fetches()
+
+        self._node.request(st.leader, req, self.request_timeout_ms, done)
+
+    # ================================================================= seek
+    def _need_assigned(self, tp: TP) -> None:
+        if tp not in self._assignment:
+            raise UnknownTopicOrPartitionError(
+                f"{tp[0]}-{tp[1]} is not assigned to this consumer (assigned: {sorted(self._assignment)})")
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
+        """The next poll returns ``topic``-``partition`` from ``offset``."""
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"seek offset must be a non-negative int, got {offset!r} for {topic}-{partition}")
+
         def run() -> None:
-            self.positions[(topic, partition)] = offset
-            self._buffer = [r for r in self._buffer if (r.topic, r.partition) != (topic, partition)]
+            self._need_assigned((topic, partition))
+            self._set_position((topic, partition), offset)
 
-        self.scheduler.run_sync(run)
+        self._call(run)
 
-    def position(self, topic: str, partition: int) -> int:
-        return self.scheduler.run_sync(lambda: self.positions[(topic, partition)])
+    def _seek_policy(self, partitions: Sequence[TP], policy: str) -> None:
+        def run() -> None:
+            tps = list(partitions) or list(self._assignment)
+            for tp in tps:
+                self._need_assigned(tp)
+            for tp in tps:
+                self._token[tp] = self._token.get(tp, 0) + 1
+                self._positions.pop(tp, None)
+                self._fetch_pos.pop(tp, None)
+                self._drop_buffered(tp)
+                self._reset_offset(tp, policy)
 
-    def _fetch_all(self) -> None:
-        if not self.topics:
+        self._call(run)
+
+    def seek_to_beginning(self, *partitions: TP) -> None:
+        """Move to the log start of ``partitions`` (all assigned ones when none given)."""
+        self._seek_policy(partitions, "earliest")
+
+    def seek_to_end(self, *partitions: TP) -> None:
+        """Move to the end visible to consumers (the HW) of ``partitions`` (all assigned when none given)."""
+        self._seek_policy(partitions, "latest")
+
+    def position(self, topic: str, partition: int, timeout: float = 30.0) -> int:
+        """Offset of the next record ``poll`` will return for the partition (waits while it is being resolved)."""
+        tp = (topic, partition)
+
+        def known() -> bool:
+            return tp in self._positions or self._error is not None or tp not in self._assignment
+
+        def get() -> int:
+            self._need_assigned(tp)
+            if tp not in self._positions and self._error is not None:
+                err, self._error = self._error, None
+                raise err
+            return self._positions[tp]
+
+        if not self._call(known):
+            self._wait(known, timeout)
+        if not self._call(known):
+            raise RequestTimedOutError(f"position of {topic}-{partition} not resolved within {timeout} s")
+        return self._call(get)
+
+    def _wait(self, predicate: Callable[[], bool], timeout: float) -> None:
+        if self.scheduler.simulated:
+            self.scheduler.wait_until(predicate, int(timeout * 1000))
+        else:
+            self.scheduler.wait_until(predicate, int(timeout * 1000))
+
+    # ================================================================= poll
+    def poll(self, timeout: float = 1.0, max_records: Optional[int] = None) -> List[ConsumerRecord]:
+        """Records fetched within ``timeout`` seconds (virtual seconds in a simulated cluster).
+
+        Returns at once when records are buffered; otherwise blocks until a
+        fetch response brings some (it is woken by the append, through the
+        broker's fetch purgatory) or the timeout passes. Raises
+        :class:`NoOffsetForPartitionError` / :class:`OffsetOutOfRangeError`
+        with ``auto_offset_reset="none"``; retriable errors are retried inside.
+        """
+        limit = max_records or self.max_poll_records
+        self._run_callbacks()
+        if self.enable_auto_commit and self._now() >= self._next_auto_commit:
+            self._next_auto_commit = self._now() + self.auto_commit_interval_ms
+            self._call(lambda: self._commit_internal(None, None, auto=True))
+        out = self._call(lambda: self._take(limit))
+        if out or timeout <= 0:
+            return out
+        if self.scheduler.simulated:
+            self.scheduler.wait_until(lambda: bool(self._buffer) or self._error is not None or self._closed,
+                                      int(timeout * 1000))
+            return self._call(lambda: self._take(limit))
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            self._wake.wait(left)
+            out = self._call(lambda: self._take(limit))
+            if out:
+                return out
+
+    def _take(self, limit: int) -> List[ConsumerRecord]:
+        """On the loop: hand out up to ``limit`` buffered records, send fetches, raise a pending error."""
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        self._coordinate()
+        out: List[ConsumerRecord] = []
+        buf = self._buffer
+        while buf and len(out) < limit:
+            chunk = buf[0]
+            tp, recs, i = chunk
+            j = min(len(recs), i + limit - len(out))
+            if i == 0 and j == len(recs):
+                out.extend(recs)
+            else:
+                out.extend(recs[i:j])
+            taken = j - i
+            self._buffered[tp] -= taken
+            self._positions[tp] = recs[j - 1].offset + 1
+            if j == len(recs):
+                buf.popleft()
+            else:
+                chunk[2] = j
+        if out:
+            self.records_consumed += len(out)
+        if not buf:
+            self._wake.clear()
+        self._send_fetches()
+        return out
+
+    def _send_fetches(self) -> None:
+        if self._closed:
             return
-        if len(self.positions) < sum(self.cluster.store.topics[t].partitions for t in self.topics if t in self.cluster.store.topics):
-            self.subscribe(self.topics)
-        for tp, pos in self.positions.items():
-            if self._inflight.get(tp):
+        for tp in self._assignment:
+            if tp in self._inflight or tp in self._resetting or tp not in self._fetch_pos:
                 continue
-            st = self.cluster.store.partitions.get(tp)
+            if self._buffered.get(tp, 0) >= self.max_poll_records:
+                continue
+            st = self.store.partitions.get(tp)
             if st is None or st.leader == NO_LEADER:
                 continue
-            req = FetchRequest(-1, tp[0], tp[1], pos, -1, self._node.next_corr(), max_wait_ms=self.fetch_max_wait_ms)
-            self._inflight[tp] = True
-            self._node.request(st.leader, req, self.request_timeout_ms, lambda resp, tp=tp, pos=pos: self._on_fetch(tp, pos, resp))
+            pos = self._fetch_pos[tp]
+            token = self._token.get(tp, 0)
+            req = FetchRequest(-1, tp[0], tp[1], pos, -1, self._node.next_corr(),
+                               max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms)
+            self._inflight.add(tp)
+            self._node.request(st.leader, req, self.request_timeout_ms,
+                               lambda resp, tp=tp, pos=pos, token=token: self._on_fetch(tp, pos, token, resp))
 
-    def _on_fetch(self, tp: TP, pos: int, resp: Any) -> None:
-        self._inflight[tp] = False
-        if resp is None or self.positions.get(tp) != pos:
+    def _on_fetch(self, tp: TP, pos: int, token: int, resp: Any) -> None:
+        self._inflight.discard(tp)
+        if self._closed or resp is None or self._token.get(tp, 0) != token or self._fetch_pos.get(tp) != pos:
+            if resp is None and not self._closed:
+                return  # timed out or the broker went away: the tick sends again
+            self._send_fetches()
             return
         if resp.error is OffsetOutOfRangeError:
-            self.positions[tp] = resp.log_start_offset if pos < resp.log_start_offset else min(pos, resp.log_end_offset)
+            policy = self.auto_offset_reset
+            if policy == "none":
+                self._error = OffsetOutOfRangeError(
+                    f"fetch offset {pos} is out of range for {tp[0]}-{tp[1]} (log start {resp.log_start_offset}, "
+                    f"HW {resp.high_watermark}) and auto_offset_reset='none'")
+                self._signal()
+                return
+            self._positions.pop(tp, None)
+            self._fetch_pos.pop(tp, None)
+            self._reset_offset(tp, policy)
             return
-        if resp.error is not None or not resp.records:
+        if resp.error is not None:
+            return  # NotLeader etc.: the tick retries after the metadata moves
+        hw = resp.high_watermark
+        self._hw[tp] = hw
+        if resp.records:
+            nxt = pos
+            got = 0
+            topic, partition = tp
+            for batch in iter_batches(resp.records):
+                last = batch.last_offset
+                if last < pos:
+                    continue
+                if batch.is_control:
+                    nxt = max(nxt, last + 1)
+                    continue
+                recs = _batch_records(batch, topic, partition)
+                if recs and (recs[0].offset < pos or last >= hw):
+                    for r in recs:
+                        if r.offset >= hw:
+                            self.violations.append((tp, r.offset, hw))
+                    recs = [r for r in recs if pos <= r.offset < hw]
+                if recs:
+                    self._buffer.append([tp, recs, 0])
+                    got += len(recs)
+                    nxt = recs[-1].offset + 1
+                    if last < hw:
+                        nxt = max(nxt, last + 1)
+            self.bytes_consumed += len(resp.records)
+            self._fetch_pos[tp] = nxt
+            if got:
+                self._buffered[tp] = self._buffered.get(tp, 0) + got
+                self._signal()
+        self._send_fetches()
+
+    # ================================================================ group
+    def _tick(self) -> None:
+        if self._closed:
             return
-        nxt = pos
-        for batch in iter_batches(resp.records):
-            if batch.is_control:
-                nxt = max(nxt, batch.last_offset + 1)
-                continue
-            for r in batch.records():
-                if r.offset < pos:
-                    continue
-                if r.offset >= resp.high_watermark:
-                    self.violations.append((tp, r.offset, resp.high_watermark))
-                    continue
-                self._buffer.append(ConsumerRecord(tp[0], tp[1], r.offset, r.key, r.value, r.timestamp, r.headers))
-                nxt = r.offset + 1
-        self.positions[tp] = nxt
+        try:
+            self._coordinate()
+            now = self._now()
+            # partitions whose position could not be resolved yet, or without a fetch in flight
+            if self._resetting and now >= self._next_attempt:
+                self._next_attempt = now + self.retry_backoff_ms
+                pending = [tp for tp in self._resetting if tp not in self._positions]
+                if pending:
+                    if self.group_id is None:
+                        for tp in pending:
+                            self._reset_offset(tp, self.auto_offset_reset)
+                    else:
+                        self._fetch_committed(pending, self._on_committed_for_positions)
+            self._send_fetches()
+        finally:
+            self._tick_timer = self.scheduler.call_later(min(100, self.heartbeat_interval_ms), self._tick)
 
-    def poll(self, timeout: float = 1.0, max_records: Optional[int] = None) -> List[ConsumerRecord]:
-        """Records fetched within ``timeout`` seconds (virtual seconds in a simulated cluster)."""
-        limit = max_records or self.max_poll_records
-        self.scheduler.run_sync(self._fetch_all)
-        if not self.scheduler.run_sync(lambda: bool(self._buffer)):
-            self.scheduler.wait_until(lambda: bool(self._buffer), int(timeout * 1000))
+    def _coordinate(self) -> None:
+        """Drive group membership one step (on the loop): find the coordinator, join, sync, heartbeat."""
+        if self._closed:
+            return
+        if self.group_id is None or self._manual:
+            if self.group_id is None and not self._manual and (self._topics or self._pattern is not None):
+                want = [(t, p) for t, n in self._partition_counts(self._matched_topics()).items() for p in range(n)]
+                if set(want) != set(self._assignment):
+                    self._set_assignment(want)
+            return
+        if self._topics is None and self._pattern is None:
+            return
+        now = self._now()
+        if self._state == "stable":
+            topics = tuple(self._matched_topics())
+            if topics != self._joined_topics or self._partition_counts(topics) != self._joined_counts:
+                self._rejoin = True  # the subscription now covers other topics or partitions
+        if self._coordinator is None:
+            if not self._finding and now >= self._next_attempt:
+                self._find_coordinator()
+            return
+        if self._rejoin and self._state in ("unjoined", "stable"):
+            if now >= self._next_attempt:
+                self._join()
+            return
+        if self._state == "stable" and not self._hb_inflight and now - self._last_heartbeat >= self.heartbeat_interval_ms:
+            self._heartbeat()
 
-        def take() -> List[ConsumerRecord]:
-            out, self._buffer = self._buffer[:limit], self._buffer[limit:]
-            return out
+    def _coordinator_lost(self, why: str = "") -> None:
+        self._coordinator = None
+        self._next_attempt = self._now() + self.retry_backoff_ms
 
-        return self.scheduler.run_sync(take)
+    def _find_coordinator(self) -> None:
+        assert self.group_id is not None
+        cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
+        target = None
+        if cfg is not None:
+            st = self.store.partitions.get((ot.OFFSETS_TOPIC, ot.partition_for_group(self.group_id, cfg.partitions)))
+            if st is not None and st.leader != NO_LEADER:
+                target = st.leader
+        if target is None:
+            target = self.store.controller_id
+        if target is None:
+            self._next_attempt = self._now() + self.retry_backoff_ms
+            return
+        self._finding = True
 
-    def commit(self) -> None:
-        """Store the current positions as the group's committed offsets (in memory for now)."""
+        def done(resp: Any) -> None:
+            self._finding = False
+            if resp is None or resp.error is not None:
+                self._next_attempt = self._now() + self.retry_backoff_ms
+                return
+            self._coordinator = resp.node_id
+            self._coordinate()
+
+        self._node.request(target, gm.FindCoordinatorRequest(self.group_id, self._node.next_corr()),
+                           self.request_timeout_ms, done)
+
+    def _handle_group_error(self, error: type) -> None:
+        """What a group error means for this member (Kafka's AbstractCoordinator rules)."""
+        name = error.__name__
+        if name in _RETRIABLE_GROUP_ERRORS:
+            self._coordinator_lost()
+        elif error is UnknownMemberIdError:
+            self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
+        elif error is IllegalGenerationError:
+            self.generation = gm.NO_GENERATION
+        self._next_attempt = self._now() + self.retry_backoff_ms
+        if self._state != "unjoined":
+            self._state = "unjoined"
+        self._rejoin = True
+
+    def _join(self) -> None:
+        """Eager rebalance: commit (auto-commit), give up every partition, send JoinGroup."""
+        assert self.group_id is not None and self._coordinator is not None
+        if self._assignment and self.enable_auto_commit and self.generation >= 0:
+            self._commit_internal(None, None, auto=True)
+        self._revoke_all()
+        self._state = "joining"
+        self._rejoin = False
+        topics = tuple(self._matched_topics())
+        self._joined_topics = topics
+        self._joined_counts = self._partition_counts(topics)
+        sub = ot.encode_subscription(list(topics))
+        req = gm.JoinGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id,
+                                  session_timeout_ms=self.session_timeout_ms,
+                                  rebalance_timeout_ms=self.rebalance_timeout_ms, protocol_type="consumer",
+                                  protocols=tuple((a.name, sub) for a in self._assignors), client_id=self.client_id)
+        self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_join)
+
+    def _on_join(self, resp: Any) -> None:
+        if self._closed or self._state != "joining":
+            return
+        if resp is None:
+            self._state = "unjoined"
+            self._rejoin = True
+            self._coordinator_lost()
+            return
+        if resp.error is not None:
+            if resp.error is InconsistentGroupProtocolError:
+                self._error = resp.error(resp.message)
+                self._signal()
+            self._handle_group_error(resp.error)
+            return
+        self.member_id = resp.member_id
+        self.generation = resp.generation_id
+        assignments: Tuple[Tuple[str, bytes], ...] = ()
+        if resp.leader == resp.member_id:
+            subs = {mid: ot.decode_subscription(meta)[0] for mid, meta in resp.members}
+            topics = sorted({t for ts in subs.values() for t in ts})
+            assignor = get_assignor(resp.protocol_name)
+            plan = assignor.assign(self._partition_counts(topics), subs)
+            assignments = tuple((mid, ot.encode_assignment(parts)) for mid, parts in plan.items())
+        self._state = "syncing"
+        req = gm.SyncGroupRequest(self.group_id, self._node.next_corr(), generation_id=self.generation,  # type: ignore[arg-type]
+                                  member_id=self.member_id, assignments=assignments)
+        assert self._coordinator is not None
+        self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_sync)
+
+    def _on_sync(self, resp: Any) -> None:
+        if self._closed or self._state != "syncing":
+            return
+        if resp is None:
+            self._state = "unjoined"
+            self._rejoin = True
+            self._coordinator_lost()
+            return
+        if resp.error is not None:
+            self._handle_group_error(resp.error)
+            return
+        parts = ot.decode_assignment(resp.assignment)
+        self._state = "stable"
+        self._last_heartbeat = self._now()
+        self.rebalances += 1
+        self.assignment_history.append((self.generation, self.member_id, tuple(sorted(parts))))
+        self._set_assignment(parts)
+        self._send_fetches()
+
+    def _heartbeat(self) -> None:
+        assert self.group_id is not None and self._coordinator is not None
+        self._hb_inflight = True
+        self._last_heartbeat = self._now()
+        generation = self.generation
+        req = gm.HeartbeatRequest(self.group_id, self._node.next_corr(), generation_id=generation, member_id=self.member_id)
+
+        def done(resp: Any) -> None:
+            self._hb_inflight = False
+            if self._closed or self._state != "stable" or self.generation != generation:
+                return
+            if resp is None:
+                self._coordinator_lost()
+                return
+            if resp.error is not None:
+                if resp.error is RebalanceInProgressError:
+                    self._rejoin = True
+                    self._coordinate()
+                else:
+                    self._handle_group_error(resp.error)
+
+        self._node.request(self._coordinator, req, self.request_timeout_ms, done)
+
+    def _leave_group(self) -> None:
+        if self.group_id is not None and self.member_id and self._coordinator is not None:
+            req = gm.LeaveGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id)
+            self._node.request(self._coordinator, req, self.request_timeout_ms, lambda resp: None)
+        self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
+        self._state = "unjoined"
+
+    # =============================================================== commits
+    def _fetch_committed(self, tps: Sequence[TP], callback: Callable[[Optional[Dict[TP, Optional[OffsetAndMetadata]]],
+                                                                       Optional[BaseException]], None]) -> None:
+        """OffsetFetch from the coordinator (looked up first when unknown); ``callback(result, error)``."""
         if self.group_id is None:
+            callback({tp: None for tp in tps}, None)
             return
+        if self._coordinator is None:
+            if not self._finding:
+                self._find_coordinator()
+            callback(None, CoordinatorNotAvailableError(f"coordinator of group {self.group_id!r} not known yet"))
+            return
+        req = gm.OffsetFetchRequest(self.group_id, self._node.next_corr(), partitions=tuple(tps))
 
-        def run() -> None:
-            consumed = dict(self.positions)
-            for r in self._buffer:  # buffered but not yet returned: not consumed
-                tp = (r.topic, r.partition)
-                consumed[tp] = min(consumed[tp], r.offset)
-            self.cluster.committed.setdefault(self.group_id, {}).update(consumed)
+        def done(resp: Any) -> None:
+            if resp is None:
+                self._coordinator_lost()
+                callback(None, RequestTimedOutError(f"OffsetFetch for group {self.group_id!r} timed out"))
+                return
+            if resp.error is not None:
+                if resp.error.__name__ in _RETRIABLE_GROUP_ERRORS:
+                    self._coordinator_lost()
+                callback(None, resp.error(resp.message))
+                return
+            callback({(t, p): (OffsetAndMetadata(o, m, e) if o >= 0 else None) for t, p, o, e, m in resp.offsets}, None)
 
-        self.scheduler.run_sync(run)
+        self._node.request(self._coordinator, req, self.request_timeout_ms, done)
 
-    def committed(self, topic: str, partition: int) -> Optional[int]:
-        return self.cluster.committed.get(self.group_id, {}).get((topic, partition))
+    def _commit_internal(self, offsets: Optional[Dict[TP, Any]], future: Optional[ClientFuture], *, auto: bool = False,
+                         deadline: Optional[int] = None) -> None:
+        """On the loop: send an OffsetCommit (retrying retriable errors until ``deadline``)."""
+        if self.group_id is None:
+            if future is not None:
+                future.set_exception(InvalidGroupIdError("commit needs a group_id (this consumer has none)"))
+            return
+        if offsets is None:
+            offsets = {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
+        rows = []
+        for tp, v in offsets.items():
+            if isinstance(v, OffsetAndMetadata):
+                rows.append((tp[0], tp[1], v.offset, v.leader_epoch, v.metadata))
+            else:
+                rows.append((tp[0], tp[1], int(v), -1, ""))
+        if not rows:
+            if future is not None:
+                future.set_result({})
+            return
+        deadline = deadline if deadline is not None else self._now() + self.request_timeout_ms
+        plain = {tp: (v.offset if isinstance(v, OffsetAndMetadata) else int(v)) for tp, v in offsets.items()}
 
-    def close(self) -> None:
-        self.scheduler.run_sync(self._node.close_node)
+        def retry(err: BaseException) -> None:
+            if self._closed or self._now() >= deadline or auto:
+                if future is not None:
+                    future.set_exception(err)
+                return
+            self.scheduler.call_later(self.retry_backoff_ms, self._commit_internal, offsets, future, deadline=deadline)
+
+        if self._coordinator is None:
+            if not self._finding:
+                self._find_coordinator()
+            retry(CoordinatorNotAvailableError(f"coordinator of group {self.group_id!r} not found"))
+            return
+        if self._manual or self._state != "stable" and self.generation < 0:
+            generation, member = gm.NO_GENERATION, gm.NO_MEMBER
+        else:
+            generation, member = self.generation, self.member_id
+        req = gm.OffsetCommitRequest(self.group_id, self._node.next_corr(), generation_id=generation,
+                                     member_id=member, offsets=tuple(rows))
+
+        def done(resp: Any) -> None:
+            if resp is None:
+                self._coordinator_lost()
+                retry(RequestTimedOutError(f"OffsetCommit for group {self.group_id!r} timed out"))
+                return
+            if resp.error is not None:
+                err = resp.error(resp.message)
+                if resp.error.__name__ in _RETRIABLE_GROUP_ERRORS:
+                    self._coordinator_lost()
+                    retry(err)
+                    return
+                if resp.error in (IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError):
+                    self._handle_group_error(resp.error) if resp.error is not RebalanceInProgressError else None
+                    self._rejoin = True
+                if future is not None:
+                    future.set_exception(err)
+                return
+            if future is not None:
+                future.set_result(plain)
+
+        self._node.request(self._coordinator, req, self.request_timeout_ms, done)
+
+    def commit(self, offsets: Optional[Dict[TP, Any]] = None, timeout: Optional[float] = None) -> Dict[TP, int]:
+        """Commit ``offsets`` (default: the position of every assigned partition) and wait for it.
+
+        Returns what was committed. Raises :class:`IllegalGenerationError` /
+        :class:`UnknownMemberIdError` when this member was fenced by a rebalance
+        (the commit is refused), :class:`InvalidGroupIdError` without a group.
+        Durability: once it returns, the offsets are in ``__consumer_offsets`` on
+        the offsets partition's ISR (acks=all).
+        """
+        fut = self.commit_async(offsets)
+        result = fut.result(timeout if timeout is not None else self.request_timeout_ms / 1000 + 5)
+        self._run_callbacks()
+        return result
+
+    def commit_async(self, offsets: Optional[Dict[TP, Any]] = None,
+                     callback: Optional[Callable[[Dict[TP, int], Optional[BaseException]], Any]] = None) -> ClientFuture:
+        """Commit without waiting; ``callback(offsets, exception)`` runs in a later poll/commit/close."""
+        fut = ClientFuture(self.scheduler)
+        if callback is not None:
+            def queue(f: ClientFuture) -> None:
+                exc = f.exception()
+                self._commit_callbacks.append((callback, {} if exc is not None else f._value, exc))
+            fut.add_done_callback(queue)
+        snapshot = dict(offsets) if offsets is not None else None
+        self._call(lambda: self._commit_internal(snapshot, fut))
+        return fut
+
+    def _run_callbacks(self) -> None:
+        while self._commit_callbacks:
+            cb, offsets, exc = self._commit_callbacks.popleft()
+            cb(offsets, exc)
+
+    def committed(self, topic: str, partition: int, timeout: float = 30.0) -> Optional[int]:
+        """The group's committed offset for the partition (None when nothing was committed)."""
+        if self.group_id is None:
+            raise InvalidGroupIdError("committed() needs a group_id (this consumer has none)")
+        fut = ClientFuture(self.scheduler)
+        deadline = self._now() + int(timeout * 1000)
+
+        def attempt() -> None:
+            def cb(result: Any, error: Optional[BaseException]) -> None:
+                if error is None:
+                    om = result.get((topic, partition))
+                    fut.set_result(None if om is None else om.offset)
+                elif self._now() < deadline and not self._closed:
+                    self.scheduler.call_later(self.retry_backoff_ms, attempt)
+                else:
+                    fut.set_exception(error)
+
+            self._fetch_committed([(topic, partition)], cb)
+
+        self._call(attempt)
+        return fut.result(timeout + 1)
+
+    # ================================================================ lag etc.
+    def lag(self) -> Dict[TP, int]:
+        """Per assigned partition: the last HW seen minus the position (records not yet returned)."""
+        def run() -> Dict[TP, int]:
+            return {tp: max(0, self._hw[tp] - self._positions[tp]) for tp in self._assignment
+                    if tp in self._hw and tp in self._positions}
+
+        return self._call(run)
+
+    def highwater(self, topic: str, partition: int) -> Optional[int]:
+        """The HW the leader reported with the last fetch of the partition (None before any)."""
+        return self._call(lambda: self._hw.get((topic, partition)))
+
+    def metrics(self) -> List[Any]:
+        """Consumer metrics as :class:`pylog.metrics.Metric` when that module exists, else (name, tags, value) tuples."""
+        def run() -> List[Tuple[str, Dict[str, str], float]]:
+            rows: List[Tuple[str, Dict[str, str], float]] = [
+                ("records-consumed-total", {}, float(self.records_consumed)),
+                ("bytes-consumed-total", {}, float(self.bytes_consumed)),
+                ("rebalance-total", {}, float(self.rebalances)),
+            ]
+            for tp in self._assignment:
+                if tp in self._hw and tp in self._positions:
+                    rows.append(("records-lag", {"topic": tp[0], "partition": str(tp[1])},
+                                 float(max(0, self._hw[tp] - self._positions[tp]))))
+            return rows
+
+        rows = self._call(run)
+        try:
+            from pylog.metrics import Metric  # type: ignore[attr-defined]
+        except ImportError:
+            return rows
+        out = []
+        for name, tags, value in rows:
+            try:
+                out.append(Metric(name=name, group="consumer-fetch-manager-metrics", tags=tags, value=value))  # type: ignore[call-arg]
+            except TypeError:
+                out.append((name, tags, value))
+        return out
+
+    # ============================================================ iteration
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Records forever (or until ``consumer_timeout_ms`` passes without one)."""
+        import time
+
+        while True:
+            start = time.monotonic() if not self.scheduler.simulated else self._now() / 1000
+            while True:
+                batch = self.poll(0.5 if self.consumer_timeout_ms is None else min(0.5, self.consumer_timeout_ms / 1000))
+                if batch:
+                    break
+                now = time.monotonic() if not self.scheduler.simulated else self._now() / 1000
+                if self.consumer_timeout_ms is not None and (now - start) * 1000 >= self.consumer_timeout_ms:
+                    return
+            yield from batch
+
+    # ================================================================ close
+    def close(self, autocommit: bool = True, timeout: float = 30.0) -> None:
+        """Commit (with auto-commit), leave the group, stop. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if autocommit and self.enable_auto_commit:
+                try:
+                    self.commit(timeout=timeout)
+                except PylogError:
+                    pass
+            self._run_callbacks()
+            if not self._closed:
+                self.scheduler.run_sync(self._leave_group)
+                # let the LeaveGroup go out before the node closes
+                if self.scheduler.simulated:
+                    self.scheduler.run_for(10)  # type: ignore[attr-defined]
+        finally:
+            if not self._closed:
+                self.scheduler.run_sync(self._node.close_node)
+
+    def _crash(self) -> None:
+        """Testing hook: vanish like a killed process (no commit, no LeaveGroup); the session times out."""
+        if not self._closed:
+            self.scheduler.run_sync(self._node.close_node)
 
     def __enter__(self) -> "Consumer":
         return self
@@ -158,3 +1053,14 @@ class Consumer:
 
     def _check(self) -> None:
         assert not self.violations, f"consumer saw offsets at or above the HW: {self.violations[:5]}"
+        if not self.scheduler.simulated:
+            return
+
+        def run() -> None:
+            assert all(n >= 0 for n in self._buffered.values()), self._buffered
+            assert sum(len(c[1]) - c[2] for c in self._buffer) == sum(self._buffered.values())
+
+        self.scheduler.run_sync(run)
+
+
+__all__ = ["Consumer", "ConsumerRecord", "OffsetAndMetadata"]

@@ -8,7 +8,15 @@ handler with the transport, and runs a periodic tick that:
   (a crashed controller's lease expires after the session timeout; a clean
   stop resigns at once), and runs the :class:`Controller` while it holds it;
 * heartbeats to the controller every ``heartbeat_interval_ms``;
-* runs the replica manager's timers.
+* runs the replica manager's timers;
+* hosts the :class:`GroupCoordinator` of the consumer groups whose
+  ``__consumer_offsets`` partition it leads: when it becomes leader of such a
+  partition it loads the partition's log into the coordinator, when it stops
+  leading the coordinator unloads those groups (see docs/consumer-groups.md).
+
+Group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, DeleteGroups) go to the coordinator; FindCoordinator and
+ListOffsets are answered here.
 
 Messages addressed to :data:`CONTROLLER` go to the broker the store names.
 
@@ -20,15 +28,23 @@ Thread-safety: all methods run on the scheduler's thread.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Hashable, Optional
+from typing import Any, Dict, Hashable, Iterator, Optional, Tuple
 
+from pylog.errors import CoordinatorNotAvailableError, NotLeaderError, OffsetOutOfRangeError
+from pylog.replication import group_messages as gm
 from pylog.replication.controller import Controller, MetadataStore
+from pylog.replication.group_coordinator import GroupCoordinator
 from pylog.replication.messages import (
+    NO_LEADER,
     AlterPartitionRequest,
     BrokerHeartbeat,
     HeartbeatResponse,
+    LeaderAndIsrRequest,
     Outbox,
+    ProduceResponse,
 )
+from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
+from pylog.replication.partition import LEADER
 from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, ReplicaManagerConfig
 from pylog.runtime.scheduler import Scheduler, Timer
 from pylog.runtime.transport.base import Transport
@@ -79,6 +95,7 @@ class Broker:
         self.session_timeout_ms = session_timeout_ms
         self.tick_ms = tick_ms
         self.rm: Optional[ReplicaManager] = None
+        self.coordinator: Optional[GroupCoordinator] = None
         self.controller: Optional[Controller] = None
         self.running = False
         self.incarnation = 0
@@ -100,6 +117,7 @@ class Broker:
         self.incarnation = max(self.incarnation, self.store.broker_incarnations.get(self.broker_id, 0)) + 1
         self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
                                  config=self.config, log_config=self.log_config, incarnation=self.incarnation)
+        self.coordinator = GroupCoordinator(self.broker_id, request_timeout_ms=self.config.request_timeout_ms)
         self.running = True
         self.want_shutdown = self.shutdown_ok = False
         self._last_heartbeat = -(10**12)
@@ -116,6 +134,7 @@ class Broker:
             self._timer.cancel()
         self.transport.unregister(self.broker_id)
         self.controller = None
+        self.coordinator = None
         assert self.rm is not None
         self.rm.shutdown(clean=clean)
         if clean:
@@ -144,8 +163,91 @@ class Broker:
             self.leads = msg.leads
             self.shutdown_ok = msg.should_shut_down
             return
-        assert self.rm is not None
+        assert self.rm is not None and self.coordinator is not None
+        if isinstance(msg, gm.GroupRequest):
+            self._sync_coordinator(now)
+            if isinstance(msg, gm.FindCoordinatorRequest):
+                self.transport.send(self.broker_id, src, self._find_coordinator(msg))
+            else:
+                self._send(self.coordinator.handle(src, msg, now))
+            return
+        if isinstance(msg, ProduceResponse) and self.coordinator.owns_correlation(msg.correlation_id):
+            self._send(self.coordinator.on_produce_response(msg, now))
+            return
+        if isinstance(msg, gm.ListOffsetsRequest):
+            self.transport.send(self.broker_id, src, self._list_offsets(msg))
+            return
         self._send(self.rm.handle(src, msg, now))
+        if isinstance(msg, LeaderAndIsrRequest):
+            self._sync_coordinator(now)
+
+    # ---------------------------------------------------------- coordinator
+    def _sync_coordinator(self, now: int) -> None:
+        """Load the offsets partitions this broker newly leads into the coordinator; unload the lost ones."""
+        co, rm = self.coordinator, self.rm
+        if co is None or rm is None:
+            return
+        cfg = self.store.topics.get(OFFSETS_TOPIC)
+        if cfg is None:
+            return
+        co.num_partitions = cfg.partitions
+        for p in range(cfg.partitions):
+            part = rm.partitions.get((OFFSETS_TOPIC, p))
+            leading = part is not None and part.role == LEADER
+            if leading and co.loaded.get(p) != part.leader_epoch:  # type: ignore[union-attr]
+                self._send(co.load(p, part.leader_epoch, self._read_offsets_log(part), now))  # type: ignore[union-attr]
+            elif not leading and p in co.loaded:
+                self._send(co.unload(p))
+
+    @staticmethod
+    def _read_offsets_log(part: object) -> Iterator[Tuple[Optional[bytes], Optional[bytes]]]:
+        """Every (key, value) of an offsets partition's log, in offset order (to its log end)."""
+        log = part.log  # type: ignore[attr-defined]
+        offset, end = log.log_start_offset, log.log_end_offset
+        while offset < end:
+            batches = log.read_batches(offset, 1 << 20)
+            if not batches:
+                break
+            for batch in batches:
+                if not batch.is_control:
+                    for r in batch.records():
+                        yield r.key, r.value
+                offset = batch.last_offset + 1
+
+    def _find_coordinator(self, req: gm.FindCoordinatorRequest) -> gm.FindCoordinatorResponse:
+        cfg = self.store.topics.get(OFFSETS_TOPIC)
+        if cfg is None:
+            return gm.FindCoordinatorResponse(req.correlation_id, error=CoordinatorNotAvailableError,
+                                              message=f"the {OFFSETS_TOPIC} topic does not exist yet")
+        p = partition_for_group(req.group_id, cfg.partitions)
+        assert self.coordinator is not None
+        if p in self.coordinator.loaded:
+            return gm.FindCoordinatorResponse(req.correlation_id, node_id=self.broker_id)
+        st = self.store.partitions.get((OFFSETS_TOPIC, p))
+        if st is None or st.leader == NO_LEADER:
+            return gm.FindCoordinatorResponse(req.correlation_id, error=CoordinatorNotAvailableError,
+                                              message=f"{OFFSETS_TOPIC}-{p} (group {req.group_id!r}) has no leader")
+        return gm.FindCoordinatorResponse(req.correlation_id, node_id=st.leader)
+
+    def _list_offsets(self, req: gm.ListOffsetsRequest) -> gm.ListOffsetsResponse:
+        """The earliest offset (log start) or the latest visible one (the HW; no transactions, so also the LSO)."""
+        assert self.rm is not None
+        part = self.rm.partitions.get((req.topic, req.partition))
+        base = dict(topic=req.topic, partition=req.partition, correlation_id=req.correlation_id)
+        if part is None or part.role != LEADER:
+            return gm.ListOffsetsResponse(**base, error=NotLeaderError,  # type: ignore[arg-type]
+                                          message=f"broker {self.broker_id} is not the leader of {req.topic}-{req.partition}")
+        if req.timestamp == gm.EARLIEST_TIMESTAMP:
+            offset = part.log.log_start_offset
+        elif req.timestamp == gm.LATEST_TIMESTAMP:
+            offset = part.high_watermark
+        else:
+            found = part.log.offset_for_time(req.timestamp)
+            offset = part.high_watermark if found is None else min(found, part.high_watermark)
+            if offset < 0:
+                return gm.ListOffsetsResponse(**base, error=OffsetOutOfRangeError,  # type: ignore[arg-type]
+                                              message=f"no offset for time {req.timestamp} in {req.topic}-{req.partition}")
+        return gm.ListOffsetsResponse(**base, offset=offset, leader_epoch=part.leader_epoch)  # type: ignore[arg-type]
 
     def _tick(self) -> None:
         if not self.running:
@@ -168,8 +270,10 @@ class Broker:
         if now - self._last_heartbeat >= self.heartbeat_interval_ms:
             self._last_heartbeat = now
             self._send_heartbeat()
-        assert self.rm is not None
+        assert self.rm is not None and self.coordinator is not None
         self._send(self.rm.tick(now))
+        self._sync_coordinator(now)
+        self._send(self.coordinator.tick(now))
         self._timer = self.scheduler.call_later(self.tick_ms, self._tick)
 
     def _send_heartbeat(self) -> None:
@@ -189,6 +293,8 @@ class Broker:
             self.rm._check()
         if self.controller is not None:
             self.controller._check()
+        if self.coordinator is not None and self.running:
+            self.coordinator._check()
 
 
 __all__ = ["Broker", "SimDisk"]

@@ -1,0 +1,577 @@
+"""The group coordinator: membership, generations and committed offsets of consumer groups (sans-I/O).
+
+One :class:`GroupCoordinator` runs on every broker and serves the groups whose
+``__consumer_offsets`` partition (:func:`~pylog.replication.offsets_topic.partition_for_group`)
+that broker leads. It follows Kafka's classic (eager) group protocol:
+
+* **Join.** A member sends JoinGroup; a new member gets a member id. A join
+  that changes the group moves it to *PreparingRebalance*; the rebalance
+  completes when every known member has rejoined, or when the longest
+  ``rebalance_timeout_ms`` expires (members that did not rejoin are removed).
+  Completing bumps the *generation*, picks the leader and the protocol
+  (assignor) every member supports, and answers every JoinGroup; the leader's
+  answer lists every member's subscription (*CompletingRebalance*).
+* **Sync.** The leader computes the assignment client-side and sends it in its
+  SyncGroup; the coordinator writes the group's metadata (members,
+  assignments, generation) to the offsets partition with ``acks=all`` and then
+  answers every member's SyncGroup with its share (*Stable*).
+* **Heartbeat.** Members heartbeat; a member silent for ``session_timeout_ms``
+  is removed and the group rebalances. LeaveGroup removes a member at once.
+* **Offsets.** OffsetCommit is accepted from a member of the current
+  generation (``IllegalGenerationError`` otherwise, ``UnknownMemberIdError``
+  for an unknown member), or with generation -1 from a standalone consumer
+  when the group has no members. The commit is appended to the offsets
+  partition as a ProduceRequest with ``acks=all`` sent to this broker itself;
+  only once that append is acknowledged is the offset visible to OffsetFetch
+  and the commit answered.
+* **Failover.** When this broker becomes leader of an offsets partition it
+  :meth:`load` s the partition's log (last value per key wins; a null value is
+  a tombstone); when it stops leading, :meth:`unload` drops those groups and
+  answers anything pending with ``NotCoordinatorError`` so clients look the
+  coordinator up again.
+
+Inputs: :meth:`handle` (a request), :meth:`on_produce_response`,
+:meth:`tick` (timers), :meth:`load` / :meth:`unload`; each returns an
+:class:`~pylog.replication.messages.Outbox`.
+
+Complexity: O(members) per group event; O(records) to load a partition.
+Durability: a commit is acknowledged only after the offsets partition's ISR
+has it (acks=all); it survives any ``RF - min_insync_replicas`` broker crashes.
+Thread-safety: none; the broker's one loop thread drives it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+from pylog.errors import (
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+    UnknownMemberIdError,
+)
+from pylog.replication import group_messages as gm
+from pylog.replication import offsets_topic as ot
+from pylog.replication.messages import ACKS_ALL, Outbox, ProduceRequest, ProduceResponse
+from pylog.storage.record import Record
+
+EMPTY = "Empty"
+PREPARING_REBALANCE = "PreparingRebalance"
+COMPLETING_REBALANCE = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+
+TP = Tuple[str, int]
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: Tuple[Tuple[str, bytes], ...]
+    deadline_ms: int
+    join: Optional[Tuple[object, int]] = None  # (source, correlation id) of a pending JoinGroup
+    sync: Optional[Tuple[object, int]] = None  # of a pending SyncGroup
+    assignment: bytes = b""
+
+    def metadata(self, protocol: Optional[str]) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+
+@dataclass
+class Group:
+    group_id: str
+    partition: int
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: Optional[str] = None
+    protocol: Optional[str] = None
+    leader: Optional[str] = None
+    members: Dict[str, Member] = field(default_factory=dict)
+    offsets: Dict[TP, ot.OffsetCommitValue] = field(default_factory=dict)
+    rebalance_deadline_ms: int = 0
+
+    def _check(self) -> None:
+        assert self.state in (EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD), self.state
+        if self.state in (COMPLETING_REBALANCE, STABLE):
+            assert self.members and self.leader in self.members, (self.group_id, self.leader)
+        if self.state == EMPTY:
+            assert not self.members, self.group_id
+        assert self.generation >= 0
+
+
+class GroupCoordinator:
+    """The coordinator role of broker ``broker_id`` (see the module docstring).
+
+    ``request_timeout_ms`` bounds the appends to the offsets partition.
+    """
+
+    def __init__(self, broker_id: int, *, request_timeout_ms: int = 30_000, initial_rebalance_delay_ms: int = 0):
+        self.broker_id = broker_id
+        self.request_timeout_ms = request_timeout_ms
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        #: offsets partition -> the leader epoch whose log was loaded
+        self.loaded: Dict[int, int] = {}
+        self.num_partitions = ot.DEFAULT_OFFSETS_PARTITIONS
+        self.groups: Dict[str, Group] = {}
+        self._pending: Dict[int, Callable[[ProduceResponse, Outbox, int], None]] = {}
+        self._corr = 1 << 40  # apart from any other correlation ids this broker uses
+        self._ids = 0
+        self.rebalances = 0
+        self._delay_until: Dict[str, int] = {}  # group.initial.rebalance.delay.ms per group
+
+    # ------------------------------------------------------------- helpers
+    def partition_of(self, group_id: str) -> int:
+        return ot.partition_for_group(group_id, self.num_partitions)
+
+    def _not_here(self, group_id: str) -> Optional[Tuple[type, str]]:
+        p = self.partition_of(group_id)
+        if p not in self.loaded:
+            return (NotCoordinatorError, f"broker {self.broker_id} is not the coordinator of group {group_id!r} "
+                    f"({ot.OFFSETS_TOPIC}-{p})")
+        return None
+
+    def _append(self, partition: int, records: List[Record], out: Outbox,
+                done: Callable[[ProduceResponse, Outbox, int], None]) -> None:
+        """Write ``records`` to our own offsets partition with acks=all; ``done`` runs on the response."""
+        self._corr += 1
+        self._pending[self._corr] = done
+        out.send(self.broker_id, ProduceRequest(topic=ot.OFFSETS_TOPIC, partition=partition, records=records,
+                                                acks=ACKS_ALL, timeout_ms=self.request_timeout_ms,
+                                                correlation_id=self._corr))
+
+    @staticmethod
+    def _append_error(resp: ProduceResponse) -> Tuple[type, str]:
+        """Kafka's mapping of a failed offsets-topic append to the error the client sees."""
+        if resp.error in (NotLeaderError,):
+            return NotCoordinatorError, f"lost leadership of {ot.OFFSETS_TOPIC}-{resp.partition}: {resp.message}"
+        if resp.error in (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError, RequestTimedOutError):
+            return CoordinatorNotAvailableError, f"{ot.OFFSETS_TOPIC}-{resp.partition}: {resp.message}"
+        return resp.error or CoordinatorNotAvailableError, resp.message  # type: ignore[return-value]
+
+    def _group_metadata_record(self, g: Group, now_ms: int) -> Record:
+        members = tuple(
+            ot.MemberMetadata(m.member_id, m.client_id, m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms,
+                              m.metadata(g.protocol), m.assignment)
+            for m in g.members.values()
+        )
+        value = ot.GroupMetadataValue(g.protocol_type or "", g.generation, g.protocol, g.leader, now_ms, members)
+        return Record(ot.encode_group_metadata_value(value), key=ot.encode_group_metadata_key(g.group_id))
+
+    # -------------------------------------------------------------- dispatch
+    def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
+        """Answer one group request (FindCoordinator is answered by the broker)."""
+        out = Outbox()
+        if isinstance(msg, gm.JoinGroupRequest):
+            self._on_join(src, msg, now_ms, out)
+        elif isinstance(msg, gm.SyncGroupRequest):
+            self._on_sync(src, msg, now_ms, out)
+        elif isinstance(msg, gm.HeartbeatRequest):
+            self._on_heartbeat(src, msg, now_ms, out)
+        elif isinstance(msg, gm.LeaveGroupRequest):
+            self._on_leave(src, msg, now_ms, out)
+        elif isinstance(msg, gm.OffsetCommitRequest):
+            self._on_commit(src, msg, now_ms, out)
+        elif isinstance(msg, gm.OffsetFetchRequest):
+            self._on_offset_fetch(src, msg, out)
+        elif isinstance(msg, gm.DeleteGroupsRequest):
+            self._on_delete(src, msg, now_ms, out)
+        return out
+
+    def on_produce_response(self, resp: ProduceResponse, now_ms: int) -> Outbox:
+        out = Outbox()
+        done = self._pending.pop(resp.correlation_id, None)
+        if done is not None:
+            done(resp, out, now_ms)
+        return out
+
+    def owns_correlation(self, correlation_id: int) -> bool:
+        return correlation_id in self._pending
+
+    # ------------------------------------------------------------------ join
+    def _new_member_id(self, client_id: str, now_ms: int) -> str:
+        self._ids += 1
+        return f"{client_id or 'member'}-{self.broker_id}.{now_ms}.{self._ids}"
+
+    def _on_join(self, src: object, req: gm.JoinGroupRequest, now_ms: int, out: Outbox) -> None:
+        def fail(error: type, message: str) -> None:
+            out.send(src, gm.JoinGroupResponse(req.correlation_id, error=error, message=message, member_id=req.member_id))
+
+        err = self._not_here(req.group_id)
+        if err is not None:
+            return fail(*err)
+        if not req.protocols:
+            return fail(InconsistentGroupProtocolError, f"group {req.group_id!r}: JoinGroup without protocols")
+        g = self.groups.get(req.group_id)
+        if g is None:
+            if req.member_id:
+                return fail(UnknownMemberIdError, f"member {req.member_id!r} is unknown to group {req.group_id!r}")
+            g = self.groups[req.group_id] = Group(req.group_id, self.partition_of(req.group_id))
+        if g.members:
+            names = {n for n, _ in req.protocols}
+            common = set.intersection(names, *({n for n, _ in m.protocols} for m in g.members.values()))
+            if req.protocol_type != g.protocol_type or not common:
+                return fail(InconsistentGroupProtocolError,
+                            f"group {req.group_id!r} uses protocol type {g.protocol_type!r} with assignors "
+                            f"{sorted(n for n, _ in next(iter(g.members.values())).protocols)}; member offered "
+                            f"{req.protocol_type!r} {sorted(names)}")
+        if req.member_id and req.member_id not in g.members:
+            return fail(UnknownMemberIdError, f"member {req.member_id!r} is unknown to group {req.group_id!r} "
+                        f"(generation {g.generation})")
+        if not req.member_id:
+            m = Member(self._new_member_id(req.client_id, now_ms), req.client_id, str(src), req.session_timeout_ms,
+                       req.rebalance_timeout_ms, req.protocol_type, tuple(req.protocols), now_ms + req.session_timeout_ms)
+            g.members[m.member_id] = m
+            if g.protocol_type is None or len(g.members) == 1:
+                g.protocol_type = req.protocol_type
+            m.join = (src, req.correlation_id)
+            self._prepare_rebalance(g, now_ms, out, f"member {m.member_id} joined")
+        else:
+            m = g.members[req.member_id]
+            changed = tuple(req.protocols) != m.protocols
+            m.protocols = tuple(req.protocols)
+            m.session_timeout_ms, m.rebalance_timeout_ms = req.session_timeout_ms, req.rebalance_timeout_ms
+            m.deadline_ms = now_ms + m.session_timeout_ms
+            m.join = (src, req.correlation_id)
+            if g.state == STABLE and not changed and m.member_id != g.leader:
+                # A follower rejoining with the same metadata gets the current generation back.
+                m.join = None
+                out.send(src, gm.JoinGroupResponse(req.correlation_id, generation_id=g.generation,
+                                                   protocol_name=g.protocol, leader=g.leader or "",
+                                                   member_id=m.member_id))
+                return
+            if g.state != PREPARING_REBALANCE:
+                self._prepare_rebalance(g, now_ms, out, f"member {m.member_id} rejoined")
+        self._maybe_complete_join(g, now_ms, out)
+
+    def _prepare_rebalance(self, g: Group, now_ms: int, out: Outbox, reason: str) -> None:
+        if g.state == COMPLETING_REBALANCE:
+            for m in g.members.values():  # the leader's assignment is for a generation that is over
+                if m.sync is not None:
+                    out.send(m.sync[0], gm.SyncGroupResponse(m.sync[1], error=RebalanceInProgressError,
+                                                             message=f"group {g.group_id!r} is rebalancing: {reason}"))
+                    m.sync = None
+        delay = self.initial_rebalance_delay_ms if g.state == EMPTY else 0
+        g.state = PREPARING_REBALANCE
+        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
+        g.rebalance_deadline_ms = now_ms + max(timeout, delay)
+        self._delay_until[g.group_id] = now_ms + delay
+
+    def _maybe_complete_join(self, g: Group, now_ms: int, out: Outbox) -> None:
+        if g.state != PREPARING_REBALANCE:
+            return
+        delay_until = self._delay_until.get(g.group_id, 0)
+        everyone = all(m.join is not None for m in g.members.values())
+        if (everyone and now_ms >= delay_until) or now_ms >= g.rebalance_deadline_ms:
+            self._complete_join(g, now_ms, out)
+
+    def _complete_join(self, g: Group, now_ms: int, out: Outbox) -> None:
+        for mid in [mid for mid, m in g.members.items() if m.join is None]:
+            del g.members[mid]  # did not rejoin within the rebalance timeout
+        g.generation += 1
+        self.rebalances += 1
+        if not g.members:
+            g.state, g.leader, g.protocol = EMPTY, None, None
+            self._append(g.partition, [self._group_metadata_record(g, now_ms)], out, lambda r, o, n: None)
+            return
+        if g.leader not in g.members:
+            g.leader = next(iter(g.members))
+        g.protocol = self._select_protocol(g)
+        g.state = COMPLETING_REBALANCE
+        everyone = tuple((mid, m.metadata(g.protocol)) for mid, m in g.members.items())
+        for m in g.members.values():
+            assert m.join is not None
+            src, corr = m.join
+            m.join = None
+            m.deadline_ms = now_ms + m.session_timeout_ms
+            out.send(src, gm.JoinGroupResponse(corr, generation_id=g.generation, protocol_name=g.protocol,
+                                               leader=g.leader, member_id=m.member_id,
+                                               members=everyone if m.member_id == g.leader else ()))
+
+    @staticmethod
+    def _select_protocol(g: Group) -> str:
+        """The protocol every member supports with the most first-preference votes (Kafka's vote)."""
+        members = list(g.members.values())
+        common = set.intersection(*({n for n, _ in m.protocols} for m in members))
+        votes: Dict[str, int] = {}
+        for m in members:
+            first = next(n for n, _ in m.protocols if n in common)
+            votes[first] = votes.get(first, 0) + 1
+        leader_order = [n for n, _ in g.members[g.leader].protocols]  # type: ignore[index]
+        return max(votes, key=lambda n: (votes[n], -leader_order.index(n) if n in leader_order else 0))
+
+    # ------------------------------------------------------------------ sync
+    def _member_error(self, g: Optional[Group], group_id: str, member_id: str, generation: int) -> Optional[Tuple[type, str]]:
+        if g is None or member_id not in g.members:
+            return (UnknownMemberIdError, f"member {member_id!r} is unknown to group {group_id!r}")
+        if generation != g.generation:
+            return (IllegalGenerationError, f"group {group_id!r}: generation {generation} of member {member_id!r} "
+                    f"is not the current generation {g.generation}")
+        return None
+
+    def _on_sync(self, src: object, req: gm.SyncGroupRequest, now_ms: int, out: Outbox) -> None:
+        def fail(error: type, message: str) -> None:
+            out.send(src, gm.SyncGroupResponse(req.correlation_id, error=error, message=message))
+
+        err = self._not_here(req.group_id)
+        if err is not None:
+            return fail(*err)
+        g = self.groups.get(req.group_id)
+        err = self._member_error(g, req.group_id, req.member_id, req.generation_id)
+        if err is not None:
+            return fail(*err)
+        assert g is not None
+        m = g.members[req.member_id]
+        m.deadline_ms = now_ms + m.session_timeout_ms
+        if g.state == PREPARING_REBALANCE:
+            return fail(RebalanceInProgressError, f"group {req.group_id!r} is rebalancing")
+        if g.state == STABLE:
+            out.send(src, gm.SyncGroupResponse(req.correlation_id, assignment=m.assignment))
+            return
+        m.sync = (src, req.correlation_id)
+        if req.member_id != g.leader:
+            return
+        given = dict(req.assignments)
+        for mid, mm in g.members.items():
+            mm.assignment = given.get(mid, b"")
+        generation = g.generation
+
+        def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
+            if g.state != COMPLETING_REBALANCE or g.generation != generation or self.groups.get(g.group_id) is not g:
+                return
+            if resp.error is None:
+                g.state = STABLE
+                for mm in g.members.values():
+                    if mm.sync is not None:
+                        o.send(mm.sync[0], gm.SyncGroupResponse(mm.sync[1], assignment=mm.assignment))
+                        mm.sync = None
+                return
+            error, message = self._append_error(resp)
+            for mm in g.members.values():
+                if mm.sync is not None:
+                    o.send(mm.sync[0], gm.SyncGroupResponse(mm.sync[1], error=error, message=message))
+                    mm.sync = None
+            self._prepare_rebalance(g, n, o, f"storing the assignment failed: {message}")
+
+        self._append(g.partition, [self._group_metadata_record(g, now_ms)], out, stored)
+
+    # ------------------------------------------------------------ heartbeat
+    def _on_heartbeat(self, src: object, req: gm.HeartbeatRequest, now_ms: int, out: Outbox) -> None:
+        err = self._not_here(req.group_id)
+        g = self.groups.get(req.group_id)
+        if err is None:
+            err = self._member_error(g, req.group_id, req.member_id, req.generation_id)
+        if err is None:
+            assert g is not None
+            m = g.members[req.member_id]
+            m.deadline_ms = now_ms + m.session_timeout_ms
+            if g.state == PREPARING_REBALANCE:
+                err = (RebalanceInProgressError, f"group {req.group_id!r} is rebalancing (generation {g.generation})")
+        if err is not None:
+            out.send(src, gm.HeartbeatResponse(req.correlation_id, error=err[0], message=err[1]))
+        else:
+            out.send(src, gm.HeartbeatResponse(req.correlation_id))
+
+    def _on_leave(self, src: object, req: gm.LeaveGroupRequest, now_ms: int, out: Outbox) -> None:
+        err = self._not_here(req.group_id)
+        g = self.groups.get(req.group_id)
+        if err is None and (g is None or req.member_id not in g.members):
+            err = (UnknownMemberIdError, f"member {req.member_id!r} is unknown to group {req.group_id!r}")
+        if err is not None:
+            out.send(src, gm.LeaveGroupResponse(req.correlation_id, error=err[0], message=err[1]))
+            return
+        assert g is not None
+        self._remove_member(g, req.member_id, now_ms, out, "left the group")
+        out.send(src, gm.LeaveGroupResponse(req.correlation_id))
+
+    def _remove_member(self, g: Group, member_id: str, now_ms: int, out: Outbox, why: str) -> None:
+        m = g.members.pop(member_id)
+        for pending, resp in ((m.join, gm.JoinGroupResponse), (m.sync, gm.SyncGroupResponse)):
+            if pending is not None:
+                out.send(pending[0], resp(pending[1], error=UnknownMemberIdError,  # type: ignore[operator]
+                                          message=f"member {member_id!r} {why}"))
+        if g.leader == member_id:
+            g.leader = next(iter(g.members), None)
+        if g.state in (STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, now_ms, out, f"member {member_id} {why}")
+        if g.state == PREPARING_REBALANCE:
+            if not g.members:
+                self._complete_join(g, now_ms, out)
+            else:
+                self._maybe_complete_join(g, now_ms, out)
+
+    # --------------------------------------------------------------- offsets
+    def _on_commit(self, src: object, req: gm.OffsetCommitRequest, now_ms: int, out: Outbox) -> None:
+        def fail(error: type, message: str) -> None:
+            out.send(src, gm.OffsetCommitResponse(req.correlation_id, error=error, message=message))
+
+        err = self._not_here(req.group_id)
+        if err is not None:
+            return fail(*err)
+        g = self.groups.get(req.group_id)
+        if req.generation_id < 0 and not req.member_id:
+            if g is not None and g.members:
+                return fail(UnknownMemberIdError, f"group {req.group_id!r} has members (generation "
+                            f"{g.generation}): a commit without a member id is refused")
+            if g is None:
+                g = self.groups[req.group_id] = Group(req.group_id, self.partition_of(req.group_id))
+        else:
+            err = self._member_error(g, req.group_id, req.member_id, req.generation_id)
+            if err is not None:
+                return fail(*err)
+            assert g is not None
+            if g.state == COMPLETING_REBALANCE:
+                return fail(RebalanceInProgressError, f"group {req.group_id!r} is completing a rebalance")
+            m = g.members[req.member_id]
+            m.deadline_ms = now_ms + m.session_timeout_ms
+        values = {(t, p): ot.OffsetCommitValue(off, epoch, meta or "", now_ms) for t, p, off, epoch, meta in req.offsets}
+        records = [Record(ot.encode_offset_commit_value(v), key=ot.encode_offset_commit_key(req.group_id, t, p))
+                   for (t, p), v in values.items()]
+        if not records:
+            out.send(src, gm.OffsetCommitResponse(req.correlation_id))
+            return
+        group = g
+
+        def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
+            if resp.error is not None:
+                error, message = self._append_error(resp)
+                o.send(src, gm.OffsetCommitResponse(req.correlation_id, error=error, message=message))
+                return
+            if self.groups.get(group.group_id) is group:
+                group.offsets.update(values)
+            o.send(src, gm.OffsetCommitResponse(req.correlation_id))
+
+        self._append(g.partition, records, out, stored)
+
+    def _on_offset_fetch(self, src: object, req: gm.OffsetFetchRequest, out: Outbox) -> None:
+        err = self._not_here(req.group_id)
+        if err is not None:
+            out.send(src, gm.OffsetFetchResponse(req.correlation_id, error=err[0], message=err[1]))
+            return
+        g = self.groups.get(req.group_id)
+        have = g.offsets if g is not None else {}
+        wanted = list(req.partitions) if req.partitions is not None else sorted(have)
+        rows = []
+        for tp in wanted:
+            v = have.get(tp)
+            rows.append((tp[0], tp[1], v.offset, v.leader_epoch, v.metadata) if v is not None else (tp[0], tp[1], -1, -1, ""))
+        out.send(src, gm.OffsetFetchResponse(req.correlation_id, offsets=tuple(rows)))
+
+    def _on_delete(self, src: object, req: gm.DeleteGroupsRequest, now_ms: int, out: Outbox) -> None:
+        err = self._not_here(req.group_id)
+        g = self.groups.get(req.group_id)
+        if err is None and g is None:
+            err = (GroupIdNotFoundError, f"group {req.group_id!r} does not exist")
+        if err is None and g is not None and g.members:
+            err = (NonEmptyGroupError, f"group {req.group_id!r} has {len(g.members)} members")
+        if err is not None:
+            out.send(src, gm.DeleteGroupsResponse(req.correlation_id, error=err[0], message=err[1]))
+            return
+        assert g is not None
+        records = [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p)) for t, p in sorted(g.offsets)]
+        records.append(Record(None, key=ot.encode_group_metadata_key(g.group_id)))
+        group = g
+
+        def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
+            if resp.error is not None:
+                error, message = self._append_error(resp)
+                o.send(src, gm.DeleteGroupsResponse(req.correlation_id, error=error, message=message))
+                return
+            if self.groups.get(group.group_id) is group and not group.members:
+                group.state = DEAD
+                del self.groups[group.group_id]
+            o.send(src, gm.DeleteGroupsResponse(req.correlation_id))
+
+        self._append(g.partition, records, out, stored)
+
+    # ----------------------------------------------------------------- timers
+    def tick(self, now_ms: int) -> Outbox:
+        """Expire silent members (session timeout) and overdue rebalances (rebalance timeout)."""
+        out = Outbox()
+        for g in list(self.groups.values()):
+            for mid, m in list(g.members.items()):
+                if mid in g.members and m.join is None and now_ms >= m.deadline_ms:
+                    self._remove_member(g, mid, now_ms, out, f"missed its session timeout ({m.session_timeout_ms} ms)")
+            self._maybe_complete_join(g, now_ms, out)
+        return out
+
+    # ----------------------------------------------------------- load/unload
+    def load(self, partition: int, leader_epoch: int, entries: Iterable[Tuple[Optional[bytes], Optional[bytes]]],
+             now_ms: int) -> Outbox:
+        """Rebuild the groups of ``partition`` from its log (``(key, value)`` pairs in offset order)."""
+        out = self.unload(partition)
+        offsets: Dict[str, Dict[TP, ot.OffsetCommitValue]] = {}
+        metas: Dict[str, Optional[ot.GroupMetadataValue]] = {}
+        for key, value in entries:
+            if key is None:
+                continue
+            k = ot.decode_key(key)
+            if isinstance(k, ot.OffsetCommitKey):
+                slot = offsets.setdefault(k.group, {})
+                if value is None:
+                    slot.pop((k.topic, k.partition), None)
+                else:
+                    slot[(k.topic, k.partition)] = ot.decode_offset_commit_value(value)
+            else:
+                if value is None:
+                    metas[k.group] = None
+                    offsets.pop(k.group, None)  # a group tombstone follows its offsets' tombstones
+                else:
+                    metas[k.group] = ot.decode_group_metadata_value(value)
+        for gid in set(offsets) | {g for g, v in metas.items() if v is not None}:
+            g = Group(gid, partition)
+            g.offsets = offsets.get(gid, {})
+            meta = metas.get(gid)
+            if meta is not None:
+                g.generation = meta.generation
+                g.protocol_type = meta.protocol_type or None
+                g.protocol = meta.protocol
+                for mm in meta.members:
+                    protos = ((meta.protocol, mm.subscription),) if meta.protocol else ()
+                    g.members[mm.member_id] = Member(mm.member_id, mm.client_id, mm.client_host, mm.session_timeout,
+                                                     mm.rebalance_timeout, meta.protocol_type, protos,
+                                                     now_ms + mm.session_timeout, assignment=mm.assignment)
+                if g.members:
+                    g.leader = meta.leader if meta.leader in g.members else next(iter(g.members))
+                    g.state = STABLE
+            self.groups[gid] = g
+        self.loaded[partition] = leader_epoch
+        return out
+
+    def unload(self, partition: int) -> Outbox:
+        """Stop serving ``partition``'s groups; pending joins and syncs get ``NotCoordinatorError``."""
+        out = Outbox()
+        self.loaded.pop(partition, None)
+        why = f"broker {self.broker_id} no longer leads {ot.OFFSETS_TOPIC}-{partition}"
+        for gid in [gid for gid, g in self.groups.items() if g.partition == partition]:
+            g = self.groups.pop(gid)
+            for m in g.members.values():
+                if m.join is not None:
+                    out.send(m.join[0], gm.JoinGroupResponse(m.join[1], error=NotCoordinatorError, message=why))
+                if m.sync is not None:
+                    out.send(m.sync[0], gm.SyncGroupResponse(m.sync[1], error=NotCoordinatorError, message=why))
+        return out
+
+    def _check(self) -> None:
+        for gid, g in self.groups.items():
+            assert g.group_id == gid
+            assert g.partition in self.loaded, (gid, g.partition)
+            g._check()
+
+
+__all__ = ["GroupCoordinator", "Group", "Member", "EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE", "DEAD"]

@@ -1,0 +1,183 @@
+"""Requests and responses of the group protocol (Kafka's FindCoordinator, JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DeleteGroups) plus ListOffsets.
+
+Plain frozen dataclasses of ints, strings, bytes and tuples, so they pickle
+(a client in another process reaches the broker through a socket bridge).
+Errors travel as in :mod:`pylog.replication.messages`: ``error`` is ``None``
+or a :class:`~pylog.errors.PylogError` subclass, ``message`` says why.
+
+Every request carries ``correlation_id``; its response echoes it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from pylog.replication.messages import ErrorType
+
+NO_GENERATION = -1
+NO_MEMBER = ""
+#: ListOffsetsRequest.timestamp: the log start (earliest) or the end visible to consumers (latest).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+@dataclass(frozen=True)
+class GroupRequest:
+    """Base of every request the group coordinator answers."""
+
+    group_id: str
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class FindCoordinatorRequest(GroupRequest):
+    pass
+
+
+@dataclass(frozen=True)
+class FindCoordinatorResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    node_id: int = -1
+
+
+@dataclass(frozen=True)
+class JoinGroupRequest(GroupRequest):
+    member_id: str = NO_MEMBER
+    session_timeout_ms: int = 45_000
+    rebalance_timeout_ms: int = 300_000
+    protocol_type: str = "consumer"
+    #: (assignor name, metadata) in the member's order of preference
+    protocols: Tuple[Tuple[str, bytes], ...] = ()
+    client_id: str = ""
+
+
+@dataclass(frozen=True)
+class JoinGroupResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    generation_id: int = NO_GENERATION
+    protocol_name: Optional[str] = None
+    leader: str = ""
+    member_id: str = ""
+    #: the leader alone gets every member's (member_id, metadata) for the chosen protocol
+    members: Tuple[Tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncGroupRequest(GroupRequest):
+    generation_id: int = NO_GENERATION
+    member_id: str = NO_MEMBER
+    #: the leader's (member_id, ConsumerProtocolAssignment bytes); empty from followers
+    assignments: Tuple[Tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncGroupResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class HeartbeatRequest(GroupRequest):
+    generation_id: int = NO_GENERATION
+    member_id: str = NO_MEMBER
+
+
+@dataclass(frozen=True)
+class HeartbeatResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LeaveGroupRequest(GroupRequest):
+    member_id: str = NO_MEMBER
+
+
+@dataclass(frozen=True)
+class LeaveGroupResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class OffsetCommitRequest(GroupRequest):
+    """``generation_id`` -1 with ``member_id`` "": a standalone (assign()) consumer's commit."""
+
+    generation_id: int = NO_GENERATION
+    member_id: str = NO_MEMBER
+    #: (topic, partition, offset, leader_epoch, metadata)
+    offsets: Tuple[Tuple[str, int, int, int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class OffsetCommitResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class OffsetFetchRequest(GroupRequest):
+    #: None: every partition the group has an offset for
+    partitions: Optional[Tuple[Tuple[str, int], ...]] = None
+
+
+@dataclass(frozen=True)
+class OffsetFetchResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    #: (topic, partition, offset, leader_epoch, metadata); offset -1: nothing committed
+    offsets: Tuple[Tuple[str, int, int, int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class DeleteGroupsRequest(GroupRequest):
+    """Delete an empty group: its offsets and metadata get tombstones in ``__consumer_offsets``."""
+
+
+@dataclass(frozen=True)
+class DeleteGroupsResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ListOffsetsRequest:
+    """Kafka's ListOffsets for one partition: ``timestamp`` -2 earliest, -1 latest (the HW)."""
+
+    topic: str
+    partition: int
+    timestamp: int
+    correlation_id: int
+    isolation_level: int = 0
+
+
+@dataclass(frozen=True)
+class ListOffsetsResponse:
+    topic: str
+    partition: int
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+__all__ = [
+    "GroupRequest", "FindCoordinatorRequest", "FindCoordinatorResponse", "JoinGroupRequest", "JoinGroupResponse",
+    "SyncGroupRequest", "SyncGroupResponse", "HeartbeatRequest", "HeartbeatResponse", "LeaveGroupRequest",
+    "LeaveGroupResponse", "OffsetCommitRequest", "OffsetCommitResponse", "OffsetFetchRequest",
+    "OffsetFetchResponse", "DeleteGroupsRequest", "DeleteGroupsResponse", "ListOffsetsRequest",
+    "ListOffsetsResponse", "NO_GENERATION", "NO_MEMBER", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP",
+]
