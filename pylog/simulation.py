@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pylog.cluster import Cluster
 from pylog.errors import InvalidConfigurationError
-from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, Partition, records_equal_below
+from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, TRUNCATING, Partition, records_equal_below
 
 TP = Tuple[str, int]
 
@@ -68,7 +68,7 @@ INVARIANTS: List[Tuple[str, str]] = [
 
 #: Test-only bugs ``pylog sim --inject-bug`` can switch on, to show the checks catch them.
 BUGS: Dict[str, str] = {
-    "truncate-to-hw": "followers truncate to their HW on a leader change (Kafka before KIP-101)",
+    "no-epoch-truncation": "a follower skips the leader-epoch truncation (KIP-101) and fetches from its own log end",
     "hw-ignores-followers": "the leader advances the HW to its own LEO without waiting for the ISR",
 }
 
@@ -302,12 +302,19 @@ class Simulation:
         return SimResult(self.cfg, dict(self.violations), dict(self.stats), self.trace)
 
     def _inject_bug(self) -> Callable[[], None]:
-        if self.bug == "truncate-to-hw":
-            old = Partition.__dict__.get("truncate_to_hw_on_become_follower", False)
-            Partition.truncate_to_hw_on_become_follower = True
+        if self.bug == "no-epoch-truncation":
+            orig_ofle = Partition.__dict__["on_offsets_for_leader_epoch"]
+
+            def keep_log(part: Partition, resp: Any) -> bool:
+                if part.role != FOLLOWER or part.follower_state != TRUNCATING or resp.error is not None:
+                    return False
+                part.follower_state = FETCHING
+                return True
+
+            Partition.on_offsets_for_leader_epoch = keep_log  # type: ignore[method-assign]
 
             def undo() -> None:
-                Partition.truncate_to_hw_on_become_follower = old
+                Partition.on_offsets_for_leader_epoch = orig_ofle  # type: ignore[method-assign]
 
             return undo
         if self.bug == "hw-ignores-followers":
@@ -480,6 +487,8 @@ class Simulation:
             return
         t = self._now()
         for tp, st in sorted(c.store.partitions.items()):
+            if tp[0] not in self.cfg.topics:  # internal topics (e.g. group offsets) are checked, not traced
+                continue
             name = f"{tp[0]}-{tp[1]}"
             pt = tr.partitions.get(name)
             if pt is None:
@@ -638,6 +647,7 @@ def _assert(cond: bool, message: str) -> None:
 
 #: Colours per broker (matplotlib's tab10 order) and per fault kind.
 _FAULT_COLOURS = {"crash": "#d62728", "stop": "#ff7f0e"}
+_EVENT_LINES = {"crash": ("#d62728", "-"), "stop": ("#ff7f0e", "-"), "start": ("#2ca02c", "--")}
 
 
 def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str]] = None,
@@ -667,6 +677,7 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
     end_s = max(trace.end_ms, 1) / 1000.0
     down_spans = _down_spans(trace)
     net_spans = _network_spans(trace)
+    slow_spans = _slow_spans(trace)
     fig_h = 1.2 + 4.4 * len(names)
     fig = plt.figure(figsize=(13, fig_h), dpi=100)
     heights: List[float] = []
@@ -680,25 +691,37 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
         band = fig.add_subplot(gs[2 * i + 1], sharex=ax)
         axes.append((ax, band))
         ts = [t / 1000.0 for t in pt.times]
+        top = max([v for r in pt.replicas for v in pt.leo[r] if v is not None] or [1])
         for s, e, ev in net_spans:
             ax.axvspan(s, e, color="#9aa5b1", alpha=0.22, lw=0)
-        for r in pt.replicas:
-            col = colours[r % len(colours)]
-            ax.plot(ts, _nan(pt.leo[r]), drawstyle="steps-post", color=col, lw=1.8)
-            ax.plot(ts, _nan(pt.hw[r]), drawstyle="steps-post", color=col, lw=1.3, ls=(0, (4, 2)), alpha=0.9)
-        top = max([v for r in pt.replicas for v in pt.leo[r] if v is not None] or [1])
-        ax.set_ylim(-0.03 * top - 0.5, top * 1.14 + 1)
+            if e - s < end_s * 0.06:
+                continue  # too narrow for a label; the band below still shows who was cut off
+            label = f"b{ev['broker']} cut off" + (" (one way)" if ev.get("one_way") else "")
+            ax.text((s + e) / 2, 0.03, label, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                    fontsize=7, color="#44505c", clip_on=True)
+        # Replicas that agree draw on top of each other: the first replica's line is
+        # the widest, so every colour stays visible where the lines coincide.
+        widths = [4.2, 2.6, 1.2, 0.8, 0.6]
+        for k, r in enumerate(pt.replicas):
+            ax.plot(ts, _nan(pt.leo[r]), drawstyle="steps-post", color=colours[r % len(colours)],
+                    lw=widths[min(k, len(widths) - 1)], solid_capstyle="butt")
+        for k, r in enumerate(pt.replicas):
+            ax.plot(ts, _nan(pt.hw[r]), drawstyle="steps-post", color=colours[r % len(colours)], lw=1.1,
+                    ls=(0, (3, 2)), alpha=0.95)
+        ax.set_ylim(-0.03 * top - 0.5, top * 1.18 + 1)
+        for ev in trace.events:
+            if ev["kind"] in _EVENT_LINES:
+                col, ls = _EVENT_LINES[ev["kind"]]
+                ax.axvline(ev["t"] / 1000.0, color=col, lw=1.1, ls=ls, alpha=0.75)
         for lc in trace.leader_changes:
             if lc["tp"] != name:
                 continue
             x = lc["t"] / 1000.0
-            ax.axvline(x, color="#333333", lw=0.9, ls=":")
-            band.axvline(x, color="#333333", lw=0.9, ls=":")
-            ax.text(x, 1.0, f" e{lc['epoch']}\u2192b{lc['leader']}", transform=ax.get_xaxis_transform(),
-                    rotation=90, va="top", ha="right", fontsize=7.5, color="#222222")
-        for ev in trace.events:
-            if ev["kind"] in ("crash", "stop", "start"):
-                ax.axvline(ev["t"] / 1000.0, color=_FAULT_COLOURS.get(ev["kind"], "#2ca02c"), lw=1.0, alpha=0.6)
+            ax.axvline(x, color="#222222", lw=1.0, ls=":")
+            band.axvline(x, color="#222222", lw=1.0, ls=":")
+            ax.text(x, 0.985, f"e{lc['epoch']}\u2192b{lc['leader']}", transform=ax.get_xaxis_transform(),
+                    rotation=90, va="top", ha="right", fontsize=7.5, color="#111111",
+                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.8))
         ax.set_ylabel("offset")
         ax.set_title(f"{name}   (replicas {', '.join(map(str, pt.replicas))})", loc="left", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
@@ -713,14 +736,13 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
             band.broken_barh(_runs(pt.times, [lead == r for lead in pt.leader], trace.end_ms), (y - 0.35, 0.7),
                              facecolors=col, alpha=1.0, lw=0)
             for s, e, kind in down_spans.get(r, []):
-                band.broken_barh([(s, e - s)], (y - 0.42, 0.84), facecolors="white",
+                band.broken_barh([(s, max(e - s, end_s * 0.004))], (y - 0.42, 0.84), facecolors="white",
                                  edgecolors=_FAULT_COLOURS[kind], hatch="////", lw=0.8)
-            for ev in trace.events:
-                if ev["kind"] == "slow" and ev["broker"] == r:
-                    band.plot(ev["t"] / 1000.0, y + 0.42, marker="v", color="#8c564b" if ev["extra_ms"] else "#7f7f7f",
-                              ms=6, clip_on=False)
-        for s, e, ev in net_spans:
-            band.axvspan(s, e, color="#9aa5b1", alpha=0.22, lw=0)
+            for s, e, ev in net_spans:
+                if ev["broker"] == r:
+                    band.broken_barh([(s, e - s)], (y - 0.5, 0.13), facecolors="#44505c", lw=0)
+            for s, e in slow_spans.get(r, []):
+                band.broken_barh([(s, e - s)], (y + 0.37, 0.13), facecolors="#8c564b", lw=0)
         band.set_yticks(range(len(rows)))
         band.set_yticklabels([f"b{r}" for r in reversed(rows)], fontsize=8)
         band.set_ylim(-0.6, len(rows) - 0.4)
@@ -731,25 +753,41 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
             plt.setp(band.get_xticklabels(), visible=False)
         else:
             band.set_xlabel("virtual time (s)")
+    by_time: Dict[int, List[str]] = {}
     for v in violations:
+        by_time.setdefault(v.t_ms, []).append(v.invariant)
+    for k, (t_ms, invs) in enumerate(sorted(by_time.items())):
         for ax, band in axes:
-            ax.axvline(v.t_ms / 1000.0, color="#d62728", lw=2.0)
-            ax.text(v.t_ms / 1000.0, 0.02, f" {v.invariant}", transform=ax.get_xaxis_transform(), color="#d62728",
-                    fontsize=8, rotation=90, va="bottom")
+            ax.axvline(t_ms / 1000.0, color="#d62728", lw=2.2)
+            band.axvline(t_ms / 1000.0, color="#d62728", lw=2.2)
+        ax0 = axes[0][0]
+        ax0.text(t_ms / 1000.0, 0.90 - 0.09 * (k % 5), f" FAIL {', '.join(invs)} (t={t_ms / 1000:.3f}s)",
+                 transform=ax0.get_xaxis_transform(), color="#d62728", fontsize=8, ha="left", va="top",
+                 bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="#d62728", alpha=0.9))
+    settle = [ev["t"] for ev in trace.events if ev["kind"] == "settle"]
+    if settle:
+        for ax, band in axes:
+            ax.axvspan(settle[0] / 1000.0, end_s, color="#2ca02c", alpha=0.06, lw=0)
+            ax.text(settle[0] / 1000.0, 0.5, " settle: heal, restart all, read back", transform=ax.get_xaxis_transform(),
+                    fontsize=7, color="#2c6e2c", rotation=90, va="center", ha="left")
     handles = [Line2D([], [], color=colours[r % len(colours)], lw=2.5, label=f"broker {r}")
                for r in range(trace.brokers)]
     handles += [
-        Line2D([], [], color="#555555", lw=1.8, label="LEO"),
-        Line2D([], [], color="#555555", lw=1.3, ls=(0, (4, 2)), label="HW"),
-        Line2D([], [], color="#333333", lw=0.9, ls=":", label="leader change (epoch\u2192leader)"),
+        Line2D([], [], color="#555555", lw=2.2, label="log end offset"),
+        Line2D([], [], color="#555555", lw=1.1, ls=(0, (3, 2)), label="high watermark"),
+        Line2D([], [], color="#222222", lw=1.0, ls=":", label="leader change (epoch\u2192broker)"),
+        Line2D([], [], color="#d62728", lw=1.1, label="crash"),
+        Line2D([], [], color="#ff7f0e", lw=1.1, label="clean stop"),
+        Line2D([], [], color="#2ca02c", lw=1.1, ls="--", label="restart"),
         Patch(facecolor="#9aa5b1", alpha=0.35, label="network partition"),
         Patch(facecolor="#888888", alpha=0.45, label="in ISR"),
         Patch(facecolor="#888888", alpha=1.0, label="leader"),
-        Patch(facecolor="white", edgecolor=_FAULT_COLOURS["crash"], hatch="////", label="crashed"),
-        Patch(facecolor="white", edgecolor=_FAULT_COLOURS["stop"], hatch="////", label="clean stop"),
-        Line2D([], [], color="#8c564b", marker="v", lw=0, label="slowed"),
+        Patch(facecolor="white", edgecolor=_FAULT_COLOURS["crash"], hatch="////", label="down (crash)"),
+        Patch(facecolor="white", edgecolor=_FAULT_COLOURS["stop"], hatch="////", label="down (clean stop)"),
+        Patch(facecolor="#44505c", label="cut off (band bottom)"),
+        Patch(facecolor="#8c564b", label="slowed (band top)"),
     ]
-    fig.legend(handles=handles, loc="upper center", ncol=7, fontsize=8.5, frameon=False,
+    fig.legend(handles=handles, loc="upper center", ncol=8, fontsize=8.5, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.25 / fig_h))
     if title:
         fig.suptitle(title, y=1 - 0.02 / fig_h, fontsize=11)
@@ -790,6 +828,23 @@ def _down_spans(trace: Trace) -> Dict[int, List[Tuple[float, float, str]]]:
             out.setdefault(ev["broker"], []).append((t / 1000.0, ev["t"] / 1000.0, kind))
     for b, (t, kind) in open_.items():
         out.setdefault(b, []).append((t / 1000.0, trace.end_ms / 1000.0, kind))
+    return out
+
+
+def _slow_spans(trace: Trace) -> Dict[int, List[Tuple[float, float]]]:
+    """broker -> [(start s, end s)] while its messages were delayed."""
+    since: Dict[int, int] = {}
+    out: Dict[int, List[Tuple[float, float]]] = {}
+    for ev in trace.events:
+        if ev["kind"] == "slow" or (ev["kind"] == "settle"):
+            brokers = [ev["broker"]] if ev["kind"] == "slow" else list(since)
+            for b in brokers:
+                if b in since:
+                    out.setdefault(b, []).append((since.pop(b) / 1000.0, ev["t"] / 1000.0))
+            if ev["kind"] == "slow" and ev["extra_ms"] > 0:
+                since[ev["broker"]] = ev["t"]
+    for b, t in since.items():
+        out.setdefault(b, []).append((t / 1000.0, trace.end_ms / 1000.0))
     return out
 
 

@@ -1,0 +1,207 @@
+"""``pylog sim``: the seeded cluster simulation from the command line, run as ``python -m pylog`` subprocesses."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import struct
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+import pytest
+
+from pylog.simulation import INVARIANTS, SimConfig, Simulation, Trace
+
+SHORT = ["--duration", "15s"]
+
+
+def run(*args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pylog", *args], capture_output=True, timeout=300, env=env, cwd=cwd)
+
+
+def invariant_lines(out: str) -> Dict[str, str]:
+    """{invariant: "PASS" | "FAIL"} from the report."""
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"(PASS|FAIL) (\S+)\s", line)
+        if m:
+            got[m.group(2)] = m.group(1)
+    return got
+
+
+def test_sim_help():
+    r = run("sim", "--help")
+    assert r.returncode == 0
+    out = r.stdout.decode()
+    assert "usage: pylog sim" in out and "--plot" in out and "--crash-rate" in out and "--inject-bug" in out
+
+
+def test_sim_passes_and_reports_every_invariant(tmp_path):
+    r = run("sim", "--seed", "3", "--partitions", "2", *SHORT, "--dir", str(tmp_path / "c"))
+    out = r.stdout.decode()
+    assert r.returncode == 0, out + r.stderr.decode()
+    assert invariant_lines(out) == {name: "PASS" for name, _ in INVARIANTS}
+    assert "RESULT: PASS - all 8 invariants held" in out
+    assert "replay:" not in out
+    # The run really produced, acknowledged and failed things.
+    m = re.search(r"produced (\d+), acked (\d+), crashes (\d+), clean stops (\d+), restarts (\d+), network partitions (\d+)",
+                  out)
+    assert m, out
+    produced, acked, crashes, stops, restarts, partitions = map(int, m.groups())
+    assert acked > 10 and acked <= produced
+    assert crashes + stops >= 1 and restarts >= crashes + stops - 1 and partitions >= 1
+    # --dir keeps the cluster's files: describe reads them.
+    d = run("describe", str(tmp_path / "c"))
+    assert d.returncode == 0 and b"Topic: sim Partition: 1" in d.stdout
+
+
+def test_same_seed_same_report_and_trace_other_seed_differs(tmp_path):
+    outs, traces = [], []
+    for name, seed in (("a", "11"), ("b", "11"), ("c", "12")):
+        r = run("sim", "--seed", seed, *SHORT, "--trace", str(tmp_path / f"{name}.json"))
+        assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+        outs.append(r.stdout)
+        traces.append((tmp_path / f"{name}.json").read_bytes())
+    assert outs[0] == outs[1]
+    assert traces[0] == traces[1]
+    assert outs[0] != outs[2]
+    assert traces[0] != traces[2]
+    digest = re.search(rb"sha256 ([0-9a-f]{16})", outs[0]).group(1).decode()
+    assert Trace.from_json(json.loads(traces[0])).digest().startswith(digest)
+
+
+def _png_size(data: bytes):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_plot_writes_a_png_drawn_from_a_sound_trace(tmp_path):
+    png, tr = tmp_path / "sim.png", tmp_path / "trace.json"
+    r = run("sim", "--seed", "3", "--partitions", "2", "--duration", "20s", "--plot", str(png), "--trace", str(tr))
+    out = r.stdout.decode()
+    assert r.returncode == 0, out + r.stderr.decode()
+    assert f"plot: {png} (sim-0, sim-1)" in out
+    data = png.read_bytes()
+    width, height = _png_size(data)
+    assert len(data) > 30_000 and width >= 1000 and height >= 800  # two panels of lines, bands and labels
+    trace = Trace.from_json(json.loads(tr.read_text()))
+    assert sorted(trace.partitions) == ["sim-0", "sim-1"]
+    bumps = 0
+    for name, pt in trace.partitions.items():
+        assert pt.times == sorted(set(pt.times)) and pt.times[-1] <= trace.end_ms
+        assert len(pt.isr) == len(pt.leader) == len(pt.epoch) == len(pt.times)
+        for r_ in pt.replicas:
+            assert len(pt.leo[r_]) == len(pt.hw[r_]) == len(pt.times)
+            prev_hw = None
+            for leo, hw in zip(pt.leo[r_], pt.hw[r_]):
+                if hw is None:  # broker down: the next incarnation starts from its checkpoint
+                    assert leo is None
+                    prev_hw = None
+                    continue
+                assert 0 <= hw <= leo
+                assert prev_hw is None or hw >= prev_hw, f"{name} replica {r_}: HW line went down"
+                prev_hw = hw
+        for isr, leader in zip(pt.isr, pt.leader):
+            assert set(isr) <= set(pt.replicas)
+            assert leader < 0 or leader in isr
+        bumps += sum(1 for a, b in zip(pt.epoch, pt.epoch[1:]) if b > a)
+        assert pt.epoch == sorted(pt.epoch)  # leader epochs only grow
+        # At the end every replica is up, in sync and holds the same log end.
+        assert {pt.leo[r_][-1] for r_ in pt.replicas} == {pt.hw[pt.leader[-1]][-1]}
+        assert sorted(pt.isr[-1]) == sorted(pt.replicas)
+    # One leader-change marker per epoch bump, and the report counts the same.
+    assert len(trace.leader_changes) == bumps >= 1
+    assert f"leader changes {bumps}" in out
+    # Fault events: every crash/stop is followed by a restart of that broker, and
+    # while it is down the broker's replicas have no samples.
+    down_since: Dict[int, int] = {}
+    kinds = [ev["kind"] for ev in trace.events]
+    assert "partition" in kinds and ("crash" in kinds or "stop" in kinds)
+    for ev in trace.events:
+        if ev["kind"] in ("crash", "stop"):
+            assert ev["broker"] not in down_since
+            down_since[ev["broker"]] = ev["t"]
+        elif ev["kind"] == "start":
+            t0 = down_since.pop(ev["broker"])
+            for pt in trace.partitions.values():
+                inside = [leo for t, leo in zip(pt.times, pt.leo[ev["broker"]]) if t0 < t < ev["t"]]
+                assert inside and all(v is None for v in inside)
+    assert not down_since
+
+
+def test_plot_one_partition(tmp_path):
+    png = tmp_path / "one.png"
+    r = run("sim", "--seed", "4", "--partitions", "3", *SHORT, "--plot", str(png), "--plot-partition", "sim-2")
+    assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+    assert f"plot: {png} (sim-2)" in r.stdout.decode()
+    _png_size(png.read_bytes())
+    bad = run("sim", "--seed", "4", *SHORT, "--plot", str(tmp_path / "x.png"), "--plot-partition", "nope-0")
+    assert bad.returncode == 1 and b"no partition 'nope-0' in the trace" in bad.stderr
+
+
+def test_plot_without_matplotlib_names_the_extra(tmp_path):
+    fake = tmp_path / "nomatplotlib" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib (test stand-in)')\n")
+    env = dict(os.environ, PYTHONPATH=str(fake.parent))
+    png = tmp_path / "x.png"
+    r = run("sim", "--seed", "1", *SHORT, "--plot", str(png), env=env)
+    err = r.stderr.decode()
+    assert r.returncode == 1
+    assert "matplotlib" in err and "pylog[plot]" in err and "Traceback" not in err
+    assert not png.exists() and b"RESULT" not in r.stdout  # refused before simulating
+    # Without --plot the same environment runs fine.
+    assert run("sim", "--seed", "1", *SHORT, env=env).returncode == 0
+
+
+def test_bad_arguments_are_usage_errors():
+    for args in (["--crash-rate", "0.9"], ["--duration", "soon"], ["--rf", "4"], ["--min-isr", "0"],
+                 ["--partition-rate", "1.5"]):
+        r = run("sim", *args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert b"Traceback" not in r.stderr
+
+
+def _first_failing_seed(tmp_path, bug: str, seeds: List[int]) -> int:
+    for seed in seeds:
+        res = Simulation(str(tmp_path / f"{bug}-{seed}"), SimConfig(seed=seed, duration_ms=30_000), bug=bug).run()
+        if not res.ok:
+            return seed
+    pytest.fail(f"no seed of {seeds} caught the injected bug {bug}")
+
+
+@pytest.mark.parametrize("bug,invariant", [("no-epoch-truncation", "replicas-agree-below-hw"),
+                                           ("hw-ignores-followers", None)])
+def test_injected_bug_fails_with_a_replay_line(tmp_path, bug, invariant):
+    seed = _first_failing_seed(tmp_path, bug, list(range(1, 13)))
+    r = run("sim", "--seed", str(seed), "--duration", "30s", "--inject-bug", bug)
+    out = r.stdout.decode()
+    assert r.returncode == 1, out
+    verdicts = invariant_lines(out)
+    assert set(verdicts) == {name for name, _ in INVARIANTS}
+    failed = [n for n, v in verdicts.items() if v == "FAIL"]
+    assert failed and (invariant is None or invariant in failed)
+    for name in failed:
+        line = next(l for l in out.splitlines() if l.startswith(f"FAIL {name} "))
+        assert f"first violation: seed {seed} step " in line and f"[{name}]" in line
+    assert re.search(r"RESULT: FAIL - \d+ of 8 invariants violated", out)
+    replay = next(l for l in out.splitlines() if l.startswith("replay: "))[len("replay: "):]
+    assert f"--inject-bug {bug}" in replay and f"--seed {seed}" in replay
+    # The replay line reproduces the same report.
+    argv = shlex.split(replay)
+    assert argv[:2] == ["pylog", "sim"]
+    again = run(*argv[1:])
+    assert again.returncode == 1 and again.stdout == r.stdout
+
+
+def test_tracing_does_not_change_the_simulation(tmp_path):
+    """The trace samples state between slices of virtual time; the run's choices stay the same."""
+    cfg = SimConfig(seed=21, duration_ms=20_000, partitions=2)
+    plain = Simulation(str(tmp_path / "plain"), cfg).run()
+    traced = Simulation(str(tmp_path / "traced"), cfg, trace=True).run()
+    assert plain.ok and traced.ok
+    keys = ("crashes", "stops", "partitions", "acked", "produced", "steps", "virtual_ms")
+    assert {k: plain.stats[k] for k in keys} == {k: traced.stats[k] for k in keys}
