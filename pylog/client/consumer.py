@@ -299,13 +299,13 @@ class Consumer:
         reads every partition of the matching topics. Replaces any earlier
         subscription or assignment.
         """
+        if isinstance(topics, re.Pattern) and pattern is None:
+            topics, pattern = None, topics  # subscribe(re.compile(...))
+        if isinstance(topics, str):
+            raise InvalidConfigurationError(
+                f"subscribe() takes a list of topics, got the string {topics!r}; pass a regex as pattern=...")
         if (topics is None) == (pattern is None):
-            if isinstance(topics, (str, re.Pattern)) and pattern is None:
-                topics, pattern = None, topics  # subscribe(re.compile(...)) / subscribe("regex")
-                if isinstance(pattern, str):
-                    raise InvalidConfigurationError("subscribe() takes a list of topics; pass a regex as pattern=...")
-            else:
-                raise InvalidConfigurationError("subscribe() needs either a list of topics or pattern=...")
+            raise InvalidConfigurationError("subscribe() needs either a list of topics or pattern=...")
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
 
         def run() -> None:
