@@ -1,198 +1,606 @@
-"""A minimal producer: ``acks`` 0/1/all, per-partition batching, retries until ``delivery_timeout_ms``.
+"""The producer: batching, ``acks``, retries, ordering, compression and idempotence (Kafka's ``KafkaProducer``).
 
-Records queue per partition; one request per partition is in flight at a
-time (so order is kept), and whatever queued meanwhile goes out as the next
-batch (up to ``max_batch_records`` / ``max_batch_bytes``), appended by the
-leader as one RecordBatch: record ``i`` of a batch gets ``base_offset + i``.
+>>> # with cluster.producer(acks="all") as p:
+>>> #     meta = p.send("orders", b"v", key=b"k").result()   # meta.topic, .partition, .offset, .timestamp
 
->>> # meta = cluster.producer(acks="all").send("orders", b"v", key=b"k").result()
+``send`` does not wait: it appends the record to its partition's open
+:class:`~pylog.client.accumulator.ProducerBatch` under one lock and returns a
+future. The batch is sent when it reaches ``batch_size`` bytes, when
+``linger_ms`` has passed since its first record, or on :meth:`flush` /
+:meth:`close`; with ``linger_ms=0`` (the default, Kafka 3's) it goes as soon as
+the partition can take another request, and whatever arrives while requests
+are in flight fills the next batch. The loop thread is woken once per batch,
+never per record.
 
-Partitioning: a record with a key goes to ``crc32(key) % partitions`` (not
-Kafka's murmur2), one without a key round-robin. Retriable errors
-(NotLeader, NotEnoughReplicas, timeouts, ...) are retried with
-``retry_backoff_ms`` after refreshing the leader from the cluster metadata;
-a retry after a lost response may write the record twice (no idempotence yet).
-With ``acks=0`` the future resolves at once with ``offset=-1``.
+Partitioning (Kafka's default partitioner, :mod:`pylog.client.partitioner`):
+``partition`` if given; else murmur2 of the key modulo the partition count
+(the Java client's choice for the same key); else the topic's sticky
+partition (KIP-480), which moves at random when its batch is full or sent.
 
-Thread-safety: ``send`` may be called from any thread.
+Delivery: every batch is retried on a retriable error (NotLeader,
+NotEnoughReplicas, timeouts, ...) after ``retry_backoff_ms``, with the
+leader re-read from the cluster metadata, until ``delivery_timeout_ms`` after
+its creation. At most ``max_in_flight`` requests per partition are
+outstanding; after a failure the partition resends one batch at a time, in
+order, until everything that was in flight is acknowledged, so records of a
+partition are written in ``send`` order.
+
+Idempotence (``enable_idempotence``, on by default with ``acks="all"``, as in
+Kafka 3): the producer gets a producer id (InitProducerId) and numbers the
+records of each partition from 0; each batch carries its base sequence and
+is resent byte for byte, and the leader answers a retry of one of its last 5
+batches with the original offsets instead of writing it again. So a retry
+after a lost acknowledgement, a timeout or a leader failover writes nothing
+twice. Without idempotence such a retry can duplicate records. See
+docs/producer.md.
+
+Thread-safety: ``send``, ``flush``, ``close`` and ``metrics`` may be called
+from any thread; everything else runs on the cluster's scheduler loop.
+Durability: what ``acks`` promises (docs/producer.md): 0 nothing, 1 the
+leader's page cache, all every in-sync replica's page cache.
 """
 from __future__ import annotations
 
-import zlib
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+import random
+import threading
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
-from pylog.client._node import ClientFuture, ClientNode, error_from
-from pylog.errors import InvalidConfigurationError, LeaderNotAvailableError, PylogError, RequestTimedOutError, UnknownTopicOrPartitionError
-from pylog.replication.messages import NO_LEADER, ProduceRequest
-from pylog.storage.record import Record
-
-
-class RecordMetadata(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
+from pylog.client._node import ClientNode, error_from
+from pylog.client.accumulator import FutureRecordMetadata, ProducerBatch, RecordMetadata, failed_future
+from pylog.client.partitioner import StickyPartitioner, murmur2
+from pylog.errors import (
+    InvalidConfigurationError,
+    InvalidRecordError,
+    LeaderNotAvailableError,
+    OutOfOrderSequenceError,
+    ProducerClosedError,
+    PylogError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, ProduceRequest
+from pylog.storage import compression as codecs
+from pylog.storage.record import Record, encode_batch
 
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
+_RECORD_OVERHEAD = 10  # estimated bytes a small record adds besides its key and value (varints, attributes)
+_KEY_CACHE_MAX = 65_536
+
+
+class _PartitionState:
+    """Per partition: the open batch, closed batches waiting, requests in flight, sequence numbers."""
+
+    __slots__ = ("topic", "partition", "open", "queue", "inflight", "retry", "retry_mode", "backoff_until",
+                 "next_seq", "seq_pid")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic
+        self.partition = partition
+        self.open: Optional[ProducerBatch] = None
+        self.queue: Deque[ProducerBatch] = deque()  # closed, not in flight; retries go first
+        self.inflight: List[ProducerBatch] = []
+        self.retry: List[ProducerBatch] = []  # failed, waiting for the in-flight ones to settle
+        self.retry_mode = False
+        self.backoff_until = 0
+        self.next_seq = 0
+        self.seq_pid = -1  # the producer id next_seq counts for
 
 
 class Producer:
-    """Sends records to partition leaders of a :class:`pylog.Cluster`."""
+    """Sends records to the partition leaders of a :class:`pylog.Cluster` (Kafka's ``KafkaProducer``).
 
-    def __init__(self, cluster: Any, *, acks: Any = "all", request_timeout_ms: int = 30_000,
-                 delivery_timeout_ms: int = 120_000, retry_backoff_ms: int = 100, max_batch_records: int = 1000,
-                 max_batch_bytes: int = 512 * 1024):
+    Settings (Kafka's names in snake_case, Kafka's defaults unless noted):
+
+    * ``acks`` - 0, 1 or ``"all"`` (default);
+    * ``batch_size`` - bytes per batch (16384); ``linger_ms`` (0);
+    * ``compression_type`` - none, gzip, snappy, lz4, zstd;
+    * ``max_in_flight`` - requests per partition (5; at most 5 with idempotence);
+    * ``retry_backoff_ms`` (100), ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000);
+    * ``enable_idempotence`` - default True when ``acks="all"`` (Kafka 3); True with acks 0/1 is an error.
+
+    Complexity: ``send`` is O(1) (plus murmur2 of a new key); a batch costs one
+    encode, one request and O(1) completion. Thread-safety: see the module docstring.
+    """
+
+    def __init__(self, cluster: Any, *, acks: Any = "all", batch_size: int = 16384, linger_ms: int = 0,
+                 compression_type: Optional[str] = None, max_in_flight: int = 5, retry_backoff_ms: int = 100,
+                 request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
+                 enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
+                 transactional_id: Optional[str] = None):
         if acks not in _ACKS:
             raise InvalidConfigurationError(f"acks must be 0, 1 or 'all', got {acks!r}")
-        self.cluster = cluster
+        if transactional_id is not None:
+            raise InvalidConfigurationError("transactional_id: transactions are not implemented yet")
+        for name, v, lo in (("batch_size", batch_size, 1), ("linger_ms", linger_ms, 0), ("max_in_flight", max_in_flight, 1),
+                            ("retry_backoff_ms", retry_backoff_ms, 0), ("request_timeout_ms", request_timeout_ms, 1),
+                            ("delivery_timeout_ms", delivery_timeout_ms, 1)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise InvalidConfigurationError(f"{name} must be an int >= {lo}, got {v!r}")
         self.acks = _ACKS[acks]
+        if idempotence is not None and enable_idempotence is None:
+            enable_idempotence = idempotence
+        if enable_idempotence is None:
+            enable_idempotence = self.acks == -1 and max_in_flight <= 5
+        elif enable_idempotence:
+            if self.acks != -1:
+                raise InvalidConfigurationError(f"enable_idempotence needs acks='all', got acks={acks!r}")
+            if max_in_flight > 5:
+                raise InvalidConfigurationError(f"enable_idempotence needs max_in_flight <= 5, got {max_in_flight}")
+        self.enable_idempotence = bool(enable_idempotence)
+        self.compression = codecs.codec_id(compression_type)
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.max_in_flight = max_in_flight
+        self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self.delivery_timeout_ms = delivery_timeout_ms
-        self.retry_backoff_ms = retry_backoff_ms
+        self.cluster = cluster
         self.scheduler = cluster.scheduler
-        self._node = cluster.scheduler.run_sync(lambda: ClientNode("producer", cluster.scheduler, cluster.transport))
-        self._rr = 0
-        self.max_batch_records = max_batch_records
-        self.max_batch_bytes = max_batch_bytes
-        self._queues: Dict[Tuple[str, int], List[Tuple[Record, ClientFuture, int]]] = {}
-        self._inflight: Set[Tuple[str, int]] = set()
-        self._outstanding: Dict[int, ClientFuture] = {}
-        self._node.on_close.append(self._fail_outstanding)
+        self._realtime = not self.scheduler.simulated
+        self._store = cluster.store
+        self._lock = threading.Lock()
+        self._node: ClientNode = self.scheduler.run_sync(
+            lambda: ClientNode("producer", cluster.scheduler, cluster.transport))
+        self._node.on_close.append(self._on_node_closed)
+        self._parts: Dict[str, List[_PartitionState]] = {}
+        self._sticky: Dict[str, ProducerBatch] = {}  # topic -> open batch records without a key join
+        self._sticky_part = StickyPartitioner(random.Random(self.scheduler.rng.getrandbits(64)))
+        self._key_hash: Dict[bytes, int] = {}
+        self._incomplete: Set[ProducerBatch] = set()
+        self._dirty: Set[_PartitionState] = set()
+        self._wake_pending = False
+        self._order = 0
+        self._closed = False
+        self._flushing = 0
+        # idempotence (loop thread)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._pid_inflight = False
+        self._pid_broker = 0
+        # metrics (loop thread)
+        self.records_sent = 0
+        self.bytes_sent = 0
+        self.record_errors = 0
+        self.retries = 0
+        self.batches_sent = 0
+        self.duplicates_acked = 0
 
-    def _fail_outstanding(self) -> None:
-        for fut in list(self._outstanding.values()):
-            fut.set_exception(RequestTimedOutError("the producer or its cluster was closed before delivery"))
+    # ------------------------------------------------------------------ send
+    def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None,
+             partition: Optional[int] = None, headers: Optional[Sequence[Tuple[str, Optional[bytes]]]] = None,
+             timestamp: Optional[int] = None) -> FutureRecordMetadata:
+        """Queue one record; returns a future of its :class:`RecordMetadata`.
 
-    def _partition_for(self, topic: str, key: Optional[bytes], partition: Optional[int]) -> int:
-        cfg = self.cluster.store.topics.get(topic)
-        if cfg is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
-        if partition is not None:
-            if not 0 <= partition < cfg.partitions:
-                raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
-            return partition
-        if key is not None:
-            return zlib.crc32(key) % cfg.partitions
-        self._rr += 1
-        return self._rr % cfg.partitions
-
-    def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None, *, partition: Optional[int] = None,
-             headers: Sequence[Tuple[str, Optional[bytes]]] = (), timestamp: Optional[int] = None) -> ClientFuture:
-        """Send one record; returns a future whose ``result()`` is a :class:`RecordMetadata`.
-
-        Does not wait: the record joins its partition's queue and goes out with
-        the next request to the leader (errors, including an unknown topic,
-        are raised by ``result()``).
+        Does not wait (unless the producer is closed: then it raises
+        ProducerClosedError). Errors found later - unknown topic or partition,
+        a record too large, delivery timeout - are raised by ``result()``.
+        A record without ``timestamp`` gets the time its batch is sent.
         """
-        fut = ClientFuture(self.scheduler)
-        rec = Record(value=value, key=key, headers=tuple(headers), timestamp=timestamp)
+        if key is None and partition is None and headers is None and timestamp is None and type(value) is bytes:
+            # The hot path: append to the topic's sticky batch. acquire/release is cheaper than ``with``.
+            lock = self._lock
+            lock.acquire()
+            b = self._sticky.get(topic)
+            if b is not None and b.open:
+                recs = b.records
+                i = len(recs)
+                recs.append(value)
+                b.size += len(value) + _RECORD_OVERHEAD
+                if b.size < self.batch_size:
+                    lock.release()
+                    return FutureRecordMetadata(b, i)
+                try:
+                    self._batch_full(b)
+                finally:
+                    lock.release()
+                return FutureRecordMetadata(b, i)
+            lock.release()
+        return self._send_slow(topic, value, key, partition, headers, timestamp)
 
-        def start() -> None:
-            try:
-                p = self._partition_for(topic, key, partition)
-            except PylogError as exc:
-                fut.set_exception(exc)
-                return
-            if self._node.closed:
-                fut.set_exception(RequestTimedOutError("the producer is closed"))
-                return
-            self._outstanding[id(fut)] = fut
-            fut.add_done_callback(lambda f: self._outstanding.pop(id(f), None))
-            deadline = self.scheduler.clock.now_ms() + self.delivery_timeout_ms
-            self._queues.setdefault((topic, p), []).append((rec, fut, deadline))
-            self._drain((topic, p))
-
-        if self.scheduler.simulated:
-            start()
+    def _send_slow(self, topic: str, value: Any, key: Any, partition: Optional[int], headers: Any,
+                   timestamp: Optional[int]) -> FutureRecordMetadata:
+        if self._closed:
+            raise ProducerClosedError("send() after the producer was closed")
+        if value is not None and type(value) is not bytes:
+            if not isinstance(value, (bytearray, memoryview)):
+                raise InvalidRecordError(f"value must be bytes, bytearray, memoryview or None, not {type(value).__name__}")
+            value = bytes(value)
+        if key is not None and type(key) is not bytes:
+            if not isinstance(key, (bytearray, memoryview)):
+                raise InvalidRecordError(f"key must be bytes, bytearray, memoryview or None, not {type(key).__name__}")
+            key = bytes(key)
+        if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
+            raise InvalidRecordError(f"timestamp must be an int (ms), not {type(timestamp).__name__}")
+        parts = self._parts.get(topic)
+        if parts is None:
+            cfg = self._store.topics.get(topic)
+            if cfg is None:
+                return failed_future(self, topic, -1 if partition is None else partition,
+                                     UnknownTopicOrPartitionError(f"unknown topic {topic!r}"))
+            with self._lock:
+                parts = self._parts.setdefault(topic, [_PartitionState(topic, p) for p in range(cfg.partitions)])
+        n = len(parts)
+        if partition is not None:
+            if not isinstance(partition, int) or not 0 <= partition < n:
+                return failed_future(self, topic, partition if isinstance(partition, int) else -1,
+                                     UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}"))
+        elif key is not None:
+            h = self._key_hash.get(key)
+            if h is None:
+                if len(self._key_hash) >= _KEY_CACHE_MAX:
+                    self._key_hash.clear()
+                h = self._key_hash[key] = murmur2(key) & 0x7FFFFFFF
+            partition = h % n
+        if key is None and not headers and timestamp is None:
+            item: Any = value
         else:
-            self.scheduler.call_soon(start)
-        return fut
+            item = Record(value=value, key=key, headers=tuple(headers or ()), timestamp=timestamp)
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + _RECORD_OVERHEAD
+        if headers:
+            size += sum(len(k) + len(v or b"") + 2 for k, v in headers)
+        with self._lock:
+            sticky = partition is None
+            if sticky:
+                partition = self._sticky_part.partition(topic, n)
+            ps = parts[partition]  # type: ignore[index]
+            b = ps.open
+            if b is None:
+                b = self._new_batch(ps)
+            if sticky:
+                self._sticky[topic] = b
+            i = len(b.records)
+            b.records.append(item)
+            b.size += size
+            if b.size >= self.batch_size:
+                self._batch_full(b)
+            return FutureRecordMetadata(b, i)
 
-    def _drain(self, tp: Tuple[str, int]) -> None:
-        """Send the next batch of ``tp`` unless one is in flight (one request per partition keeps order)."""
-        queue = self._queues.get(tp)
-        if tp in self._inflight or not queue:
+    def _new_batch(self, ps: _PartitionState) -> ProducerBatch:
+        """Open a batch for ``ps`` (under the lock)."""
+        now = self.scheduler.clock.now_ms()
+        self._order += 1
+        b = ProducerBatch(self, ps.topic, ps.partition, now, now + self.delivery_timeout_ms, self._order, self._realtime)
+        ps.open = b
+        self._incomplete.add(b)
+        if self.linger_ms > 0 and not self._flushing:
+            self.scheduler.call_later(self.linger_ms, self._on_linger, ps)
+        else:
+            self._dirty.add(ps)
+            self._wake_locked()
+        return b
+
+    def _batch_full(self, b: ProducerBatch) -> None:
+        """Close a full batch (under the lock) and hand it to the loop."""
+        ps = self._parts[b.topic][b.partition]
+        self._close_open(ps)
+        ps.queue.append(b)
+        self._dirty.add(ps)
+        self._wake_locked()
+
+    def _close_open(self, ps: _PartitionState) -> Optional[ProducerBatch]:
+        """Stop ``ps``'s open batch taking records; move the sticky partition off it (KIP-480)."""
+        b = ps.open
+        if b is None:
+            return None
+        b.open = False
+        ps.open = None
+        if self._sticky.get(ps.topic) is b:
+            del self._sticky[ps.topic]
+            self._sticky_part.next_partition(ps.topic, len(self._parts[ps.topic]), ps.partition)
+        return b
+
+    def _wake_locked(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.scheduler.call_soon(self._run)
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._wake_locked()
+
+    def _on_linger(self, ps: _PartitionState) -> None:
+        with self._lock:
+            self._dirty.add(ps)
+        self._run()
+
+    # ---------------------------------------------------------------- sender
+    def _run(self) -> None:
+        """Loop thread: send every batch that is ready and may go (once per wake-up, not per record)."""
+        now = self.scheduler.clock.now_ms()
+        expired: List[ProducerBatch] = []
+        to_send: List[Tuple[_PartitionState, ProducerBatch]] = []
+        need_pid = False
+        with self._lock:
+            self._wake_pending = False
+            dirty, self._dirty = self._dirty, set()
+            for ps in dirty:
+                self._drain(ps, now, to_send, expired, dirty)
+            if self.enable_idempotence and self.producer_id < 0 and any(ps.open or ps.queue for ps in dirty):
+                need_pid = True
+        for b in expired:
+            self._fail(b, RequestTimedOutError(
+                f"{b.topic}-{b.partition}: delivery timed out ({self.delivery_timeout_ms} ms since the batch was "
+                f"created; {len(b.records)} records)"))
+        for ps, b in to_send:
+            self._send_batch(ps, b)
+        if need_pid:
+            self._init_producer_id()
+
+    def _drain(self, ps: _PartitionState, now: int, to_send: List[Tuple[_PartitionState, ProducerBatch]],
+               expired: List[ProducerBatch], dirty: Set[_PartitionState]) -> None:
+        """Pick ``ps``'s batches that may be sent now (under the lock)."""
+        while ps.queue and now >= ps.queue[0].deadline_ms and ps.queue[0].sequence < 0:
+            expired.append(ps.queue.popleft())
+        if ps.open is not None and now >= ps.open.deadline_ms:
+            expired.append(self._close_open(ps))  # type: ignore[arg-type]
+        if self._closed and self._node.closed:
             return
-        size, n = 0, 0
-        for rec, _, _ in queue:
-            size += len(rec.value or b"") + len(rec.key or b"") + 64
-            n += 1
-            if n >= self.max_batch_records or size >= self.max_batch_bytes:
+        if ps.backoff_until > now:
+            self.scheduler.call_later(ps.backoff_until - now, self._on_linger, ps)
+            return
+        idem = self.enable_idempotence
+        if idem and self.producer_id < 0:
+            self._dirty.add(ps)  # sent once the producer id arrives
+            return
+        while True:
+            if ps.retry_mode:
+                if ps.inflight or ps.retry:
+                    break
+            elif len(ps.inflight) >= self.max_in_flight:
                 break
-        batch, self._queues[tp] = queue[:n], queue[n:]
-        self._inflight.add(tp)
-        self._attempt(tp, batch, None)
+            if ps.queue:
+                b = ps.queue[0]
+            elif ps.open is not None and (self.linger_ms == 0 or self._flushing or self._closed
+                                          or now - ps.open.created_ms >= self.linger_ms):
+                b = ps.open
+            else:
+                break  # an open batch still lingering: its timer (set when it opened) comes back
+            if idem:
+                if b.sequence < 0 and ps.inflight and ps.inflight[0].producer_id != self.producer_id:
+                    break  # a new producer id starts after the old id's batches are settled
+                if b.sequence < 0 and ps.seq_pid != self.producer_id:
+                    ps.seq_pid, ps.next_seq = self.producer_id, 0
+            if b is ps.open:
+                self._close_open(ps)
+            else:
+                ps.queue.popleft()
+            if idem and b.sequence < 0:
+                b.producer_id, b.producer_epoch, b.sequence = self.producer_id, self.producer_epoch, ps.next_seq
+                ps.next_seq = (ps.next_seq + len(b.records)) & 0x7FFFFFFF
+            ps.inflight.append(b)
+            to_send.append((ps, b))
 
-    def _done(self, tp: Tuple[str, int]) -> None:
-        self._inflight.discard(tp)
-        self._drain(tp)
-
-    def _attempt(self, tp: Tuple[str, int], batch: List[Tuple[Record, ClientFuture, int]],
-                 last_error: Optional[PylogError]) -> None:
-        topic, p = tp
+    def _send_batch(self, ps: _PartitionState, b: ProducerBatch) -> None:
+        """Loop thread: encode (first time) and send one batch to the partition's leader."""
+        topic, p = b.topic, b.partition
         if self._node.closed:
-            for _, fut, _ in batch:
-                fut.set_exception(last_error or RequestTimedOutError("producer closed"))
-            self._inflight.discard(tp)
+            self._fail(b, self._closed_error())
             return
         now = self.scheduler.clock.now_ms()
-        live = []
-        for item in batch:
-            if now >= item[2]:
-                item[1].set_exception(last_error or RequestTimedOutError(f"{topic}-{p}: delivery timed out"))
-            else:
-                live.append(item)
-        if not live:
-            self._done(tp)
-            return
-        st = self.cluster.store.partitions.get(tp)
+        if b.data is None:
+            try:
+                b.data = encode_batch(b.records, now_ms=now, compression=self.compression, producer_id=b.producer_id,
+                                      producer_epoch=b.producer_epoch, base_sequence=b.sequence)
+            except PylogError as exc:
+                self._settle(ps, b)
+                self._fail(b, exc)
+                return
+            b.timestamp = now
+        st = self._store.partitions.get((topic, p))
+        b.attempts += 1
         if st is None or st.leader == NO_LEADER:
-            err = LeaderNotAvailableError(f"{topic}-{p} has no leader")
-            self.scheduler.call_later(self.retry_backoff_ms, self._attempt, tp, live, err)
+            self._on_failure(ps, b, LeaderNotAvailableError(f"{topic}-{p} has no leader"))
             return
-        req = ProduceRequest(topic, p, tuple(r for r, _, _ in live), self.acks, self.request_timeout_ms,
-                             self._node.next_corr())
+        leader = st.leader
+        req = ProduceRequest(topic, p, b.data, self.acks, self.request_timeout_ms, self._node.next_corr())
+        self.batches_sent += 1
         if self.acks == 0:
-            self._node.transport.send(self._node.node_id, st.leader, req)
-            for _, fut, _ in live:
-                fut.set_result(RecordMetadata(topic, p, -1, -1))
-            self._done(tp)
+            self._node.transport.send(self._node.node_id, leader, req)
+            self._on_success(ps, b, -1, b.timestamp)
             return
+        self._node.request(leader, req, self.request_timeout_ms + 100,
+                           lambda resp: self._on_response(ps, b, leader, resp))
+
+    def _on_response(self, ps: _PartitionState, b: ProducerBatch, leader: int, resp: Any) -> None:
+        if resp is None:
+            self._on_failure(ps, b, RequestTimedOutError(
+                f"{b.topic}-{b.partition}: no response from broker {leader} within {self.request_timeout_ms} ms"))
+        elif resp.error is None:
+            self._on_success(ps, b, resp.base_offset, b.timestamp)
+        else:
+            self._on_failure(ps, b, error_from(resp))
+
+    def _settle(self, ps: _PartitionState, b: ProducerBatch) -> None:
+        """``b`` is no longer in flight; once nothing is, queued retries go first, in order."""
+        with self._lock:
+            if b in ps.inflight:
+                ps.inflight.remove(b)
+            if not ps.inflight and ps.retry:
+                ps.retry.sort(key=lambda x: (x.sequence < 0, x.sequence if x.sequence >= 0 else x.order))
+                ps.queue.extendleft(reversed(ps.retry))
+                ps.retry = []
+            self._dirty.add(ps)
+            self._wake_locked()
+
+    def _on_success(self, ps: _PartitionState, b: ProducerBatch, base_offset: int, timestamp: int) -> None:
+        self.records_sent += len(b.records)
+        self.bytes_sent += len(b.data or b"")
+        with self._lock:
+            if ps.retry_mode and not ps.retry and not any(x.sequence >= 0 for x in ps.queue) \
+                    and all(x is b for x in ps.inflight):
+                ps.retry_mode = False
+        self._settle(ps, b)
+        self._incomplete.discard(b)
+        b.complete(base_offset, timestamp, None)
+
+    def _on_failure(self, ps: _PartitionState, b: ProducerBatch, err: PylogError) -> None:
+        now = self.scheduler.clock.now_ms()
+        retriable = err.retriable
+        if isinstance(err, OutOfOrderSequenceError):
+            with self._lock:
+                if b.producer_id != self.producer_id:
+                    # An earlier batch of b's producer id failed for good and the id was replaced:
+                    # b was not written either (the leader refused it), so renumber it under the new id.
+                    b.producer_id, b.producer_epoch, b.sequence, b.data = -1, -1, -1, None
+                    retriable = True
+                else:
+                    # Retriable while an earlier batch of the same id is still unacknowledged (it
+                    # failed and is resent first); otherwise the leader has a gap: give up on b.
+                    pending = ps.retry + list(ps.queue) + ps.inflight
+                    retriable = any(x is not b and x.producer_id == b.producer_id and 0 <= x.sequence < b.sequence
+                                    for x in pending)
+        if retriable and not self._node.closed and now < b.deadline_ms:
+            self.retries += 1
+            with self._lock:
+                ps.retry_mode = True
+                ps.retry.append(b)
+                ps.backoff_until = max(ps.backoff_until, now + self.retry_backoff_ms)
+            self._settle(ps, b)
+            return
+        if isinstance(err, OutOfOrderSequenceError) or (b.sequence >= 0 and retriable):
+            # The leader may hold a sequence gap for this producer id: start a new one, and renumber
+            # this partition's batches that were never written under the old id.
+            self._reset_producer_id(ps, b)
+        self._settle(ps, b)
+        self._fail(b, err if not retriable or not self._node.closed else self._closed_error())
+
+    def _reset_producer_id(self, ps: _PartitionState, failed: ProducerBatch) -> None:
+        with self._lock:
+            if failed.producer_id == self.producer_id:
+                self.producer_id = -1
+            for x in list(ps.queue) + ps.retry:
+                if x.producer_id == failed.producer_id and x.sequence > failed.sequence:
+                    x.producer_id, x.producer_epoch, x.sequence, x.data = -1, -1, -1, None
+            ps.seq_pid = -1
+
+    def _fail(self, b: ProducerBatch, err: BaseException) -> None:
+        self.record_errors += len(b.records)
+        self._incomplete.discard(b)
+        b.complete(-1, -1, err)
+
+    # --------------------------------------------------------- producer ids
+    def _init_producer_id(self) -> None:
+        """Loop thread: ask a broker for a producer id (InitProducerId); retried with backoff."""
+        if self._pid_inflight or self.producer_id >= 0 or self._node.closed:
+            return
+        brokers = list(self._store.brokers)
+        if self._store.controller_id is not None and self._pid_broker == 0:
+            target = self._store.controller_id
+        else:
+            target = brokers[self._pid_broker % len(brokers)]
+        self._pid_inflight = True
+        req = InitProducerIdRequest(self._node.next_corr())
 
         def on_reply(resp: Any) -> None:
-            if resp is None:
-                err: PylogError = RequestTimedOutError(f"{topic}-{p}: no response from broker {st.leader}")
-            elif resp.error is None:
-                for i, (rec, fut, _) in enumerate(live):
-                    ts = rec.timestamp if rec.timestamp is not None else resp.timestamp
-                    fut.set_result(RecordMetadata(topic, p, resp.base_offset + i, ts))
-                self._done(tp)
+            self._pid_inflight = False
+            if resp is not None and resp.error is None:
+                with self._lock:
+                    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+                    for parts in self._parts.values():
+                        self._dirty.update(parts)
+                self._run()
                 return
+            self._pid_broker += 1
+            if not self._node.closed:
+                self.scheduler.call_later(self.retry_backoff_ms, self._init_producer_id)
+
+        self._node.request(target, req, self.request_timeout_ms, on_reply)
+
+    # ------------------------------------------------------- flush and close
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Send every buffered record now and wait until each is acknowledged or failed.
+
+        Raises RequestTimedOutError if ``timeout`` seconds pass first (records stay queued).
+        """
+        with self._lock:
+            self._flushing += 1
+            pending = list(self._incomplete)
+            for parts in self._parts.values():
+                self._dirty.update(ps for ps in parts if ps.open is not None)
+            self._wake_locked()
+        try:
+            if self.scheduler.simulated:
+                ok = self.scheduler.wait_until(lambda: all(b.done for b in pending),
+                                               None if timeout is None else int(timeout * 1000))
             else:
-                err = error_from(resp)
-                if not err.retriable:
-                    for _, fut, _ in live:
-                        fut.set_exception(err)
-                    self._done(tp)
-                    return
-            if self._node.closed:
-                for _, fut, _ in live:
-                    fut.set_exception(err)
-                self._inflight.discard(tp)
-                return
-            self.scheduler.call_later(self.retry_backoff_ms, self._attempt, tp, live, err)
+                import time
 
-        self._node.request(st.leader, req, self.request_timeout_ms + 100, on_reply)
+                deadline = None if timeout is None else time.monotonic() + timeout
+                ok = True
+                for b in pending:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not b.event.wait(left):  # type: ignore[union-attr]
+                        ok = False
+                        break
+            if not ok:
+                raise RequestTimedOutError(f"flush: {sum(not b.done for b in pending)} batches not acknowledged "
+                                           f"within {timeout} s")
+        finally:
+            with self._lock:
+                self._flushing -= 1
 
-    def flush(self) -> None:
-        """Nothing is buffered in this minimal producer; present for API compatibility."""
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Flush (waiting up to ``timeout`` seconds), then stop; records still unsent then fail.
 
-    def close(self) -> None:
-        self.scheduler.run_sync(self._node.close_node)
+        ``close(0)`` fails every outstanding record at once. Idempotent.
+        """
+        if self._closed and self._node.closed:
+            return
+        self._closed = True
+        try:
+            if timeout is None or timeout > 0:
+                try:
+                    self.flush(timeout)
+                except RequestTimedOutError:
+                    pass
+        finally:
+            self.scheduler.run_sync(self._node.close_node)
+
+    def _closed_error(self) -> PylogError:
+        return ProducerClosedError("the producer or its cluster was closed before the record was acknowledged")
+
+    def _on_node_closed(self) -> None:
+        """The client node closed (close(), or the cluster closed): fail everything unacknowledged."""
+        self._closed = True
+        with self._lock:
+            pending = list(self._incomplete)
+            for parts in self._parts.values():
+                for ps in parts:
+                    self._close_open(ps)
+                    ps.queue.clear()
+                    ps.retry = []
+                    ps.inflight = []
+        err = self._closed_error()
+        for b in pending:
+            self._fail(b, err)
 
     def __enter__(self) -> "Producer":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --------------------------------------------------------------- metrics
+    def metrics(self) -> List[Any]:
+        """Counters since creation, as :class:`pylog.metrics.Metric` (labelled with the client id)."""
+        from pylog.metrics import metric
+
+        cid = self._node.node_id
+        return [
+            metric("pylog_producer_records_sent_total", "counter", "Records acknowledged (or sent, acks=0).",
+                   self.records_sent, client_id=cid),
+            metric("pylog_producer_bytes_sent_total", "counter", "Bytes of acknowledged batches (encoded, compressed).",
+                   self.bytes_sent, client_id=cid),
+            metric("pylog_producer_record_errors_total", "counter", "Records whose send failed.",
+                   self.record_errors, client_id=cid),
+            metric("pylog_producer_retries_total", "counter", "Batch resends after a retriable error.",
+                   self.retries, client_id=cid),
+            metric("pylog_producer_batches_sent_total", "counter", "Produce requests sent (first tries and retries).",
+                   self.batches_sent, client_id=cid),
+            metric("pylog_producer_buffered_batches", "gauge", "Batches not yet acknowledged.",
+                   len(self._incomplete), client_id=cid),
+        ]
+
+
+__all__ = ["Producer", "RecordMetadata", "FutureRecordMetadata"]

@@ -1,0 +1,174 @@
+"""The producer's record batches and the futures ``send`` returns (Kafka's ``ProducerBatch``,
+``ProduceRequestResult`` and ``FutureRecordMetadata``).
+
+A :class:`ProducerBatch` collects the records bound for one partition until
+it is full (``batch_size`` bytes), its ``linger_ms`` has passed, or the
+producer flushes; it is then encoded once as one RecordBatch v2 (carrying
+the producer id, epoch and base sequence when idempotent) and the same bytes
+are resent on every retry, so the leader can recognise a retry.
+
+``send`` returns a :class:`FutureRecordMetadata`: two references (batch,
+index). Completing a batch is O(1) whatever its size: the offset of record
+``i`` is computed when asked for (``base_offset + i``). There is one
+``threading.Event`` per batch (real time only), none per record.
+
+Thread-safety: a batch's record list is appended to under the producer's
+lock until the batch is closed; after that only the producer's loop thread
+touches it. Completion state is published under the producer's lock.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, List, NamedTuple, Optional
+
+from pylog.errors import PylogError, RequestTimedOutError
+from pylog.storage.record import Record
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record was written: ``offset`` -1 when ``acks=0`` (nobody said)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class ProducerBatch:
+    """Records for one partition, sent (and retried) as one RecordBatch."""
+
+    __slots__ = (
+        "topic", "partition", "records", "size", "created_ms", "deadline_ms", "open", "done", "base_offset",
+        "timestamp", "error", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch", "sequence",
+        "attempts", "order",
+    )
+
+    def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int,
+                 realtime: bool):
+        self.owner = owner
+        self.topic = topic
+        self.partition = partition
+        self.records: List[Any] = []  # bytes values, or Record when a key/headers/timestamp is given
+        self.size = 61  # the RecordBatch header; each record adds its estimated size
+        self.created_ms = now_ms
+        self.deadline_ms = deadline_ms
+        self.open = True  # still taking records
+        self.done = False
+        self.base_offset = -1
+        self.timestamp = -1
+        self.error: Optional[BaseException] = None
+        self.event = threading.Event() if realtime else None
+        self.callbacks: Optional[List[Callable[[], None]]] = None
+        self.data: Optional[bytearray] = None  # encoded once, resent as is
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.sequence = -1
+        self.attempts = 0
+        self.order = order
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else ("open" if self.open else "closed")
+        return (f"ProducerBatch({self.topic}-{self.partition} n={len(self.records)} seq={self.sequence} "
+                f"pid={self.producer_id} {state})")
+
+    def complete(self, base_offset: int, timestamp: int, error: Optional[BaseException]) -> None:
+        """Resolve every record's future (called once, on the loop thread)."""
+        with self.owner._lock:
+            if self.done:
+                return
+            self.base_offset = base_offset
+            self.timestamp = timestamp
+            self.error = error
+            self.done = True
+            cbs, self.callbacks = self.callbacks, None
+        if self.event is not None:
+            self.event.set()
+        if cbs:
+            for fn in cbs:
+                try:
+                    fn()
+                except Exception:  # a user callback must not break the producer
+                    import logging
+
+                    logging.getLogger("pylog.client").exception("producer callback raised")
+
+    def metadata(self, index: int) -> RecordMetadata:
+        rec = self.records[index]
+        ts = self.timestamp
+        if type(rec) is Record and rec.timestamp is not None:
+            ts = rec.timestamp
+        off = self.base_offset + index if self.base_offset >= 0 else -1
+        return RecordMetadata(self.topic, self.partition, off, ts)
+
+
+class FutureRecordMetadata:
+    """The future of one sent record: ``result()`` gives its :class:`RecordMetadata`.
+
+    Also ``get(timeout)`` (kafka-python's name), ``done()``, ``exception()``,
+    ``add_done_callback(fn)`` (``fn(future)``, run on the producer's loop thread,
+    or at once if already done).
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int):
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        return self._batch.done
+
+    def _wait(self, timeout: Optional[float]) -> None:
+        b = self._batch
+        if b.done:
+            return
+        sched = b.owner.scheduler
+        if sched.simulated:
+            b.owner._wake()
+            sched.wait_until(lambda: b.done, None if timeout is None else int(timeout * 1000))
+        else:
+            b.event.wait(timeout)  # type: ignore[union-attr]
+        if not b.done:
+            raise RequestTimedOutError(
+                f"{b.topic}-{b.partition}: no acknowledgement within {timeout} s (the record may still be written)")
+
+    def result(self, timeout: Optional[float] = None) -> RecordMetadata:
+        """Block until the record is acknowledged; raise its error if it failed."""
+        self._wait(timeout)
+        b = self._batch
+        if b.error is not None:
+            raise b.error
+        return b.metadata(self._index)
+
+    get = result
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The error the record failed with (None if it succeeded); waits like ``result``."""
+        self._wait(timeout)
+        return self._batch.error
+
+    def add_done_callback(self, fn: Callable[["FutureRecordMetadata"], None]) -> None:
+        b = self._batch
+        with b.owner._lock:
+            if not b.done:
+                if b.callbacks is None:
+                    b.callbacks = []
+                b.callbacks.append(lambda: fn(self))
+                return
+        fn(self)
+
+    def __repr__(self) -> str:
+        return f"FutureRecordMetadata({self._batch!r}, index={self._index})"
+
+
+def failed_future(owner: Any, topic: str, partition: int, error: PylogError) -> FutureRecordMetadata:
+    """A future that already failed with ``error`` (a send refused before it was queued)."""
+    b = ProducerBatch(owner, topic, partition, 0, 0, -1, False)
+    b.open = False
+    b.records.append(None)
+    b.error = error
+    b.done = True
+    return FutureRecordMetadata(b, 0)
+
+
+__all__ = ["RecordMetadata", "ProducerBatch", "FutureRecordMetadata", "failed_future"]
