@@ -956,7 +956,9 @@ class Log:
                 seg = self.segments[keys[i]]
                 if floor is not None and keys[i + 1] > floor:
                     break  # this segment holds offsets a protected group has not consumed
-                too_old = cfg.retention_ms >= 0 and seg.max_timestamp_so_far >= 0 and now - seg.max_timestamp_so_far > cfg.retention_ms
+                ts = seg.max_timestamp_so_far
+                # An empty non-active segment (compaction removed all it held) has nothing to keep.
+                too_old = cfg.retention_ms >= 0 and (seg.size == 0 or (ts >= 0 and now - ts > cfg.retention_ms))
                 too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
                 if not (too_old or too_big):
                     break
