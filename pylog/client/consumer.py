@@ -977,31 +977,38 @@ class Consumer:
         return self._call(lambda: self._hw.get((topic, partition)))
 
     def metrics(self) -> List[Any]:
-        """Consumer metrics as :class:`pylog.metrics.Metric` when that module exists, else (name, tags, value) tuples."""
-        def run() -> List[Tuple[str, Dict[str, str], float]]:
-            rows: List[Tuple[str, Dict[str, str], float]] = [
-                ("records-consumed-total", {}, float(self.records_consumed)),
-                ("bytes-consumed-total", {}, float(self.bytes_consumed)),
-                ("rebalance-total", {}, float(self.rebalances)),
+        """Counters since creation and per-partition lag, as :class:`pylog.metrics.Metric` (labelled with the client id).
+
+        ``pylog_consumer_records_consumed_total`` (records returned by poll),
+        ``pylog_consumer_bytes_fetched_total`` (fetched record-batch bytes),
+        ``pylog_consumer_rebalances_total`` (assignments received),
+        ``pylog_consumer_records_lag`` per assigned partition (last HW seen minus position),
+        ``pylog_consumer_assigned_partitions``.
+        """
+        from pylog.metrics import metric
+
+        def run() -> List[Any]:
+            cid = self._node.node_id
+            group = self.group_id or ""
+            out = [
+                metric("pylog_consumer_records_consumed_total", "counter", "Records returned by poll.",
+                       self.records_consumed, client_id=cid, group=group),
+                metric("pylog_consumer_bytes_fetched_total", "counter", "Bytes of record batches fetched.",
+                       self.bytes_consumed, client_id=cid, group=group),
+                metric("pylog_consumer_rebalances_total", "counter", "Group assignments received (completed rebalances).",
+                       self.rebalances, client_id=cid, group=group),
+                metric("pylog_consumer_assigned_partitions", "gauge", "Partitions currently assigned.",
+                       len(self._assignment), client_id=cid, group=group),
             ]
             for tp in self._assignment:
                 if tp in self._hw and tp in self._positions:
-                    rows.append(("records-lag", {"topic": tp[0], "partition": str(tp[1])},
-                                 float(max(0, self._hw[tp] - self._positions[tp]))))
-            return rows
+                    out.append(metric("pylog_consumer_records_lag", "gauge",
+                                      "High watermark last seen minus the consumer's position.",
+                                      max(0, self._hw[tp] - self._positions[tp]), client_id=cid, group=group,
+                                      topic=tp[0], partition=tp[1]))
+            return out
 
-        rows = self._call(run)
-        try:
-            from pylog.metrics import Metric  # type: ignore[attr-defined]
-        except ImportError:
-            return rows
-        out = []
-        for name, tags, value in rows:
-            try:
-                out.append(Metric(name=name, group="consumer-fetch-manager-metrics", tags=tags, value=value))  # type: ignore[call-arg]
-            except TypeError:
-                out.append((name, tags, value))
-        return out
+        return self._call(run)
 
     # ============================================================ iteration
     def __iter__(self) -> Iterator[ConsumerRecord]:

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from pylog.cluster import Cluster
+from pylog.metrics import find, render_prometheus
 from pylog.errors import InvalidConfigurationError, InvalidGroupIdError, NoOffsetForPartitionError, UnknownTopicOrPartitionError
 
 FAST = dict(session_timeout_ms=2_000, heartbeat_interval_ms=200, rebalance_timeout_ms=3_000, fetch_max_wait_ms=100)
@@ -101,11 +102,15 @@ def test_lag_and_metrics(cluster):
     while len(got) < 4:
         got += cons.poll(1.0, max_records=4 - len(got))
     assert cons.lag()[("t", 0)] == 6
-    rows = {(m[0] if isinstance(m, tuple) else m.name, tuple(sorted((m[1] if isinstance(m, tuple) else m.tags).items())))
-            for m in cons.metrics()}
-    assert ("records-lag", (("partition", "0"), ("topic", "t"))) in rows
+    ms = cons.metrics()
+    assert find(ms, "pylog_consumer_records_lag", topic="t", partition=0) == 6
+    assert find(ms, "pylog_consumer_records_consumed_total") == 4
+    assert find(ms, "pylog_consumer_rebalances_total") == 1
+    assert find(ms, "pylog_consumer_assigned_partitions") == 2
+    render_prometheus(ms)  # valid names and labels
     drain(cons, 6)
     assert cons.lag()[("t", 0)] == 0
+    assert find(cons.metrics(), "pylog_consumer_records_consumed_total") == 10
 
 
 def test_iteration_stops_after_consumer_timeout(cluster):
