@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 import pylog
+from pylog.runtime.transport.unix import socket_address
 
 WORKER = textwrap.dedent(
     """
@@ -317,9 +318,15 @@ def _read_all(log: pylog.Log) -> List[pylog.Record]:
     return out
 
 
-def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path) -> None:
+@pytest.mark.parametrize("deep", [False, True], ids=["short-path", "path-longer-than-sun_path"])
+def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path, deep: bool) -> None:
     """Within one process too, the second open() reaches the first over the socket, and takes over on close."""
-    path = str(tmp_path / "q")
+    path = str(tmp_path / ("d" * 60) / ("e" * 60) / "q") if deep else str(tmp_path / "q")
+    address = socket_address(path)
+    if deep:
+        assert len(os.path.join(path, "pylog.sock").encode()) > 108 and not address.startswith(path)
+    else:
+        assert address == os.path.join(os.path.realpath(path), "pylog.sock")
     a = pylog.open(path)
     b = pylog.open(path)
     try:
@@ -337,6 +344,8 @@ def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path) -> None:
             got += c.poll(5.0)
         assert [(r.offset, r.value) for r in got] == [(0, b"one"), (1, b"two")]
         b._check()
+        with open(os.path.join(path, "pylog.owner")) as f:
+            assert json.load(f)["pid"] == os.getpid()
     finally:
         a.close()
         b.close()
