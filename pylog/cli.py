@@ -645,8 +645,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.dir and os.path.exists(args.dir) and os.listdir(args.dir):
         _error(f"{args.dir}: not empty (a simulation needs a new directory)")
         return 1
-    print(f"pylog sim: seed {cfg.seed}, {cfg.brokers} brokers, topics {','.join(topics)} x {cfg.partitions} "
-          f"partitions, RF {cfg.rf}, min ISR {cfg.min_isr}, {cfg.duration_ms / 1000:.3f} s of virtual time")
+    print(f"pylog sim: seed {cfg.seed}, {cfg.brokers} brokers, {'topic' if len(topics) == 1 else 'topics'} "
+          f"{','.join(topics)} with {cfg.partitions} partition{'' if cfg.partitions == 1 else 's'} each, "
+          f"RF {cfg.rf}, min ISR {cfg.min_isr}, {cfg.duration_ms / 1000:.3f} s of virtual time")
     print(f"rates per step: produce {cfg.produce_rate:g} (bursts of 1-{cfg.max_burst}), crash {cfg.crash_rate:g}, "
           f"stop {cfg.stop_rate:g}, restart {cfg.restart_rate:g}, partition {cfg.partition_rate:g}, "
           f"heal {cfg.heal_rate:g}, slow {cfg.slow_rate:g}; message loss {cfg.loss:g}, "
@@ -676,7 +677,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         else:
             print(f"FAIL {name:<{width}}  first violation: {v}")
     n_samples = sum(len(p.times) for p in trace.partitions.values())
-    print(f"trace: {n_samples} samples of {len(trace.partitions)} partitions, {len(trace.events)} events, "
+    print(f"trace: {n_samples} samples of {len(trace.partitions)} partition(s), {len(trace.events)} events, "
           f"{len(trace.leader_changes)} leader changes, sha256 {trace.digest()[:16]}")
     if args.trace:
         with open(args.trace, "w", encoding="utf-8") as f:

@@ -1,5 +1,8 @@
 """Randomized cluster simulations: crashes, restarts, partitions, slow brokers, with invariants after every step.
 
+The driver is :mod:`pylog.simulation` (also behind ``pylog sim``); ``simdriver``
+adds this suite's replay command.
+
 The default run covers 200 seeds. A failing seed's message ends with a
 one-line command replaying it exactly, e.g.::
 
@@ -84,3 +87,7 @@ def test_checker_catches_a_broken_high_watermark_rule(tmp_path, monkeypatch):
             caught.append(str(exc))
     assert caught, "no seed detected the broken HW rule"
     assert all("replay: PYLOG_SIM_SEED=" in msg and "test_replay_seed" in msg for msg in caught)
+    # Each message names the invariant that failed.
+    from pylog.simulation import INVARIANTS
+
+    assert all(any(f"[{name}]" in msg for name, _ in INVARIANTS) for msg in caught)
