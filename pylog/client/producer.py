@@ -412,27 +412,32 @@ class Producer:
             self._on_failure(ps, b, error_from(resp))
 
     def _settle(self, ps: _PartitionState, b: ProducerBatch) -> None:
-        """``b`` is no longer in flight; once nothing is, queued retries go first, in order."""
+        """``b`` was answered. ``inflight`` is a window in send order: a failed batch leaves it at
+        once, an acknowledged one only when every older one has left too (responses count in
+        order, as on one Kafka connection), so at most ``max_in_flight`` batches are ever written
+        past the oldest unacknowledged one - the leader keeps the last 5 to recognise its retry.
+        Once nothing is in flight, queued retries go first, in order."""
         with self._lock:
-            if b in ps.inflight:
+            if not b.done and b in ps.inflight:
                 ps.inflight.remove(b)
-            if not ps.inflight and ps.retry:
+            inflight = ps.inflight
+            while inflight and inflight[0].done:
+                del inflight[0]
+            if not inflight and ps.retry:
                 ps.retry.sort(key=lambda x: (x.sequence < 0, x.sequence if x.sequence >= 0 else x.order))
                 ps.queue.extendleft(reversed(ps.retry))
                 ps.retry = []
+            if ps.retry_mode and not ps.retry and not inflight and not any(x.sequence >= 0 for x in ps.queue):
+                ps.retry_mode = False
             self._dirty.add(ps)
             self._wake_locked()
 
     def _on_success(self, ps: _PartitionState, b: ProducerBatch, base_offset: int, timestamp: int) -> None:
         self.records_sent += len(b.records)
         self.bytes_sent += len(b.data or b"")
-        with self._lock:
-            if ps.retry_mode and not ps.retry and not any(x.sequence >= 0 for x in ps.queue) \
-                    and all(x is b for x in ps.inflight):
-                ps.retry_mode = False
-        self._settle(ps, b)
         self._incomplete.discard(b)
         b.complete(base_offset, timestamp, None)
+        self._settle(ps, b)
 
     def _on_failure(self, ps: _PartitionState, b: ProducerBatch, err: PylogError) -> None:
         now = self.scheduler.clock.now_ms()
@@ -448,8 +453,8 @@ class Producer:
                     # Retriable while an earlier batch of the same id is still unacknowledged (it
                     # failed and is resent first); otherwise the leader has a gap: give up on b.
                     pending = ps.retry + list(ps.queue) + ps.inflight
-                    retriable = any(x is not b and x.producer_id == b.producer_id and 0 <= x.sequence < b.sequence
-                                    for x in pending)
+                    retriable = any(x is not b and not x.done and x.producer_id == b.producer_id
+                                    and 0 <= x.sequence < b.sequence for x in pending)
         if retriable and not self._node.closed and now < b.deadline_ms:
             self.retries += 1
             with self._lock:
