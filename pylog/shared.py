@@ -509,7 +509,7 @@ class SharedCluster:
                     self._calls.pop(call_id, None)
                 return
             snap = call.snap
-        self._apply_snapshot(snap)
+        self.scheduler.run_sync(lambda: self._apply_snapshot(snap))  # inline on the loop, else handed to it
 
     def _send_commit(self, group: Optional[str], offsets: Dict[Tuple[str, int], int]) -> None:
         up = self.transport.upstream

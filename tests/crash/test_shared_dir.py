@@ -327,6 +327,7 @@ def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path, deep: boo
         assert len(os.path.join(path, "pylog.sock").encode()) > 108 and not address.startswith(path)
     else:
         assert address == os.path.join(os.path.realpath(path), "pylog.sock")
+    before = set(threading.enumerate())
     a = pylog.open(path)
     b = pylog.open(path)
     try:
@@ -350,3 +351,7 @@ def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path, deep: boo
         a.close()
         b.close()
     assert not os.path.exists(os.path.join(path, "pylog.owner"))
+    leftover = [t for t in threading.enumerate() if t not in before]
+    for t in leftover:
+        t.join(10)  # socket reader/writer threads end as their sockets close
+    assert not [t for t in leftover if t.is_alive()], f"threads left after close(): {leftover}"
