@@ -125,3 +125,37 @@ def test_server_bridges_a_client_process_node_and_forgets_it_on_disconnect(tmp_p
         server.close()
         sched.close()
     assert not os.path.exists(server.address)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.getuid() != 0, reason="needs root to act as another user")
+def test_server_refuses_another_user(tmp_path) -> None:
+    """Frames are pickles: a process of another uid is disconnected before any frame is read."""
+    sched = RealScheduler()
+    other: List[tuple] = []
+    server = BrokerServer(socket_address(str(tmp_path / ("y" * 120))), sched, DirectTransport(sched),
+                          lambda peer, frame: other.append(frame))
+    assert server.address.startswith("\0")  # abstract: no file permission protects it
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: become nobody, connect, say hello, report what came back
+        try:
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(server.address)
+            s.sendall(encode_frame(("hello", os.getpid())))
+            s.settimeout(10)
+            os.write(w, b"eof" if s.recv(1) == b"" else b"data")
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            os.write(w, repr(exc).encode()[:200])
+        os._exit(0)
+    os.close(w)
+    try:
+        answer = os.read(r, 256)
+        os.waitpid(pid, 0)
+        # closed before or after the hello was written; never an answer, never a frame handled
+        assert answer == b"eof" or answer.startswith((b"ConnectionResetError", b"BrokenPipeError")), answer
+        assert other == [] and server.peers == {}
+    finally:
+        os.close(r)
+        server.close()
+        sched.close()
