@@ -460,7 +460,105 @@ def cmd_describe(args: argparse.Namespace) -> int:
         prefix = f"Broker: {os.path.basename(d)[len('broker-'):]} " if d != root else ""
         for line in _describe_log_dir(d, prefix):
             print(line)
+    try:
+        for line in _group_lag_lines(root, dirs):
+            print(line)
+    except (OSError, PylogError) as exc:
+        _error(f"{root}: cannot read consumer group offsets: {exc}")
+        return 1
     return 0
+
+
+def _leaders(root: str) -> Dict[Tuple[str, int], int]:
+    """``{(topic, partition): leader}`` from a cluster dir's metadata ({} when absent or unreadable)."""
+    try:
+        with open(os.path.join(root, METADATA_FILE), "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+        return {(st["topic"], st["partition"]): st["leader"] for st in meta.get("partitions", [])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _replica_views(dirs: List[str]) -> Dict[Tuple[str, int], List[Tuple[Optional[int], str, Optional[int]]]]:
+    """``{tp: [(broker id or None, partition dir, checkpointed HW or None)]}`` over the log dirs."""
+    out: Dict[Tuple[str, int], List[Tuple[Optional[int], str, Optional[int]]]] = {}
+    for d in dirs:
+        name = os.path.basename(d)
+        broker = int(name[len("broker-"):]) if name.startswith("broker-") and name[len("broker-"):].isdigit() else None
+        hws = _read_offsets_quiet(os.path.join(d, HW_CHECKPOINT_FILE))
+        for p in _partition_dirs(d):
+            tp = parse_partition_dir(p)
+            assert tp is not None
+            out.setdefault(tp, []).append((broker, p, hws.get(tp)))
+    return out
+
+
+def _pick_replica(views: List[Tuple[Optional[int], str, Optional[int]]], leader: Optional[int]) -> Tuple[str, Optional[int]]:
+    """The leader's copy of a partition when known, else the copy with the highest checkpointed HW."""
+    for broker, p, hw in views:
+        if leader is not None and broker == leader:
+            return p, hw
+    broker, p, hw = max(views, key=lambda v: (v[2] if v[2] is not None else -1, v[1]))
+    return p, hw
+
+
+def _group_lag_lines(root: str, dirs: List[str]) -> Iterator[str]:
+    """One line per committed (group, topic, partition): committed offset, log end (the HW) and lag.
+
+    Committed offsets are replayed from ``__consumer_offsets`` as a coordinator
+    loading the partition does (the latest commit per key wins; a null value, a
+    tombstone, deletes it), from the leader's copy of each offsets partition.
+    The log end is the leader's checkpointed high watermark (Kafka's
+    LOG-END-OFFSET for a read_uncommitted consumer), else its log end offset.
+    """
+    from pylog.replication.offsets_topic import OFFSETS_TOPIC, OffsetCommitKey, decode_key, decode_offset_commit_value
+
+    views = _replica_views(dirs)
+    leaders = _leaders(root)
+    commits: Dict[Tuple[str, str, int], int] = {}
+    for tp in sorted(t for t in views if t[0] == OFFSETS_TOPIC):
+        path, hw = _pick_replica(views[tp], leaders.get(tp))
+        log = Log.open(path, read_only=True)
+        try:
+            end = log.log_end_offset if hw is None else min(hw, log.log_end_offset)
+            offset = log.log_start_offset
+            while offset < end:
+                got = False
+                for rec in log.read(offset, max_offset=end):
+                    got = True
+                    offset = rec.offset + 1
+                    if rec.key is None:
+                        continue
+                    try:
+                        key = decode_key(rec.key)
+                        if not isinstance(key, OffsetCommitKey):
+                            continue
+                        gtp = (key.group, key.topic, key.partition)
+                        if rec.value is None:
+                            commits.pop(gtp, None)
+                        else:
+                            commits[gtp] = decode_offset_commit_value(rec.value).offset
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(f"{path} offset {rec.offset}: {exc}") from None
+                if not got:
+                    break
+        finally:
+            log.close()
+    for (group, topic, partition), committed in sorted(commits.items()):
+        tp_views = views.get((topic, partition))
+        if not tp_views:
+            yield (f"Group: {group} Topic: {topic} Partition: {partition} CommittedOffset: {committed} "
+                   f"LogEndOffset: - Lag: -")
+            continue
+        path, hw = _pick_replica(tp_views, leaders.get((topic, partition)))
+        if hw is None:
+            log = Log.open(path, read_only=True)
+            try:
+                hw = log.log_end_offset
+            finally:
+                log.close()
+        yield (f"Group: {group} Topic: {topic} Partition: {partition} CommittedOffset: {committed} "
+               f"LogEndOffset: {hw} Lag: {max(0, hw - committed)}")
 
 
 # --------------------------------------------------------------------------- produce / consume
@@ -724,7 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("describe", help="offsets, sizes and epochs of each partition (read-only)",
                        description="Per partition: log start/end, size, segments, leader epoch, recovery point, HW; "
-                                   "leader, replicas and ISR for a cluster dir.")
+                                   "leader, replicas and ISR for a cluster dir; then each consumer group's committed "
+                                   "offset, log end and lag per partition (from __consumer_offsets).")
     s.add_argument("dir", metavar="DIR")
 
     pr = sub.add_parser("produce", help="append lines from stdin to a partition",
