@@ -70,6 +70,7 @@ from pylog.storage.segment import LogSegment
 ATTR_DELETE_HORIZON = 0x40  # Kafka's DELETE_HORIZON_FLAG_MASK (KIP-534)
 _MAX_OFFSET_SPAN = 0x7FFFFFFF  # a segment's relative offsets are int32
 _CHUNK = 4 * 1024 * 1024
+_INT64_MAX = 2**63 - 1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
@@ -258,7 +259,7 @@ def filter_batch(
     removed = len(records) - len(kept)
     has_tombstones = any(r.value is None for r in kept)
     if has_tombstones and horizon is None:
-        horizon = now_ms + delete_retention_ms  # first cleaning of this tombstone: start its clock
+        horizon = min(now_ms + delete_retention_ms, _INT64_MAX)  # first cleaning of this tombstone: start its clock
         needs_horizon = True
     else:
         needs_horizon = False
@@ -413,12 +414,11 @@ class Cleaner:
             offsets: Dict[bytes, int] = {}
             mapped_end = first_dirty if dirty_bases else end
             for b in dirty_bases:
-                seg = log.segments[b]
-                batches = list(iter_segment_batches(seg))
-                n = sum(x.records_count for x in batches)
-                if offsets and len(offsets) + n > self.max_map_entries:
+                # One segment's keys at a time (memory: O(distinct keys), not O(bytes)); a
+                # segment that could overflow the map waits for the next clean (Kafka).
+                part = build_offset_map(iter_segment_batches(log.segments[b]), first_dirty)
+                if offsets and len(offsets) + len(part.offsets) > self.max_map_entries:
                     break
-                part = build_offset_map(batches, first_dirty)
                 offsets.update(part.offsets)
                 mapped_end = keys[keys.index(b) + 1]
             end = mapped_end
