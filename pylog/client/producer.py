@@ -164,7 +164,7 @@ class Producer:
         self.record_errors = 0
         self.retries = 0
         self.batches_sent = 0
-        self.duplicates_acked = 0
+        self.send = self._make_fast_send()  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ send
     def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None,
@@ -177,26 +177,45 @@ class Producer:
         a record too large, delivery timeout - are raised by ``result()``.
         A record without ``timestamp`` gets the time its batch is sent.
         """
-        if key is None and partition is None and headers is None and timestamp is None and type(value) is bytes:
-            # The hot path: append to the topic's sticky batch. acquire/release is cheaper than ``with``.
-            lock = self._lock
-            lock.acquire()
-            b = self._sticky.get(topic)
-            if b is not None and b.open:
-                recs = b.records
-                i = len(recs)
-                recs.append(value)
-                b.size += len(value) + _RECORD_OVERHEAD
-                if b.size < self.batch_size:
-                    lock.release()
-                    return FutureRecordMetadata(b, i)
-                try:
-                    self._batch_full(b)
-                finally:
-                    lock.release()
-                return FutureRecordMetadata(b, i)
-            lock.release()
         return self._send_slow(topic, value, key, partition, headers, timestamp)
+
+    def _make_fast_send(self) -> Any:
+        """Build ``send`` as a closure: the hot path (no key, partition, headers or timestamp; a bytes
+        value) reads its state from cells instead of attributes - a measurable share of a ~1 us call."""
+        lock = self._lock
+        acquire, release = lock.acquire, lock.release
+        sticky_get = self._sticky.get
+        batch_size = self.batch_size
+        overhead = _RECORD_OVERHEAD
+        slow = self._send_slow
+        batch_full = self._batch_full
+        future = FutureRecordMetadata
+        bytes_ = bytes
+
+        def send(topic: str, value: Optional[bytes], key: Optional[bytes] = None, partition: Optional[int] = None,
+                 headers: Optional[Sequence[Tuple[str, Optional[bytes]]]] = None,
+                 timestamp: Optional[int] = None) -> FutureRecordMetadata:
+            if key is None and partition is None and headers is None and timestamp is None and type(value) is bytes_:
+                acquire()
+                b = sticky_get(topic)
+                if b is not None and b.open:
+                    recs = b.records
+                    i = len(recs)
+                    recs.append(value)
+                    size = b.size = b.size + len(value) + overhead
+                    if size < batch_size:
+                        release()
+                        return future(b, i)
+                    try:
+                        batch_full(b)
+                    finally:
+                        release()
+                    return future(b, i)
+                release()
+            return slow(topic, value, key, partition, headers, timestamp)
+
+        send.__doc__ = Producer.send.__doc__
+        return send
 
     def _send_slow(self, topic: str, value: Any, key: Any, partition: Optional[int], headers: Any,
                    timestamp: Optional[int]) -> FutureRecordMetadata:
