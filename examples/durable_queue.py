@@ -70,7 +70,7 @@ def consumer(path: str) -> None:
         for r in records:
             print("processed", r.offset, r.value.decode(), flush=True)
         try:
-            c.commit()
+            c.commit(timeout=5)
         except pylog.PylogError as exc:  # e.g. the owner died mid-commit: these come again (at-least-once)
             print("commit-failed", type(exc).__name__, flush=True)
             continue
