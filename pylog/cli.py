@@ -757,6 +757,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
     except PylogError as exc:
         _error(f"simulation stopped: {type(exc).__name__}: {exc}\nreplay: {_sim_replay(args)}")
         return 1
+    except Exception:  # noqa: BLE001 - a crash of the simulated system is a finding: show it, then how to replay
+        import traceback
+
+        traceback.print_exc()
+        _error(f"the simulation crashed (traceback above)\nreplay: {_sim_replay(args)}")
+        return 1
     finally:
         if not args.dir:
             shutil.rmtree(path, ignore_errors=True)
@@ -787,8 +793,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         try:
             drawn = plot_trace(trace, args.plot, partitions=args.plot_partition or None, title=title,
                                violations=failed)
-        except PylogError as exc:
-            _error(str(exc))
+        except (OSError, PylogError) as exc:
+            _error(f"{args.plot}: cannot draw the plot: {exc}")
             return 1
         print(f"plot: {args.plot} ({', '.join(drawn)})")
     if result.ok:

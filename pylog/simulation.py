@@ -141,6 +141,10 @@ class SimConfig:
             raise InvalidConfigurationError(f"need 1 <= rf ({self.rf}) <= brokers ({self.brokers})")
         if not 1 <= self.min_isr <= self.rf:
             raise InvalidConfigurationError(f"need 1 <= min_isr ({self.min_isr}) <= rf ({self.rf})")
+        if self.rf < 2 and self.crash_rate > 0:
+            raise InvalidConfigurationError(
+                "with RF 1 a crash loses every acknowledged write not yet fsynced, by design (there is no other "
+                "replica to take over): use a crash rate of 0 (clean stops are fine)")
         if not self.topics or self.partitions < 0 or self.max_burst < 1:
             raise InvalidConfigurationError("need at least one topic, partitions >= 0 and max_burst >= 1")
         if self.duration_ms is None and self.steps is None:
@@ -671,6 +675,7 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     names = list(partitions) if partitions else sorted(trace.partitions)
     for n in names:
@@ -681,7 +686,9 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
     down_spans = _down_spans(trace)
     net_spans = _network_spans(trace)
     slow_spans = _slow_spans(trace)
-    fig_h = 1.2 + 4.4 * len(names)
+    n_handles = trace.brokers + 13  # the legend below: brokers, 6 line and 7 patch entries
+    legend_h = 0.2 * -(-n_handles // 8)  # inches: one row per 8 entries
+    fig_h = 0.85 + legend_h + 4.4 * len(names)
     fig = plt.figure(figsize=(13, fig_h), dpi=100)
     heights: List[float] = []
     for _ in names:
@@ -726,6 +733,7 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
                     rotation=90, va="top", ha="right", fontsize=7.5, color="#111111",
                     bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.8))
         ax.set_ylabel("offset")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{name}   (replicas {', '.join(map(str, pt.replicas))})", loc="left", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         plt.setp(ax.get_xticklabels(), visible=False)
@@ -794,7 +802,7 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
                bbox_to_anchor=(0.5, 1 - 0.25 / fig_h))
     if title:
         fig.suptitle(title, y=1 - 0.02 / fig_h, fontsize=11)
-    fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.95 / fig_h, bottom=0.55 / fig_h)
+    fig.subplots_adjust(left=0.06, right=0.99, top=1 - (0.55 + legend_h) / fig_h, bottom=0.55 / fig_h)
     fig.savefig(out_path, format="png")
     plt.close(fig)
     return names

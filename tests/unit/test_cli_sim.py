@@ -12,7 +12,10 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from pylog.simulation import INVARIANTS, SimConfig, Simulation, Trace
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pylog.simulation import INVARIANTS, SimConfig, Simulation, Trace, _runs
 
 SHORT = ["--duration", "15s"]
 
@@ -79,6 +82,7 @@ def _png_size(data: bytes):
 
 
 def test_plot_writes_a_png_drawn_from_a_sound_trace(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
     png, tr = tmp_path / "sim.png", tmp_path / "trace.json"
     r = run("sim", "--seed", "3", "--partitions", "2", "--duration", "20s", "--plot", str(png), "--trace", str(tr))
     out = r.stdout.decode()
@@ -133,6 +137,7 @@ def test_plot_writes_a_png_drawn_from_a_sound_trace(tmp_path):
 
 
 def test_plot_one_partition(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
     png = tmp_path / "one.png"
     r = run("sim", "--seed", "4", "--partitions", "3", *SHORT, "--plot", str(png), "--plot-partition", "sim-2")
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
@@ -140,6 +145,8 @@ def test_plot_one_partition(tmp_path):
     _png_size(png.read_bytes())
     bad = run("sim", "--seed", "4", *SHORT, "--plot", str(tmp_path / "x.png"), "--plot-partition", "nope-0")
     assert bad.returncode == 1 and b"no partition 'nope-0' in the trace" in bad.stderr
+    nowhere = run("sim", "--seed", "4", *SHORT, "--plot", str(tmp_path / "no" / "such" / "dir.png"))
+    assert nowhere.returncode == 1 and b"cannot draw the plot" in nowhere.stderr and b"Traceback" not in nowhere.stderr
 
 
 def test_plot_without_matplotlib_names_the_extra(tmp_path):
@@ -159,7 +166,7 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
 
 def test_bad_arguments_are_usage_errors():
     for args in (["--crash-rate", "0.9"], ["--duration", "soon"], ["--rf", "4"], ["--min-isr", "0"],
-                 ["--partition-rate", "1.5"]):
+                 ["--partition-rate", "1.5"], ["--rf", "1", "--min-isr", "1"]):
         r = run("sim", *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert b"Traceback" not in r.stderr
@@ -205,3 +212,26 @@ def test_tracing_does_not_change_the_simulation(tmp_path):
     assert plain.ok and traced.ok
     keys = ("crashes", "stops", "partitions", "acked", "produced", "steps", "virtual_ms")
     assert {k: plain.stats[k] for k in keys} == {k: traced.stats[k] for k in keys}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.booleans()), min_size=1, max_size=40), st.integers(0, 100))
+def test_band_runs_cover_exactly_the_true_samples(steps, tail):
+    """The ISR/leader bands: each sample holds until the next one (the last until the end of the run)."""
+    times, t = [], 0
+    for dt, _ in steps:
+        times.append(t)
+        t += dt
+    flags = [f for _, f in steps]
+    end = times[-1] + tail
+    runs = _runs(times, flags, end)
+    covered = set()
+    for start_s, width_s in runs:
+        covered |= set(range(round(start_s * 1000), round((start_s + width_s) * 1000)))
+    want = set()
+    for i, (t0, f) in enumerate(zip(times, flags)):
+        if f:
+            want |= set(range(t0, times[i + 1] if i + 1 < len(times) else end))
+    assert covered == want
+    assert all(w >= 0 for _, w in runs)
+    assert [s for s, _ in runs] == sorted(s for s, _ in runs)
