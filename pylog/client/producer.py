@@ -64,7 +64,7 @@ from pylog.storage import compression as codecs
 from pylog.storage.record import Record, encode_batch
 
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
-_RECORD_OVERHEAD = 10  # estimated bytes a small record adds besides its key and value (varints, attributes)
+_RECORD_OVERHEAD = 16  # estimated bytes a record adds besides key and value (varints, attributes), on the high side
 _KEY_CACHE_MAX = 65_536
 
 
@@ -185,6 +185,7 @@ class Producer:
         lock = self._lock
         acquire, release = lock.acquire, lock.release
         sticky_get = self._sticky.get
+        parts_get = self._parts.get
         batch_size = self.batch_size
         overhead = _RECORD_OVERHEAD
         slow = self._send_slow
@@ -195,9 +196,16 @@ class Producer:
         def send(topic: str, value: Optional[bytes], key: Optional[bytes] = None, partition: Optional[int] = None,
                  headers: Optional[Sequence[Tuple[str, Optional[bytes]]]] = None,
                  timestamp: Optional[int] = None) -> FutureRecordMetadata:
-            if key is None and partition is None and headers is None and timestamp is None and type(value) is bytes_:
-                acquire()
-                b = sticky_get(topic)
+            if key is None and headers is None and timestamp is None and type(value) is bytes_:
+                if partition is None:
+                    acquire()
+                    b = sticky_get(topic)
+                else:
+                    parts = parts_get(topic)
+                    if parts is None or type(partition) is not int or not 0 <= partition < len(parts):
+                        return slow(topic, value, key, partition, headers, timestamp)
+                    acquire()
+                    b = parts[partition].open
                 if b is not None and b.open:
                     recs = b.records
                     i = len(recs)
@@ -528,6 +536,7 @@ class Producer:
             self._pid_broker += 1
             if not self._node.closed:
                 self.scheduler.call_later(self.retry_backoff_ms, self._init_producer_id)
+                self._wake()  # waiting batches still expire at their delivery timeout
 
         self._node.request(target, req, self.request_timeout_ms, on_reply)
 
