@@ -294,3 +294,54 @@ def test_crash_during_clean_leaves_every_offset_original_or_cleaned(batches, rol
         assert not leftovers
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_crash_at_every_file_operation_of_a_clean(tmp_path) -> None:
+    """Exhaustive: one small log (three segments, tombstones, a compressed batch), a power loss
+    at each file operation of its clean in turn."""
+    now = 1_000_000
+    cfg = dict(cleanup_policy="compact", segment_bytes=300, retention_ms=-1, delete_retention_ms=DRM,
+               index_interval_bytes=64)
+    src = tmp_path / "src"
+    log = pylog.Log.open(str(src / "t-0"), file_io=NoSyncIO(), clock_ms=lambda: now, **cfg)
+    appended: Dict[int, Row] = {}
+    for i in range(12):
+        k, v = b"k%d" % (i % 3), (None if i == 7 else b"v%d" % i)
+        res = log.append([pylog.Record(v, key=k, timestamp=now)], compression="gzip" if i == 4 else None)
+        appended[res.base_offset] = (v, k, (), now)
+    log.roll()
+    before = _contents(log)
+    log.close()
+    ref_dir = tmp_path / "ref"
+    shutil.copytree(src, ref_dir)
+    counter = CrashingDisk()
+    ref = pylog.Log.open(str(ref_dir / "t-0"), file_io=counter, clock_ms=lambda: now, **cfg)
+    ops0 = counter.ops
+    res = Cleaner().clean(ref, now, force=True)
+    total = counter.ops - ops0
+    cleaned = _contents(ref)
+    ref.close()
+    assert res.groups >= 2 and cleaned != before
+    outcomes = set()
+    for point in range(total + 1):
+        work = tmp_path / f"crash{point}"
+        shutil.copytree(src, work)
+        disk = CrashingDisk()
+        log = pylog.Log.open(str(work / "t-0"), file_io=disk, clock_ms=lambda: now, **cfg)
+        disk.fail_at = disk.ops + 1 + point
+        try:
+            Cleaner().clean(log, now, force=True)
+        except (KafkaStorageError, OSError):
+            pass
+        log.abandon()
+        disk.crash()
+        disk.fail_at = None
+        log = pylog.Log.open(str(work / "t-0"), file_io=disk, clock_ms=lambda: now, **cfg)
+        got = _contents(log)
+        log._check()
+        log.close()
+        assert set(cleaned) <= set(got) <= set(before), (point, sorted(got))
+        assert all(row == appended[off] for off, row in got.items()), point
+        outcomes.add(tuple(sorted(got)))
+        shutil.rmtree(work)
+    assert tuple(sorted(before)) in outcomes and tuple(sorted(cleaned)) in outcomes
