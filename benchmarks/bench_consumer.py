@@ -9,12 +9,17 @@
   in the broker's purgatory and woken by the append). p50/p99 against the
   target p99 <= 1 ms (Kafka 2014: 2 ms p50, 3 ms p99).
 
+The delivery rate is also given per CPU-second of the process (the loop
+thread does the fetching and decoding, the caller only waits): on a shared,
+loaded machine wall-clock rates mostly measure the other processes.
+
 Run: nice .venv/bin/python benchmarks/bench_consumer.py [--records N] [--latency-samples N]
 (also collected by ``pytest benchmarks --benchmark-only``).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from typing import Dict, List
@@ -44,14 +49,17 @@ def delivery_rate(n: int, max_poll_records: int) -> Dict[str, float]:
         got = 0
         nbytes = 0
         t0 = time.perf_counter()
+        cpu0 = time.process_time()
         while got < n:
             recs = cons.poll(5.0)
             got += len(recs)
             if recs:
                 nbytes += len(recs[-1].value) * len(recs)
         dt = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
         cons.close()
-        return {"records": got, "records_per_s": got / dt, "mb_per_s": nbytes / dt / 1e6}
+        return {"records": got, "records_per_s": got / dt, "mb_per_s": nbytes / dt / 1e6,
+                "records_per_cpu_s": got / cpu if cpu > 0 else float("nan")}
     finally:
         c.close()
 
@@ -96,11 +104,12 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=500_000)
     ap.add_argument("--latency-samples", type=int, default=2_000)
     args = ap.parse_args()
+    print(f"load average before the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     for mpr in (500, 10_000):
         r = delivery_rate(args.records, mpr)
         print(f"poll delivery, max_poll_records={mpr:>6}: {r['records_per_s']:>12,.0f} records/s "
               f"({r['mb_per_s']:.1f} MB/s of values)  = {r['records_per_s'] / KAFKA_2014_CONSUMER:.2f}x Kafka 2014 "
-              f"({KAFKA_2014_CONSUMER:,}/s)")
+              f"({KAFKA_2014_CONSUMER:,}/s); {r['records_per_cpu_s']:,.0f} records per CPU-second of this process")
     lat = latency(args.latency_samples)
     print(f"produce->consume latency (acks=1, real time): p50 {lat['p50_ms']:.3f} ms  p99 {lat['p99_ms']:.3f} ms  "
           f"max {lat['max_ms']:.3f} ms  (target p99 <= 1 ms)")

@@ -250,7 +250,8 @@ class Consumer:
         self.bytes_consumed = 0
         self.rebalances = 0
         self.violations: List[Tuple[TP, int, int]] = []
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # set when records are buffered (or an error waits): poll()
+        self._changed = threading.Event()  # set when a position is resolved (or an error waits): position()
         self._closed = False
         self._node: ClientNode = self.scheduler.run_sync(
             lambda: ClientNode("consumer", self.scheduler, cluster.transport))
@@ -272,9 +273,11 @@ class Consumer:
         if self._tick_timer is not None:
             self._tick_timer.cancel()
         self._wake.set()
+        self._changed.set()
 
     def _signal(self) -> None:
         self._wake.set()
+        self._changed.set()
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         if self._closed:
@@ -396,6 +399,7 @@ class Consumer:
         self._positions[tp] = offset
         self._fetch_pos[tp] = offset
         self._drop_buffered(tp)
+        self._changed.set()
 
     def _drop_buffered(self, tp: TP) -> None:
         if self._buffered.pop(tp, 0):
@@ -488,10 +492,22 @@ class Consumer:
         return self._call(get)
 
     def _wait(self, predicate: Callable[[], bool], timeout: float) -> None:
+        """Block until ``predicate()`` (run on the loop) holds: virtual time in a simulation, else an event
+        that every position change or error sets (no polling)."""
         if self.scheduler.simulated:
             self.scheduler.wait_until(predicate, int(timeout * 1000))
-        else:
-            self.scheduler.wait_until(predicate, int(timeout * 1000))
+            return
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self._changed.clear()
+            if self._call(predicate):
+                return
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed:
+                return
+            self._changed.wait(left)
 
     # ================================================================= poll
     def poll(self, timeout: float = 1.0, max_records: Optional[int] = None) -> List[ConsumerRecord]:
@@ -786,6 +802,7 @@ class Consumer:
         self.rebalances += 1
         self.assignment_history.append((self.generation, self.member_id, tuple(sorted(parts))))
         self._set_assignment(parts)
+        self._changed.set()
         self._send_fetches()
 
     def _heartbeat(self) -> None:
