@@ -31,8 +31,9 @@ def coordinator_of(c: Cluster, group: str) -> int:
     return c.leader_of(OFFSETS_TOPIC, partition_for_group(group, n))
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(tmp_path, seed):
+@pytest.mark.parametrize("seed,auto_commit", [(11, False), (12, True)])
+def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(tmp_path, seed, auto_commit):
+    """Members join, one leaves, one crashes, one joins; commits after processing (or auto-commit in poll)."""
     c = Cluster(tmp_path, brokers=3, seed=seed)
     try:
         c.create_topic(TOPIC, partitions=6, replication_factor=3, min_insync_replicas=2)
@@ -62,7 +63,7 @@ def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(
                     recs = cons.poll(0.05)
                     for r in recs:  # process, then commit: at-least-once
                         delivered.add((r.partition, r.offset))
-                    if recs:
+                    if recs and not auto_commit:
                         try:
                             cons.commit()
                         except PylogError as exc:  # fenced by a rebalance: the commit is refused
@@ -72,7 +73,8 @@ def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(
                 check_ownership(everyone)
 
         def add() -> None:
-            cons = c.consumer("churn", [TOPIC], **GROUP_OPTS)
+            opts = dict(GROUP_OPTS, enable_auto_commit=auto_commit, auto_commit_interval_ms=200)
+            cons = c.consumer("churn", [TOPIC], **opts)
             live.append(cons)
             everyone.append(cons)
 
@@ -94,7 +96,8 @@ def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(
             if set(survivor.assignment()) == {(TOPIC, p) for p in range(6)}:
                 break
         assert set(survivor.assignment()) == {(TOPIC, p) for p in range(6)}, "the crashed member was never expired"
-        assert c.now_ms - start >= GROUP_OPTS["session_timeout_ms"]  # it took a session timeout, not a LeaveGroup
+        # it took a session timeout (counted from its last heartbeat, at most one interval before the crash)
+        assert c.now_ms - start >= GROUP_OPTS["session_timeout_ms"] - GROUP_OPTS["heartbeat_interval_ms"]
         add()
         round_(40)
         for f in pending:
@@ -108,7 +111,8 @@ def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(
             for cons in live:
                 for r in cons.poll(0.05):
                     delivered.add((r.partition, r.offset))
-                cons.commit()
+                if not auto_commit:
+                    cons.commit()
             if acked <= delivered:
                 break
         check_ownership(everyone)
