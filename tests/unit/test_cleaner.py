@@ -419,3 +419,33 @@ def test_metrics_count_appends_and_cleaning(tmp_path) -> None:
         assert find(m, "pylog_log_end_offset") == 3 and find(m, "pylog_log_start_offset") == 0
         assert find(m, "pylog_log_size_bytes") == log.size_in_bytes
         assert find(m, "pylog_log_cleaner_bytes_written_total") < find(m, "pylog_log_cleaner_bytes_read_total")
+
+
+def test_kafka_python_reads_a_cleaned_log(tmp_path) -> None:
+    """An independent reader (kafka-python) accepts what the cleaner writes: a re-encoded
+    compressed batch with a delete horizon, and an empty batch kept for its producer."""
+    from kafka.record import MemoryRecords
+
+    clock = Clock(5_000)
+    with _open(tmp_path / "t-0", clock) as log:
+        log.append([_kv(b"a", b"1", headers=(("h", b"x"),), timestamp=4_000), _kv(b"b", b"2", timestamp=4_100)],
+                   producer_id=3, producer_epoch=0, base_sequence=0)
+        log.append([_kv(b"a", None, timestamp=4_200), _kv(b"c", b"3", timestamp=4_300)], compression="gzip")
+        log.append([_kv(b"b", b"9", timestamp=4_400)], producer_id=4, producer_epoch=0, base_sequence=0)
+        log.append([_kv(b"b", b"10", timestamp=4_500)], producer_id=3, producer_epoch=0, base_sequence=2)
+        log.append([_kv(b"c", b"4", timestamp=4_600)])
+        log.roll()
+        Cleaner().clean(log, clock.now, force=True)
+        records = MemoryRecords(log.fetch(0))
+        seen = []
+        while records.has_next():
+            batch = records.next_batch()
+            assert batch.validate_crc()
+            seen.append((batch.base_offset, batch.producer_id,
+                         [(r.offset, r.key, r.value, r.timestamp) for r in batch]))
+        assert seen == [
+            (2, -1, [(2, b"a", None, 4_200)]),  # gzip, delete horizon in the base timestamp
+            (4, 4, []),  # producer 4's last batch, emptied
+            (5, 3, [(5, b"b", b"10", 4_500)]),
+            (6, -1, [(6, b"c", b"4", 4_600)]),
+        ]
