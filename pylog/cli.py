@@ -699,6 +699,16 @@ def _rate(text: str) -> float:
     return r
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return n
+
+
 def _sim_replay(args: argparse.Namespace) -> str:
     parts = [
         "pylog sim", f"--brokers {args.brokers}", f"--topics {','.join(args.topics)}",
@@ -864,15 +874,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(exit 1 on any failure) and, with --plot, draw the replication timeline. "
                                    "Rates are probabilities per step; a step is one action followed by 5 ms - 2 s "
                                    "of virtual time.")
-    m.add_argument("--brokers", type=int, default=3)
+    m.add_argument("--brokers", type=_positive_int, default=3)
     m.add_argument("--topics", type=lambda t: t.split(","), default=["sim"], help="comma-separated topic names (default: sim)")
-    m.add_argument("--partitions", type=int, default=1, help="partitions per topic (default 1)")
-    m.add_argument("--rf", type=int, default=3, help="replication factor (default 3)")
+    m.add_argument("--partitions", type=_positive_int, default=1, help="partitions per topic (default 1)")
+    m.add_argument("--rf", type=_positive_int, default=3, help="replication factor (default 3)")
     m.add_argument("--min-isr", type=int, default=2, help="min.insync.replicas (default 2)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--duration", type=_duration_ms, default=60_000, help="virtual time to run: 60s (default), 1500ms, 2m")
     m.add_argument("--produce-rate", type=_rate, default=0.40, help="chance per step of a produce burst (0.40)")
-    m.add_argument("--burst", type=int, default=8, help="records per burst: 1..N (8)")
+    m.add_argument("--burst", type=_positive_int, default=8, help="records per burst: 1..N (8)")
     m.add_argument("--crash-rate", type=_rate, default=0.105, help="chance per step of a hard crash (0.105)")
     m.add_argument("--stop-rate", type=_rate, default=0.045, help="chance per step of a clean stop (0.045)")
     m.add_argument("--restart-rate", type=_rate, default=0.15, help="chance per step of restarting a stopped broker (0.15)")
@@ -880,12 +890,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--heal-rate", type=_rate, default=0.08, help="chance per step of healing the network (0.08)")
     m.add_argument("--slow-rate", type=_rate, default=0.04, help="chance per step of slowing a broker (0.04)")
     m.add_argument("--loss", type=_rate, default=0.0, help="probability each message is lost (0)")
-    m.add_argument("--max-latency-ms", type=int, default=5, help="network latency is 1..N ms (5)")
+    m.add_argument("--max-latency-ms", type=_positive_int, default=5, help="network latency is 1..N ms (5)")
     m.add_argument("--plot", metavar="FILE.png", default=None, help="draw the timeline (needs the plot extra: matplotlib)")
     m.add_argument("--plot-partition", action="append", metavar="TOPIC-P", default=[],
                    help="only draw this partition (repeatable; default: all)")
     m.add_argument("--trace", metavar="FILE.json", default=None, help="write the recorded trace as JSON")
-    m.add_argument("--sample-ms", type=int, default=20, help="trace sampling interval in virtual ms (20)")
+    m.add_argument("--sample-ms", type=_positive_int, default=20, help="trace sampling interval in virtual ms (20)")
     m.add_argument("--dir", default=None, help="keep the cluster's files in DIR (new or empty; default: a temp dir, removed)")
     m.add_argument("--inject-bug", choices=sorted(BUGS), default=None,
                    help="test-only: switch on a known replication bug to see the checks catch it: "

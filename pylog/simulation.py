@@ -260,6 +260,8 @@ class Simulation:
         self._action = "start"
         self._t0 = 0
         self.c: Optional[Cluster] = None
+        self.producer: Any = None
+        self.consumer: Any = None
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:

@@ -172,7 +172,8 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
 
 def test_bad_arguments_are_usage_errors():
     for args in (["--crash-rate", "0.9"], ["--duration", "soon"], ["--rf", "4"], ["--min-isr", "0"],
-                 ["--partition-rate", "1.5"], ["--rf", "1", "--min-isr", "1"]):
+                 ["--partition-rate", "1.5"], ["--rf", "1", "--min-isr", "1"],
+                 ["--partitions", "0"], ["--sample-ms", "0"]):
         r = run("sim", *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert b"Traceback" not in r.stderr
