@@ -243,14 +243,14 @@ class SharedCluster:
         """``"owner"``, ``"client"``, or ``None`` while between owners (a takeover is under way)."""
         return self._role
 
-    def _attach(self, deadline: Optional[float]) -> None:
+    def _attach(self, deadline: Optional[float], takeover: bool = False) -> None:
         """Become the owner or a client of the owner; retry with backoff until ``deadline`` (None: until closed)."""
         backoff = 0.005
         last: Optional[BaseException] = None
         while not self._closed:
             if self._try_lock():
                 try:
-                    self._become_owner()
+                    self._become_owner(takeover)
                     return
                 except (KafkaStorageError, OSError) as exc:  # e.g. a non-shared Cluster holds broker-0
                     last = exc
@@ -290,7 +290,7 @@ class SharedCluster:
                 self._lock_fd = None
                 _owned.discard(self.path)
 
-    def _become_owner(self) -> None:
+    def _become_owner(self, takeover: bool = False) -> None:
         cluster = Cluster(self.path, brokers=1, **self._kwargs)
         try:
             # Commits this process saw survive a takeover (they live in the owner's memory until
@@ -303,7 +303,8 @@ class SharedCluster:
                         _committed_of(cluster).setdefault(g, {}).setdefault(tp, off)
 
             cluster.scheduler.run_sync(seed)
-            server = BrokerServer(self.address, cluster.scheduler, cluster.transport, self._owner_frame)
+            server = BrokerServer(self.address, cluster.scheduler, cluster.transport,
+                                  lambda peer, frame: self._owner_frame(cluster, peer, frame))
         except BaseException:
             cluster.close()
             raise
@@ -313,15 +314,17 @@ class SharedCluster:
         with self._cond:
             self._cluster, self._server, self._local = cluster, server, local
             self._last_snap = snap
-            self.owner_pid = os.getpid()
-            self._role = "owner"
-            self._cond.notify_all()
         self.scheduler.run_sync(lambda: (self._apply_snapshot(snap), self.transport.set_upstream(up, snap[0])))
         cluster.scheduler.call_soon(self._watch, cluster)
         tmp = os.path.join(self.path, OWNER_INFO_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump({"pid": os.getpid(), "address": describe_address(self.address)}, f)
         os.replace(tmp, os.path.join(self.path, OWNER_INFO_FILE))
+        with self._cond:  # last: whoever sees the role sees a working upstream
+            self.owner_pid = os.getpid()
+            self.takeovers += int(takeover)
+            self._role = "owner"
+            self._cond.notify_all()
 
     def _become_client(self) -> None:
         welcome: List[Frame] = []
@@ -396,14 +399,12 @@ class SharedCluster:
 
     def _takeover(self) -> None:
         try:
-            self._attach(None)
+            self._attach(None, takeover=True)
         except BaseException:  # closed meanwhile, or a bug: leave the role empty
             import traceback
 
             traceback.print_exc()
             return
-        if self._role == "owner":
-            self.takeovers += 1
         if self._closed:
             self._teardown()
 
@@ -427,11 +428,8 @@ class SharedCluster:
         elif kind == "meta":
             self.scheduler.call_soon(self._apply_snapshot, frame[1])
 
-    def _owner_frame(self, peer: Peer, frame: Frame) -> None:
+    def _owner_frame(self, cluster: Cluster, peer: Peer, frame: Frame) -> None:
         """hello / commit / call frames from a client process (or this one's local peer)."""
-        cluster = self._cluster
-        if cluster is None:
-            return
         kind = frame[0]
         if kind == "hello":
             cluster.scheduler.call_soon(lambda: peer.send(
@@ -459,8 +457,9 @@ class SharedCluster:
             snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
         except PylogError:
             snap = None
-        if snap is not None and self._server is not None and name != "metadata":
-            self._server.broadcast(("meta", snap))  # every client learns of a new topic before the caller
+        server = self._server
+        if snap is not None and server is not None and name != "metadata":
+            server.broadcast(("meta", snap))  # every client learns of a new topic before the caller
         try:
             peer.send(("ret", call_id, ok, value, snap))
         except Exception:  # an unpicklable exception: send its text

@@ -355,3 +355,48 @@ def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path, deep: boo
     for t in leftover:
         t.join(10)  # socket reader/writer threads end as their sockets close
     assert not [t for t in leftover if t.is_alive()], f"threads left after close(): {leftover}"
+
+
+def test_client_producer_streams_across_the_owners_death(tmp_path, workers) -> None:
+    """A client's producer keeps sending while the owner is killed: its in-flight batches fail, are retried
+    on the client itself once it took over, and every acknowledged record is in the log exactly once."""
+    path = str(tmp_path / "q")
+    owner = workers(path)
+    assert owner.expect("open")["role"] == "owner"
+    owner.cmd(op="create", topic="t")
+    owner.expect("created")
+    producer = workers(path)
+    assert producer.expect("open")["role"] == "client"
+    producer.cmd(op="produce_forever", topic="t", prefix="s", seed=4)
+    acked: Dict[int, str] = {}
+    for _ in range(20):
+        e = producer.expect("acked")
+        acked.update(zip(e["offsets"], e["values"]))
+    owner.kill()
+    before = len(acked)
+    for _ in range(20):  # acknowledgements keep coming: the producer process is the owner now
+        e = producer.expect("acked")
+        acked.update(zip(e["offsets"], e["values"]))
+    assert len(acked) > before
+    producer.kill()
+    for e in producer.drain():
+        if e["ev"] == "acked":
+            acked.update(zip(e["offsets"], e["values"]))
+
+    q = pylog.open(path)  # a third owner: recovers the second one's crash
+    try:
+        assert q.role == "owner"
+        c = q.consumer(None, ["t"])
+        got: Dict[int, str] = {}
+        end = max(acked) + 1
+        while len(got) < end:
+            recs = c.poll(5.0)
+            assert recs, f"no record after offset {max(got, default=-1)} (log should reach {end})"
+            got.update((r.offset, r.value.decode()) for r in recs)
+    finally:
+        q.close()
+    missing = {o: v for o, v in acked.items() if got.get(o) != v}
+    assert not missing, f"acknowledged records lost or changed: {list(missing)[:5]}"
+    values = [got[o] for o in sorted(got)]
+    dupes = len(values) - len(set(values))
+    assert dupes == 0, f"{dupes} records written twice (idempotent retries across the takeover)"
