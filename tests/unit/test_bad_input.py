@@ -208,3 +208,152 @@ def test_closed_log_refuses_everything(log: pylog.Log) -> None:
         with pytest.raises(errors.LogClosedError) as info:
             getattr(log, call)(*args)
         assert "orders-2" in str(info.value), call
+
+
+# ---------------------------------------------------------------- the bad-input matrix (issue 6)
+# One test per row; the cluster rows are in tests/unit/test_bad_input_cluster.py.
+
+import errno as _errno
+import subprocess as _subprocess
+import sys as _sys
+import textwrap as _textwrap
+
+from pylog.storage.fileio import SimulatedDiskIO
+
+
+@pytest.mark.parametrize("topic", ["", "..", "x" * 250])
+def test_matrix_bad_topic_in_log_open(tmp_path, topic: str) -> None:
+    """Log.open with an empty, ``..`` or 250-character topic: InvalidTopicError, nothing created.
+    (A ``/`` in the path is a directory separator: ``a/b-0`` is partition ``b-0`` of log dir ``a``.)"""
+    with pytest.raises(errors.InvalidTopicError) as info:
+        pylog.Log.open(str(tmp_path / f"{topic}-0"))
+    assert "topic" in str(info.value) or "<topic>-<partition>" in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_matrix_unknown_log_config_names_the_setting(tmp_path) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        pylog.Log.open(str(tmp_path / "t-0"), flush_message=1)  # typo of flush_messages
+    assert "flush_message" in str(info.value)
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(errors.InvalidConfigurationError):
+        pylog.storage.log.LogConfig.from_kwargs(retention_hours=1)
+
+
+def test_matrix_oversized_record_names_topic_and_partition_and_log_stays_usable(tmp_path) -> None:
+    path = str(tmp_path / "big-7")
+    with pylog.Log.open(path, max_message_bytes=2000) as lg:
+        lg.append([b"before"])
+        with pytest.raises(errors.RecordTooLargeError) as info:
+            lg.append([b"x" * 5000])
+        assert "big-7" in str(info.value) and "max_message_bytes=2000" in str(info.value)
+        assert lg.append([b"after"]).base_offset == 1
+    with pylog.Log.open(path) as lg:
+        assert [r.value for r in lg.read(0)] == [b"before", b"after"]
+
+
+SECOND_WRITER = """
+    import sys, pylog
+    from pylog.errors import LogDirLockedError
+    try:
+        pylog.Log.open(sys.argv[1])
+    except LogDirLockedError as exc:
+        print("LOCKED", exc)
+        sys.exit(0)
+    sys.exit("opened a log another process is writing")
+"""
+
+
+def test_matrix_second_writer_process_names_the_lock_file(tmp_path) -> None:
+    path = str(tmp_path / "t-0")
+    with pylog.Log.open(path) as lg:
+        lg.append([b"a"])
+        proc = _subprocess.run([_sys.executable, "-c", _textwrap.dedent(SECOND_WRITER), path],
+                               capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("LOCKED") and os.path.join(str(tmp_path), ".lock") in proc.stdout
+        assert lg.append([b"b"]).base_offset == 1  # the first writer is unaffected
+
+
+import contextlib as _contextlib
+
+
+@_contextlib.contextmanager
+def _read_only(path: str):
+    """Make ``path`` (a directory) read-only for real: chmod for a normal user; for root (whom
+    chmod does not stop) a read-only bind mount of it, which needs CAP_SYS_ADMIN."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o555)
+        try:
+            yield
+        finally:
+            os.chmod(path, 0o755)
+        return
+    bind = _subprocess.run(["mount", "--bind", path, path], capture_output=True, text=True)
+    if bind.returncode != 0:
+        pytest.skip(f"running as root without mount permission, cannot make {path} read-only: {bind.stderr.strip()}")
+    try:
+        ro = _subprocess.run(["mount", "-o", "remount,ro,bind", path], capture_output=True, text=True)
+        assert ro.returncode == 0, ro.stderr
+        yield
+    finally:
+        _subprocess.run(["umount", path], check=True)
+
+
+def _tree(root: str) -> Dict[str, int]:
+    return {os.path.relpath(os.path.join(d, n), root): os.path.getsize(os.path.join(d, n))
+            for d, _dirs, names in os.walk(root) for n in names}
+
+
+def test_matrix_read_only_directory_is_a_clear_error_leaving_nothing(tmp_path) -> None:
+    root = str(tmp_path / "ro")
+    os.mkdir(root)
+    with _read_only(root):
+        with pytest.raises(errors.KafkaStorageError) as info:
+            pylog.Log.open(os.path.join(root, "t-0"))
+        assert root in str(info.value) and ("Read-only" in str(info.value) or "ermission" in str(info.value))
+        assert os.listdir(root) == []  # no partial files: no lock, no partition dir, no checkpoint
+
+
+def test_matrix_read_only_directory_with_a_log_refuses_writers_keeps_readers(tmp_path) -> None:
+    root = str(tmp_path / "ro")
+    with pylog.Log.open(os.path.join(root, "t-0")) as lg:
+        lg.append([b"a", b"b"])
+    before = _tree(root)
+    with _read_only(root):
+        with pytest.raises(errors.KafkaStorageError) as info:
+            pylog.Log.open(os.path.join(root, "t-0"))
+        assert root in str(info.value)
+        with pylog.Log.open(os.path.join(root, "t-0"), read_only=True) as reader:
+            assert [r.value for r in reader.read(0)] == [b"a", b"b"]
+        assert _tree(root) == before
+
+
+@pytest.mark.parametrize("where", ["write", "fsync"])
+@pytest.mark.parametrize("err", [_errno.ENOSPC, _errno.EIO])
+def test_matrix_disk_error_on_append(tmp_path, where: str, err: int) -> None:
+    """ENOSPC/EIO on a write or an fsync during append (flush_messages=1): KafkaStorageError with
+    that errno naming the partition, nothing acknowledged is lost after a power loss, nothing
+    unacknowledged appears, and the log keeps working (append, reopen, every record reads back)."""
+    disk = SimulatedDiskIO(fail_errno=err)
+    path = str(tmp_path / "disk-3")
+    lg = pylog.Log.open(path, file_io=disk, flush_messages=1)
+    acked = [b"a0", b"a1"]
+    for v in acked:
+        lg.append([v])
+    if where == "write":
+        disk.fail_write_after = disk.writes
+    else:
+        disk.fail_fsync_after = disk.fsyncs
+    with pytest.raises(errors.KafkaStorageError) as info:
+        lg.append([b"not-acked"])
+    assert info.value.errno == err and "disk-3" in str(info.value)
+    disk.fail_write_after = disk.fail_fsync_after = None
+    assert lg.log_end_offset == 2
+    acked.append(b"a2")
+    assert lg.append([b"a2"]).base_offset == 2
+    lg.abandon()
+    disk.crash()  # power loss: only what was fsynced remains
+    with pylog.Log.open(path, file_io=disk) as again:
+        assert [r.value for r in again.read(0)] == acked
+        assert again.append([b"a3"]).base_offset == 3
