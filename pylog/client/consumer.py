@@ -890,7 +890,8 @@ class Consumer:
                 if future is not None:
                     future.set_exception(err)
                 return
-            self.scheduler.call_later(self.retry_backoff_ms, self._commit_internal, offsets, future, deadline=deadline)
+            self.scheduler.call_later(self.retry_backoff_ms,
+                                      lambda: self._commit_internal(offsets, future, deadline=deadline))
 
         if self._coordinator is None:
             if not self._finding:

@@ -262,3 +262,66 @@ def test_group_deletion_writes_tombstones_and_a_reload_forgets_the_group(tmp_pat
         assert resp2.error is None and resp2.offsets == ((TOPIC, 0, -1, -1, ""),)
     finally:
         c.close()
+
+
+def test_coordinator_crash_mid_run_keeps_members_and_delivers_everything(tmp_path):
+    """The coordinator's broker dies while two members consume and commit: the new coordinator loads the
+    group's metadata, so the members keep their generation (no rebalance), and nothing acked is missed."""
+    c = Cluster(tmp_path, brokers=3, seed=0)
+    try:
+        c.create_topic(TOPIC, partitions=4, replication_factor=3, min_insync_replicas=2)
+        producer = c.producer(acks="all")
+        acked: Set[Tuple[int, int]] = set()
+        pending: List[ClientFuture] = []
+        delivered: Set[Tuple[int, int]] = set()
+        members = [c.consumer("fo", [TOPIC], **GROUP_OPTS) for _ in range(2)]
+        n = [0]
+
+        def step(k: int) -> None:
+            for _ in range(k):
+                n[0] += 1
+                pending.append(producer.send(TOPIC, b"%d" % n[0]))
+                for m in members:
+                    recs = m.poll(0.05)
+                    delivered.update((r.partition, r.offset) for r in recs)
+                    if recs:
+                        try:
+                            m.commit()
+                        except PylogError:
+                            pass
+                for f in list(pending):
+                    if f.done():
+                        pending.remove(f)
+                        if f.exception() is None:
+                            acked.add((f.result().partition, f.result().offset))
+                check_ownership(members)
+
+        step(30)
+        generation = max(m.generation for m in members)
+        coord = coordinator_of(c, "fo")
+        c.stop_broker(coord, clean=False)
+        step(60)
+        assert coordinator_of(c, "fo") != coord
+        assert max(m.generation for m in members) == generation  # membership survived the failover
+        c.start_broker(coord)
+        step(30)
+        members.append(c.consumer("fo", [TOPIC], **GROUP_OPTS))
+        step(60)
+        for f in pending:
+            try:
+                f.result()
+            except PylogError:
+                continue
+            acked.add((f.result().partition, f.result().offset))
+        for _ in range(300):
+            for m in members:
+                delivered.update((r.partition, r.offset) for r in m.poll(0.05))
+            if acked <= delivered:
+                break
+        assert not acked - delivered
+        owned = [set(m.assignment()) for m in members]
+        assert set().union(*owned) == {(TOPIC, p) for p in range(4)} and sum(map(len, owned)) == 4
+        assert max(m.generation for m in members) == generation + 1  # only the third member's join rebalanced
+        c._check()
+    finally:
+        c.close()
