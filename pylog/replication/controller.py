@@ -495,6 +495,10 @@ class Controller:
         validate_topic(cfg.name)
         if cfg.name in self.store.topics:
             raise TopicAlreadyExistsError(f"topic {cfg.name!r} already exists")
+        for field in ("partitions", "replication_factor", "min_insync_replicas"):
+            value = getattr(cfg, field)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidConfigurationError(f"topic {cfg.name!r}: {field} must be an int, got {value!r}")
         if cfg.min_insync_replicas < 1 or cfg.min_insync_replicas > cfg.replication_factor:
             raise InvalidConfigurationError(
                 f"min_insync_replicas must be in [1, replication_factor={cfg.replication_factor}], "

@@ -1,0 +1,166 @@
+"""The bad-input matrix for the cluster (issue 6), one test per row.
+
+Simulated clusters (a seed: virtual time, in-process brokers on real files).
+Each row: a named pylog.errors exception, nothing created or acknowledged
+that should not be, and the cluster usable afterwards.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from pylog import errors
+from pylog.cluster import Cluster
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path / "c", brokers=3, seed=11, log_config={"flush_messages": 1})
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _partition_dirs(c: Cluster) -> List[str]:
+    return sorted(n for b in range(3) for n in os.listdir(os.path.join(c.path, f"broker-{b}")) if not n.startswith("."))
+
+
+def _read_all(c: Cluster, topic: str) -> Dict[int, bytes]:
+    cons = c.consumer(None, [topic], fetch_max_wait_ms=50)
+    got: Dict[int, bytes] = {}
+    for _ in range(20):
+        for r in cons.poll(0.2):
+            got[r.offset] = r.value
+    return got
+
+
+@pytest.mark.parametrize("name", ["", "..", ".", "a/b", "../escape", "x" * 250, "a b", 7, None])
+def test_create_topic_with_a_bad_name(cluster: Cluster, name: object) -> None:
+    with pytest.raises(errors.InvalidTopicError) as info:
+        cluster.create_topic(name, partitions=2)  # type: ignore[arg-type]
+    assert "topic" in str(info.value)
+    assert _partition_dirs(cluster) == [] and not cluster.store.topics
+    cluster.create_topic("ok", partitions=1)  # the cluster is still usable
+    assert _partition_dirs(cluster)
+
+
+def test_create_topic_with_an_unknown_config_name(cluster: Cluster) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        cluster.create_topic("t", config={"retention_hours": 1})
+    assert "retention_hours" in str(info.value) and "'t'" in str(info.value)
+    assert _partition_dirs(cluster) == [] and "t" not in cluster.store.topics
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"partitions": "3"}, "partitions"),
+    ({"partitions": 0}, "partitions"),
+    ({"partitions": 2.0}, "partitions"),
+    ({"replication_factor": "2"}, "replication_factor"),
+    ({"replication_factor": 4}, "replication_factor"),
+    ({"min_insync_replicas": "1"}, "min_insync_replicas"),
+    ({"min_insync_replicas": 4}, "min_insync_replicas"),
+    ({"config": {"retention_ms": "1d"}}, "retention_ms"),
+    ({"config": {"segment_bytes": -1}}, "segment_bytes"),
+])
+def test_create_topic_with_wrong_types_or_ranges(cluster: Cluster, kwargs: dict, what: str) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        cluster.create_topic("t", **kwargs)
+    assert what in str(info.value)
+    assert _partition_dirs(cluster) == [] and "t" not in cluster.store.topics
+
+
+def test_oversized_record_names_topic_and_partition(cluster: Cluster) -> None:
+    cluster.create_topic("big", partitions=2, replication_factor=3, config={"max_message_bytes": 1000})
+    p = cluster.producer(acks="all")
+    with pytest.raises(errors.RecordTooLargeError) as info:
+        p.send("big", b"x" * 5000, partition=1).result()
+    assert "big-1" in str(info.value) and "max_message_bytes=1000" in str(info.value)
+    assert p.send("big", b"small", partition=1).result().offset == 0  # usable afterwards
+    assert _read_all(cluster, "big") == {0: b"small"}
+
+
+@pytest.mark.parametrize("where", ["write", "fsync"])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
+@pytest.mark.parametrize("rf, acks", [(3, "all"), (1, 1)])
+def test_disk_error_on_the_leader(tmp_path, where: str, err: int, rf: int, acks: object) -> None:
+    """ENOSPC/EIO on the leader's write or fsync: the send fails with KafkaStorageError (its errno,
+    naming the partition's file), nothing unacknowledged becomes visible, every acknowledged record
+    stays readable, and the partition takes new records afterwards."""
+    c = Cluster(tmp_path / "c", brokers=3, seed=7, log_config={"flush_messages": 1})
+    try:
+        c.create_topic("t", partitions=1, replication_factor=rf)
+        p = c.producer(acks=acks)
+        acked: List[Tuple[int, bytes]] = [(p.send("t", b"a%d" % i).result().offset, b"a%d" % i) for i in range(3)]
+        disk = c.brokers[c.leader_of("t", 0)].disk
+        disk.fail_errno = err
+        if where == "write":
+            disk.fail_write_after = disk.writes
+        else:
+            disk.fail_fsync_after = disk.fsyncs
+        try:
+            with pytest.raises(errors.KafkaStorageError) as info:
+                p.send("t", b"never-acked").result()
+        finally:
+            disk.fail_write_after = disk.fail_fsync_after = None
+        # The error crossed the transport as Kafka's error code plus message: the errno is in the text.
+        assert os.strerror(err) in str(info.value) and "t-0" in str(info.value)
+        c.advance(3_000)
+        # A new producer (the failed one's idempotence sequence is out of step, see docs/hardening.md).
+        p2 = c.producer(acks=acks)
+        r = p2.send("t", b"after").result()
+        acked.append((r.offset, b"after"))
+        assert _read_all(c, "t") == dict(acked)
+    finally:
+        c.close()
+
+
+# ---- client kwargs (the clients are being rewritten: these rows pin what must hold)
+
+@pytest.mark.parametrize("kwargs", [{"acks": 2}, {"acks": "most"}, {"batch_size": "x"}])
+def test_producer_bad_values(cluster: Cluster, kwargs: dict) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        cluster.producer(**kwargs)
+    assert list(kwargs)[0] in str(info.value)
+
+
+def test_producer_unknown_kwarg_is_refused(cluster: Cluster) -> None:
+    with pytest.raises((errors.PylogError, TypeError)) as info:
+        cluster.producer(acks="all", lingerms=5)
+    assert "lingerms" in str(info.value)
+
+
+def test_consumer_unknown_kwarg_is_refused(cluster: Cluster) -> None:
+    with pytest.raises((errors.PylogError, TypeError)) as info:
+        cluster.consumer(None, ["t"], auto_offset_rest="earliest")
+    assert "auto_offset_rest" in str(info.value)
+
+
+# ---- the Spark reader's subscribe option (validated on the driver before any Spark job)
+
+@pytest.mark.parametrize("topics", ["", " , ", ","])
+def test_spark_subscribe_without_a_topic(tmp_path, topics: str) -> None:
+    from pylog.spark.layout import select_partitions
+
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        select_partitions(str(tmp_path), {"subscribe": topics} if topics else {"subscribe": topics, "assign": ""})
+    assert "subscribe" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["..", "../outside", "a/b", "x" * 250, "/etc"])
+def test_spark_subscribe_to_a_bad_name_selects_nothing_outside(tmp_path, name: str) -> None:
+    """Names are matched against the partitions listed under the path, never joined into a path:
+    ``..`` or ``a/b`` cannot reach outside the log dir."""
+    import pylog
+    from pylog.spark.layout import select_partitions
+
+    inner = tmp_path / "logs"
+    with pylog.Log.open(str(inner / "good-0")) as lg:
+        lg.append([b"x"])
+    with pylog.Log.open(str(tmp_path / "outside-0")) as lg:  # a sibling of the log dir
+        lg.append([b"y"])
+    assert select_partitions(str(inner), {"subscribe": name}) == []
+    assert select_partitions(str(inner), {"subscribe": f"{name},good"}) == [("good", 0)]
