@@ -41,6 +41,7 @@ from pylog.replication.messages import (
     HeartbeatResponse,
     LeaderAndIsrRequest,
     Outbox,
+    ProduceRequest,
     ProduceResponse,
 )
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
@@ -149,7 +150,16 @@ class Broker:
                 dst = self.store.controller_id
                 if dst is None:
                     continue
+            if dst == self.broker_id and isinstance(msg, (ProduceRequest, ProduceResponse)):
+                # The group coordinator appending to its own offsets partition: a local call, as
+                # Kafka's coordinator appends through its own ReplicaManager (no network to fail).
+                self.scheduler.call_soon(self._deliver_local, self.incarnation, msg)
+                continue
             self.transport.send(self.broker_id, dst, msg)
+
+    def _deliver_local(self, incarnation: int, msg: Any) -> None:
+        if self.running and self.incarnation == incarnation:
+            self._on_message(self.broker_id, msg)
 
     def _on_message(self, src: Hashable, msg: Any) -> None:
         if not self.running:
