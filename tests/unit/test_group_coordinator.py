@@ -1,0 +1,128 @@
+"""The sans-I/O GroupCoordinator driven by hand: protocol choice, rebalance timeout, load from records."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from pylog.errors import InconsistentGroupProtocolError, RebalanceInProgressError, UnknownMemberIdError
+from pylog.replication import group_messages as gm
+from pylog.replication import offsets_topic as ot
+from pylog.replication.group_coordinator import COMPLETING_REBALANCE, EMPTY, STABLE, GroupCoordinator
+from pylog.replication.messages import ProduceRequest, ProduceResponse
+
+GROUP = "g"
+
+
+class Harness:
+    """One coordinator leading every offsets partition; appends succeed and are kept as the partition's log."""
+
+    def __init__(self) -> None:
+        self.co = GroupCoordinator(0)
+        self.co.num_partitions = 1
+        self.co.load(0, 0, [], 0)
+        self.now = 0
+        self.log: List[Tuple[bytes, Any]] = []
+        self.inbox: Dict[str, List[Any]] = {}
+        self.corr = 0
+
+    def deliver(self, out) -> None:
+        for dst, msg in out.items:
+            if isinstance(msg, ProduceRequest):
+                self.log.extend((r.key, r.value) for r in msg.records)
+                self.deliver(self.co.on_produce_response(
+                    ProduceResponse(msg.topic, msg.partition, msg.correlation_id, base_offset=0), self.now))
+            else:
+                self.inbox.setdefault(dst, []).append(msg)
+
+    def send(self, client: str, msg) -> None:
+        self.deliver(self.co.handle(client, msg, self.now))
+        self.co._check()
+
+    def take(self, client: str) -> List[Any]:
+        return self.inbox.pop(client, [])
+
+    def next(self) -> int:
+        self.corr += 1
+        return self.corr
+
+    def join(self, client: str, member: str = "", protocols=(("range", b"r"),), rebalance_ms: int = 1_000) -> None:
+        self.send(client, gm.JoinGroupRequest(GROUP, self.next(), member_id=member, session_timeout_ms=10_000,
+                                              rebalance_timeout_ms=rebalance_ms, protocols=protocols, client_id=client))
+
+    def tick(self, ms: int) -> None:
+        self.now += ms
+        self.deliver(self.co.tick(self.now))
+        self.co._check()
+
+
+def test_first_member_joins_syncs_and_commits_then_a_reload_restores_everything():
+    h = Harness()
+    h.join("a")
+    (resp,) = h.take("a")
+    assert resp.error is None and resp.generation_id == 1 and resp.leader == resp.member_id
+    assert resp.members == ((resp.member_id, b"r"),) and resp.protocol_name == "range"
+    me = resp.member_id
+    assert h.co.groups[GROUP].state == COMPLETING_REBALANCE
+    h.send("a", gm.SyncGroupRequest(GROUP, h.next(), generation_id=1, member_id=me,
+                                    assignments=((me, ot.encode_assignment([("t", 0)])),)))
+    (sync,) = h.take("a")
+    assert ot.decode_assignment(sync.assignment) == [("t", 0)] and h.co.groups[GROUP].state == STABLE
+    h.send("a", gm.OffsetCommitRequest(GROUP, h.next(), generation_id=1, member_id=me, offsets=(("t", 0, 9, 2, "m"),)))
+    assert h.take("a")[0].error is None
+    # the log holds the group's metadata and the offset, in Kafka's layout
+    keys = [ot.decode_key(k) for k, _ in h.log]
+    assert ot.GroupMetadataKey(GROUP) in keys and ot.OffsetCommitKey(GROUP, "t", 0) in keys
+    fresh = GroupCoordinator(1)
+    fresh.num_partitions = 1
+    fresh.load(0, 1, h.log, 50)
+    g = fresh.groups[GROUP]
+    assert g.state == STABLE and g.generation == 1 and list(g.members) == [me]
+    assert g.offsets[("t", 0)].offset == 9 and g.offsets[("t", 0)].leader_epoch == 2
+    assert ot.decode_assignment(g.members[me].assignment) == [("t", 0)]
+
+
+def test_protocol_vote_and_inconsistent_protocols():
+    h = Harness()
+    h.join("a", protocols=(("roundrobin", b"1"), ("range", b"2")))
+    a = h.take("a")[0].member_id
+    h.join("b", protocols=(("range", b"3"),))
+    h.join("a", member=a, protocols=(("roundrobin", b"1"), ("range", b"2")))
+    ra, rb = h.take("a")[-1], h.take("b")[-1]
+    assert ra.generation_id == rb.generation_id == 2
+    assert ra.protocol_name == rb.protocol_name == "range"  # the only one both support
+    assert dict(ra.members)[rb.member_id] == b"3" and dict(ra.members)[a] == b"2"
+    h.join("c", protocols=(("sticky", b""),))
+    (rc,) = h.take("c")
+    assert rc.error is InconsistentGroupProtocolError
+
+
+def test_member_that_does_not_rejoin_is_removed_at_the_rebalance_timeout():
+    h = Harness()
+    h.join("a", rebalance_ms=2_000)
+    a = h.take("a")[0].member_id
+    h.send("a", gm.SyncGroupRequest(GROUP, h.next(), generation_id=1, member_id=a, assignments=((a, b""),)))
+    h.take("a")
+    h.join("b", rebalance_ms=2_000)
+    h.send("a", gm.HeartbeatRequest(GROUP, h.next(), generation_id=1, member_id=a))
+    assert h.take("a")[0].error is RebalanceInProgressError  # a is told to rejoin ... and never does
+    h.tick(1_000)
+    assert h.take("b") == []  # still waiting for a
+    h.tick(1_500)
+    (rb,) = h.take("b")
+    assert rb.error is None and rb.generation_id == 2 and [m for m, _ in rb.members] == [rb.member_id]
+    h.send("a", gm.HeartbeatRequest(GROUP, h.next(), generation_id=1, member_id=a))
+    assert h.take("a")[0].error is UnknownMemberIdError
+
+
+def test_last_member_leaving_empties_the_group_and_standalone_commits_are_allowed_again():
+    h = Harness()
+    h.join("a")
+    a = h.take("a")[0].member_id
+    h.send("x", gm.OffsetCommitRequest(GROUP, h.next(), offsets=(("t", 0, 1, -1, ""),)))
+    assert h.take("x")[0].error is UnknownMemberIdError  # the group has a member
+    h.send("a", gm.LeaveGroupRequest(GROUP, h.next(), member_id=a))
+    assert h.take("a")[-1].error is None
+    assert h.co.groups[GROUP].state == EMPTY and h.co.groups[GROUP].generation == 2
+    h.send("x", gm.OffsetCommitRequest(GROUP, h.next(), offsets=(("t", 0, 1, -1, ""),)))
+    assert h.take("x")[0].error is None
+    h.send("x", gm.OffsetFetchRequest(GROUP, h.next()))
+    assert h.take("x")[0].offsets == (("t", 0, 1, -1, ""),)
