@@ -670,6 +670,9 @@ def cmd_bench(args: argparse.Namespace, extra: Sequence[str]) -> int:
 # --------------------------------------------------------------------------- sim
 
 
+MAX_PLOTTED_PARTITIONS = 8
+
+
 def _duration_ms(text: str) -> int:
     """``60s``, ``1500ms``, ``2m`` or a bare number of seconds, as milliseconds."""
     t = text.strip().lower()
@@ -727,7 +730,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from pylog.simulation import INVARIANTS, SimConfig, Simulation, plot_trace
+    from pylog.simulation import INVARIANTS, SimConfig, Simulation, partition_sort_key, plot_trace
 
     if args.plot:
         try:
@@ -800,9 +803,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
         failed = sorted(result.violations.values(), key=lambda v: v.t_ms)
         title = (f"pylog sim --seed {cfg.seed}: {cfg.brokers} brokers, RF {cfg.rf}, min ISR {cfg.min_isr} - "
                  + ("all invariants held" if result.ok else f"{len(failed)} invariant(s) FAILED"))
+        chosen = args.plot_partition or sorted(trace.partitions, key=partition_sort_key)[:MAX_PLOTTED_PARTITIONS]
+        if not args.plot_partition and len(trace.partitions) > MAX_PLOTTED_PARTITIONS:
+            print(f"plot: drawing the first {MAX_PLOTTED_PARTITIONS} of {len(trace.partitions)} partitions "
+                  "(choose others with --plot-partition)")
         try:
-            drawn = plot_trace(trace, args.plot, partitions=args.plot_partition or None, title=title,
-                               violations=failed)
+            drawn = plot_trace(trace, args.plot, partitions=chosen, title=title, violations=failed)
         except (OSError, PylogError) as exc:
             _error(f"{args.plot}: cannot draw the plot: {exc}")
             return 1

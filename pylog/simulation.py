@@ -679,7 +679,7 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
-    names = list(partitions) if partitions else sorted(trace.partitions)
+    names = list(partitions) if partitions else sorted(trace.partitions, key=partition_sort_key)
     for n in names:
         if n not in trace.partitions:
             raise InvalidConfigurationError(f"no partition {n!r} in the trace; have {', '.join(sorted(trace.partitions))}")
@@ -810,6 +810,12 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
     return names
 
 
+def partition_sort_key(name: str) -> Tuple[str, int]:
+    """``"orders-10"`` -> ``("orders", 10)``: partitions in numeric order."""
+    topic, _, p = name.rpartition("-")
+    return (topic, int(p)) if p.isdigit() else (name, -1)
+
+
 def _nan(values: Sequence[Optional[int]]) -> List[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
@@ -875,5 +881,5 @@ def _network_spans(trace: Trace) -> List[Tuple[float, float, Dict[str, Any]]]:
     return out
 
 
-__all__ = ["BUGS", "INVARIANTS", "PartitionTrace", "SimConfig", "SimResult", "Simulation", "SimulationViolation",
+__all__ = ["BUGS", "INVARIANTS", "PartitionTrace", "partition_sort_key", "SimConfig", "SimResult", "Simulation", "SimulationViolation",
            "Trace", "Violation", "plot_trace"]

@@ -151,6 +151,11 @@ def test_plot_one_partition(tmp_path):
     _png_size(png.read_bytes())
     bad = run("sim", "--seed", "4", *SHORT, "--plot", str(tmp_path / "x.png"), "--plot-partition", "nope-0")
     assert bad.returncode == 1 and b"no partition 'nope-0' in the trace" in bad.stderr
+    many = run("sim", "--seed", "4", "--partitions", "12", "--duration", "3s", "--plot", str(tmp_path / "many.png"))
+    out = many.stdout.decode()
+    assert many.returncode == 0, out
+    assert "drawing the first 8 of 12 partitions" in out
+    assert f"({', '.join(f'sim-{p}' for p in range(8))})" in out  # numeric order: sim-10 is not among them
     nowhere = run("sim", "--seed", "4", *SHORT, "--plot", str(tmp_path / "no" / "such" / "dir.png"))
     assert nowhere.returncode == 1 and b"cannot draw the plot" in nowhere.stderr and b"Traceback" not in nowhere.stderr
 
