@@ -28,10 +28,21 @@ class Clock:
         return self.now
 
 
+class NoSyncIO(FileIO):
+    """Real files, no real fsyncs: durability is not what these tests check (the crash tests
+    in tests/property/test_compaction.py are), and fsyncs on a busy machine are slow."""
+
+    def fsync(self, fd: int) -> None:
+        pass
+
+    def fsync_dir(self, path: str) -> None:
+        pass
+
+
 def _open(path, clock: Optional[Clock] = None, **cfg) -> pylog.Log:
     cfg.setdefault("cleanup_policy", "compact")
     cfg.setdefault("retention_ms", -1)
-    return pylog.Log.open(str(path), clock_ms=clock or Clock(), **cfg)
+    return pylog.Log.open(str(path), clock_ms=clock or Clock(), file_io=NoSyncIO(), **cfg)
 
 
 def _rows(log: pylog.Log) -> List[Tuple[int, Optional[bytes], Optional[bytes]]]:
@@ -449,3 +460,28 @@ def test_kafka_python_reads_a_cleaned_log(tmp_path) -> None:
             (5, 3, [(5, b"b", b"10", 4_500)]),
             (6, -1, [(6, b"c", b"4", 4_600)]),
         ]
+
+
+def test_a_follower_copies_a_compacted_leader_by_fetching_at_its_log_end(tmp_path) -> None:
+    """Kafka's follower loop over a compacted leader: fetch at the log end, append the batches
+    as they are; gaps carry over and the offsets agree."""
+    clock = Clock()
+    leader = _open(tmp_path / "a" / "t-0", clock, segment_bytes=250)
+    follower = _open(tmp_path / "b" / "t-0", clock, segment_bytes=250)
+    try:
+        for i in range(30):
+            leader.append([_kv(b"k%d" % (i % 4), b"v%d" % i)], producer_id=1, producer_epoch=0, base_sequence=i)
+        leader.roll()
+        leader.append([_kv(b"k0", None)])
+        Cleaner().clean(leader, clock.now, force=True)
+        while follower.log_end_offset < leader.log_end_offset:
+            data = leader.fetch(follower.log_end_offset, 100)
+            assert data, follower.log_end_offset
+            follower.append_batches(data, assign_offsets=False)
+        assert _rows(follower) == _rows(leader)
+        assert [(b.base_offset, b.last_offset, b.info.crc) for b in _batches(follower)] == \
+            [(b.base_offset, b.last_offset, b.info.crc) for b in _batches(leader)]
+        follower._check()
+    finally:
+        leader.close()
+        follower.close()
