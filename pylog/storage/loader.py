@@ -110,7 +110,7 @@ def _complete_swaps(io: FileIO, directory: str, names: List[str], *, index_inter
         return
     ranges = _swap_ranges(io, directory, swaps, index_interval_bytes=index_interval_bytes)
     for n, p in parsed:
-        if p is None or p[2] != "":
+        if p is None or p[2] != "" or p[1] == "snapshot":  # producer snapshots are not segment files
             continue
         if any(lo <= p[0] < hi for lo, hi in ranges.items()):
             io.unlink(os.path.join(directory, n))

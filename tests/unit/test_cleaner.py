@@ -378,12 +378,16 @@ def _prepare_swap(tmp_path, n: int = 30) -> Tuple[str, List[Tuple[int, Optional[
 def test_recovery_completes_an_interrupted_swap(tmp_path) -> None:
     part, before, after = _prepare_swap(tmp_path)
     assert before != after
+    snapshot = os.path.join(part, f"{10:020d}.snapshot")  # producer state files are left alone
+    with open(snapshot, "wb") as f:
+        f.write(b"producer state")
     with _open(part) as log:
         assert _rows(log) == after
         assert list(log.segments.keys()) == [0, 30]
         assert sorted(log.recovery.temp_files_removed) != []
         log._check()
     assert not [n for n in os.listdir(part) if n.endswith((".swap", ".cleaned", ".deleted"))]
+    assert os.path.exists(snapshot)
 
 
 def test_a_read_only_reader_sees_the_swap_in_place_of_the_segments_it_replaces(tmp_path) -> None:
