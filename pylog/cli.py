@@ -880,12 +880,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(exit 1 on any failure) and, with --plot, draw the replication timeline. "
                                    "Rates are probabilities per step; a step is one action followed by 5 ms - 2 s "
                                    "of virtual time.")
-    m.add_argument("--brokers", type=_positive_int, default=3)
+    m.add_argument("--brokers", type=_positive_int, default=3, help="brokers in the cluster (default 3)")
     m.add_argument("--topics", type=lambda t: t.split(","), default=["sim"], help="comma-separated topic names (default: sim)")
     m.add_argument("--partitions", type=_positive_int, default=1, help="partitions per topic (default 1)")
     m.add_argument("--rf", type=_positive_int, default=3, help="replication factor (default 3)")
     m.add_argument("--min-isr", type=int, default=2, help="min.insync.replicas (default 2)")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0, help="the seed: same seed and options, same run (default 0)")
     m.add_argument("--duration", type=_duration_ms, default=60_000, help="virtual time to run: 60s (default), 1500ms, 2m")
     m.add_argument("--produce-rate", type=_rate, default=0.40, help="chance per step of a produce burst (0.40)")
     m.add_argument("--burst", type=_positive_int, default=8, help="records per burst: 1..N (8)")
@@ -899,7 +899,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--max-latency-ms", type=_positive_int, default=5, help="network latency is 1..N ms (5)")
     m.add_argument("--plot", metavar="FILE.png", default=None, help="draw the timeline (needs the plot extra: matplotlib)")
     m.add_argument("--plot-partition", action="append", metavar="TOPIC-P", default=[],
-                   help="only draw this partition (repeatable; default: all)")
+                   help="only draw this partition (repeatable; default: the first 8)")
     m.add_argument("--trace", metavar="FILE.json", default=None, help="write the recorded trace as JSON")
     m.add_argument("--sample-ms", type=_positive_int, default=20, help="trace sampling interval in virtual ms (20)")
     m.add_argument("--dir", default=None, help="keep the cluster's files in DIR (new or empty; default: a temp dir, removed)")
