@@ -96,7 +96,8 @@ class Producer:
     * ``batch_size`` - bytes per batch (16384); ``linger_ms`` (0);
     * ``compression_type`` - none, gzip, snappy, lz4, zstd;
     * ``max_in_flight`` - requests per partition (5; at most 5 with idempotence);
-    * ``retry_backoff_ms`` (100), ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000);
+    * ``retry_backoff_ms`` (100), ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000),
+      ``retries`` (2**31-1: in effect, retry until the delivery timeout);
     * ``enable_idempotence`` - default True when ``acks="all"`` (Kafka 3); True with acks 0/1 is an error.
 
     Complexity: ``send`` is O(1) (plus murmur2 of a new key); a batch costs one
@@ -107,14 +108,14 @@ class Producer:
                  compression_type: Optional[str] = None, max_in_flight: int = 5, retry_backoff_ms: int = 100,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
-                 transactional_id: Optional[str] = None):
+                 transactional_id: Optional[str] = None, retries: int = 2**31 - 1):
         if acks not in _ACKS:
             raise InvalidConfigurationError(f"acks must be 0, 1 or 'all', got {acks!r}")
         if transactional_id is not None:
             raise InvalidConfigurationError("transactional_id: transactions are not implemented yet")
         for name, v, lo in (("batch_size", batch_size, 1), ("linger_ms", linger_ms, 0), ("max_in_flight", max_in_flight, 1),
                             ("retry_backoff_ms", retry_backoff_ms, 0), ("request_timeout_ms", request_timeout_ms, 1),
-                            ("delivery_timeout_ms", delivery_timeout_ms, 1)):
+                            ("delivery_timeout_ms", delivery_timeout_ms, 1), ("retries", retries, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise InvalidConfigurationError(f"{name} must be an int >= {lo}, got {v!r}")
         self.acks = _ACKS[acks]
@@ -135,6 +136,7 @@ class Producer:
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self.delivery_timeout_ms = delivery_timeout_ms
+        self.max_retries = retries
         self.cluster = cluster
         self.scheduler = cluster.scheduler
         self._realtime = not self.scheduler.simulated
@@ -462,6 +464,7 @@ class Producer:
     def _on_success(self, ps: _PartitionState, b: ProducerBatch, base_offset: int, timestamp: int) -> None:
         self.records_sent += len(b.records)
         self.bytes_sent += len(b.data or b"")
+        b.data = None  # the encoded copy is only kept for retries
         self._incomplete.discard(b)
         b.complete(base_offset, timestamp, None)
         self._settle(ps, b)
@@ -482,7 +485,7 @@ class Producer:
                     pending = ps.retry + list(ps.queue) + ps.inflight
                     retriable = any(x is not b and not x.done and x.producer_id == b.producer_id
                                     and 0 <= x.sequence < b.sequence for x in pending)
-        if retriable and not self._node.closed and now < b.deadline_ms:
+        if retriable and not self._node.closed and now < b.deadline_ms and b.attempts <= self.max_retries:
             self.retries += 1
             with self._lock:
                 ps.retry_mode = True

@@ -210,6 +210,20 @@ def test_retries_through_not_enough_replicas_then_times_out(tmp_path):
         c.close()
 
 
+def test_retries_zero_fails_on_the_first_retriable_error(tmp_path):
+    c = Cluster(tmp_path, brokers=1, seed=13)
+    try:
+        c.create_topic("t", 1, 1)
+        p = c.producer(acks="all", retries=0, request_timeout_ms=200)
+        assert p.send("t", b"a").result().offset == 0
+        c.transport.partition([0], [p._node.node_id], one_way=True)  # replies lost
+        with pytest.raises(RequestTimedOutError):
+            p.send("t", b"b").result()
+        assert p.retries == 0
+    finally:
+        c.close()
+
+
 def test_ordering_with_max_in_flight_across_a_leader_change(tmp_path):
     c = Cluster(tmp_path, brokers=3, seed=31)
     try:
