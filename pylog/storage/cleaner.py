@@ -62,6 +62,8 @@ from pylog.storage.record import (
     BatchInfo,
     Record,
     RecordBatch,
+    _decode_columns,
+    _spans,
     py_varint,
     scan,
 )
@@ -131,13 +133,29 @@ def build_offset_map(batches: Iterable[RecordBatch], start: int = 0, end: Option
             continue
         if end is not None and batch.base_offset >= end:
             break
-        for rec in batch.records():
-            if rec.offset < start or (end is not None and rec.offset >= end):
+        keys, offsets, _ = _key_columns(batch)
+        for key, offset in zip(keys, offsets):
+            if offset < start or (end is not None and offset >= end):
                 continue
-            if rec.key is not None:
-                out[bytes(rec.key)] = rec.offset
-                latest = rec.offset
+            if key is not None:
+                out[key] = offset
+                latest = offset
     return OffsetMap(out, latest)
+
+
+def _key_columns(batch: RecordBatch) -> Tuple[List[Optional[bytes]], List[int], List[int]]:
+    """Keys, absolute offsets and value lengths (-1: null) of a v2 batch's records,
+    without building Record objects (one C call decodes the columns)."""
+    info = batch.info
+    data = batch._records_section()
+    n = info.records_count
+    cols = _decode_columns(data, n, batch.path, info.position)
+    if n == 0:
+        return [], [], []
+    keys = _spans(data, ffi.unpack(cols.key_pos, n), ffi.unpack(cols.key_len, n))
+    base = info.base_offset
+    offsets = [base + d for d in ffi.unpack(cols.offset_delta, n)]
+    return keys, offsets, ffi.unpack(cols.value_len, n)
 
 
 def iter_segment_batches(seg: LogSegment, start_position: int = 0) -> Iterator[RecordBatch]:
@@ -243,29 +261,36 @@ def filter_batch(
         return _Filtered(bytes(batch.buffer), 0, 0, None, False)
     horizon = delete_horizon(info)
     retain_deletes = horizon is None or now_ms < horizon
-    records = batch.records()
-    kept: List[Record] = []
+    keys, offsets, value_lens = _key_columns(batch)
+    kept_idx: List[int] = []
     tombstones_removed = 0
-    for rec in records:
-        key = rec.key
+    has_tombstones = False
+    for i, key in enumerate(keys):
         if key is None:
             continue  # invalid in a compacted log (Kafka counts it and drops it)
-        if offset_map.get(bytes(key), -1) > rec.offset:
+        if offset_map.get(key, -1) > offsets[i]:
             continue
-        if rec.value is None and not retain_deletes:
-            tombstones_removed += 1
-            continue
-        kept.append(rec)
-    removed = len(records) - len(kept)
-    has_tombstones = any(r.value is None for r in kept)
+        if value_lens[i] < 0:
+            if not retain_deletes:
+                tombstones_removed += 1
+                continue
+            has_tombstones = True
+        kept_idx.append(i)
+    removed = len(keys) - len(kept_idx)
+    kept: List[Record] = []
+    if kept_idx and removed:
+        records = batch.records()
+        kept = [records[i] for i in kept_idx]
     if has_tombstones and horizon is None:
         horizon = min(now_ms + delete_retention_ms, _INT64_MAX)  # first cleaning of this tombstone: start its clock
         needs_horizon = True
     else:
         needs_horizon = False
-    if kept and not removed and not needs_horizon:
+    if kept_idx and not removed and not needs_horizon:
         return _Filtered(bytes(batch.buffer), 0, 0, horizon if has_tombstones else None, False)
-    if kept:
+    if kept_idx:
+        if not kept:
+            kept = batch.records()
         data = encode_retained(info, kept, horizon if (needs_horizon or info.attributes & ATTR_DELETE_HORIZON) else None)
         return _Filtered(bytes(data), removed, tombstones_removed, horizon if has_tombstones else None, False)
     if info.producer_id >= 0 and producer_last_offsets.get(info.producer_id) == info.last_offset:
