@@ -20,6 +20,8 @@ import os
 import shutil
 import sys
 
+import logging
+
 import atheris
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,6 +36,7 @@ with atheris.instrument_imports(include=["pylog"]):
 import fuzz_corpus as fc  # noqa: E402  (after the path set-up)
 
 _SCRATCH = fc.scratch_dir()
+logging.getLogger("pylog").setLevel(logging.ERROR)  # recovery warns on every damaged input
 
 
 def _ignore(call):  # type: ignore[no-untyped-def]

@@ -128,6 +128,13 @@ class LogDir:
                     self.io.write_file_atomic(
                         os.path.join(self.path, CLEAN_SHUTDOWN_FILE), b'{"version":0,"brokerEpoch":-1}'
                     )
+            except OSError as exc:
+                if isinstance(exc, KafkaStorageError):
+                    raise
+                where = f" ({exc.filename})" if exc.filename else ""
+                raise KafkaStorageError(
+                    exc.errno, f"writing the checkpoints of log directory {self.path} failed: {exc.strerror or exc}{where}"
+                ) from exc
             finally:
                 if self._lock_fd is not None:
                     os.close(self._lock_fd)  # closing releases the fcntl lock

@@ -357,3 +357,16 @@ def test_matrix_disk_error_on_append(tmp_path, where: str, err: int) -> None:
     with pylog.Log.open(path, file_io=disk) as again:
         assert [r.value for r in again.read(0)] == acked
         assert again.append([b"a3"]).base_offset == 3
+
+
+@pytest.mark.parametrize("kind", ["fail_write_after", "fail_fsync_after"])
+@pytest.mark.parametrize("err", [_errno.ENOSPC, _errno.EIO])
+def test_matrix_disk_error_while_creating_a_log(tmp_path, kind: str, err: int) -> None:
+    """A full or failing disk at Log.open: KafkaStorageError naming the log directory (it was a
+    bare OSError from the checkpoint write in LogDir.release), and the lock is released."""
+    disk = SimulatedDiskIO(fail_errno=err, **{kind: 0})
+    with pytest.raises(errors.KafkaStorageError) as info:
+        pylog.Log.open(str(tmp_path / "t-0"), file_io=disk)
+    assert info.value.errno == err and str(tmp_path) in str(info.value)
+    with pylog.Log.open(str(tmp_path / "t-0")) as lg:  # a healthy disk: opens, nothing half-made in the way
+        assert lg.append([b"x"]).base_offset == 0
