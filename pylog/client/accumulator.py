@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, List, NamedTuple, Optional
 
-from pylog.errors import PylogError, RequestTimedOutError
+from pylog.errors import InvalidConfigurationError, PylogError, RequestTimedOutError
 from pylog.storage.record import Record
 
 
@@ -123,6 +123,9 @@ class FutureRecordMetadata:
         if b.done:
             return
         sched = b.owner.scheduler
+        if not sched.simulated and sched.on_loop():
+            raise InvalidConfigurationError(
+                f"{b.topic}-{b.partition}: waiting for a record inside a producer callback would wait forever")
         if sched.simulated:
             b.owner._wake()
             sched.wait_until(lambda: b.done, None if timeout is None else int(timeout * 1000))

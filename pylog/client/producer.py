@@ -549,6 +549,9 @@ class Producer:
 
         Raises RequestTimedOutError if ``timeout`` seconds pass first (records stay queued).
         """
+        if self._realtime and self.scheduler.on_loop():  # type: ignore[attr-defined]
+            raise InvalidConfigurationError("flush() or close() inside a producer callback would wait for itself; "
+                                            "call close(0) there, or flush from another thread")
         with self._lock:
             self._flushing += 1
             pending = list(self._incomplete)

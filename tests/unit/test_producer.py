@@ -277,6 +277,31 @@ def test_real_time_threads_share_a_producer(tmp_path):
         c.close()
 
 
+def test_waiting_inside_a_callback_is_refused_not_a_deadlock(tmp_path):
+    c = Cluster(tmp_path, brokers=1)
+    try:
+        c.create_topic("cb", 1, 1)
+        p = c.producer(acks="all", linger_ms=1)
+        errors = []
+
+        def cb(fut):
+            try:
+                p.send("cb", b"inner").result()
+            except InvalidConfigurationError as exc:
+                errors.append(exc)
+            try:
+                p.flush()
+            except InvalidConfigurationError as exc:
+                errors.append(exc)
+
+        p.send("cb", b"outer").add_done_callback(cb)
+        p.flush(timeout=30)
+        assert len(errors) == 2
+        p.close()
+    finally:
+        c.close()
+
+
 # ------------------------------------------------------------ topic configs
 def test_topic_config_reaches_the_log_and_persists(tmp_path):
     c = Cluster(tmp_path, brokers=1, seed=1, log_config={"segment_bytes": 1 << 20})
