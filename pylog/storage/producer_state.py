@@ -50,7 +50,7 @@ import logging
 import os
 import struct
 from collections import deque
-from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional
 
 from pylog._native import crc32c
 from pylog.errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
