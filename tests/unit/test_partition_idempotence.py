@@ -96,3 +96,26 @@ def test_follower_builds_the_same_state_and_dedups_after_failover(tmp_path):
     follower.handle(9, LeaderAndIsrRequest(9, 3, (st2,)), 0)
     r = produce(follower, a, corr=5)
     assert r.error is None and r.base_offset == 0 and fp.log_end_offset == 3
+
+
+def test_isr_shrink_and_expand_are_counted(tmp_path):
+    from pylog.replication.messages import AlterPartitionResponse
+    from pylog.replication.partition import Partition
+    from pylog.storage.log import Log
+
+    p = Partition(0, Log.open(os.path.join(tmp_path, "b0", "t-0"), clock_ms=lambda: 0), replica_lag_time_max_ms=1_000)
+    st = PartitionState("t", 0, (0, 1, 2), 0, 0, (0, 1, 2), 0, 1)
+    p.apply_state(st, 0)
+    alter = p.maybe_shrink_isr(5_000)  # followers 1 and 2 never fetched
+    assert alter is not None and alter.new_isr == (0,)
+    shrunk = PartitionState("t", 0, (0, 1, 2), 0, 0, (0,), 1, 1)
+    assert p.on_alter_partition_response(AlterPartitionResponse("t", 0, None, "", shrunk), 5_000)
+    assert (p.isr_shrinks, p.isr_expands) == (1, 0)
+    p.handle_fetch(FetchRequest(1, "t", 0, 0, 0, 1), 6_000)
+    grown = PartitionState("t", 0, (0, 1, 2), 0, 0, (0, 1), 2, 1)
+    assert p.on_alter_partition_response(AlterPartitionResponse("t", 0, None, "", grown), 6_000)
+    assert (p.isr_shrinks, p.isr_expands) == (1, 1)
+    # A stale response (older partition epoch) changes nothing and counts nothing.
+    assert not p.on_alter_partition_response(AlterPartitionResponse("t", 0, None, "", shrunk), 6_000)
+    assert (p.isr_shrinks, p.isr_expands) == (1, 1)
+    p.log.close()
