@@ -59,9 +59,10 @@ from typing import Any, Dict, Hashable, List, Optional, Sequence, Set, Tuple
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
 from pylog.cluster import Cluster, PartitionInfo
-from pylog.errors import BrokerNotAvailableError, KafkaStorageError, PylogError, RequestTimedOutError
+from pylog.errors import BrokerNotAvailableError, KafkaStorageError, LogDirLockedError, PylogError, RequestTimedOutError
 from pylog.replication.controller import MetadataStore
 from pylog.runtime.scheduler import RealScheduler, Timer
+from pylog.storage.logdir import LOCK_FILE
 from pylog.runtime.transport.unix import (
     BrokerServer,
     ClientLink,
@@ -290,7 +291,26 @@ class SharedCluster:
                 self._lock_fd = None
                 _owned.discard(self.path)
 
+    def _broker_dir_busy(self) -> bool:
+        """True when another process holds the broker's log directory lock (e.g. a plain ``Cluster``
+        or ``pylog verify --repair``): checked first, since a ``Cluster`` that fails to start leaves
+        its loop thread behind."""
+        lock_path = os.path.join(self.path, "broker-0", LOCK_FILE)
+        if not os.path.exists(lock_path):
+            return False
+        fd = os.open(lock_path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)  # releases the test lock (this process holds no other lock on that file)
+        return False
+
     def _become_owner(self, takeover: bool = False) -> None:
+        if self._broker_dir_busy():
+            raise LogDirLockedError(f"log directory {os.path.join(self.path, 'broker-0')} is locked by a process "
+                                    f"that is not sharing it")
         cluster = Cluster(self.path, brokers=1, **self._kwargs)
         try:
             # Commits this process saw survive a takeover (they live in the owner's memory until

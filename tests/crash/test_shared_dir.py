@@ -400,3 +400,26 @@ def test_client_producer_streams_across_the_owners_death(tmp_path, workers) -> N
     values = [got[o] for o in sorted(got)]
     dupes = len(values) - len(set(values))
     assert dupes == 0, f"{dupes} records written twice (idempotent retries across the takeover)"
+
+
+def test_open_next_to_a_process_not_sharing_the_directory_fails_cleanly(tmp_path) -> None:
+    """A plain Cluster in another process holds the broker's lock: open() gives up with the reason, no thread left."""
+    path = str(tmp_path / "q")
+    code = ("import sys, pylog; c = pylog.Cluster(sys.argv[1], brokers=1); c.create_topic('t'); "
+            "print('up', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        before = set(threading.enumerate())
+        with pytest.raises(pylog.errors.BrokerNotAvailableError, match="not sharing it"):
+            pylog.open(path, open_timeout_ms=300)
+        assert not os.path.exists(os.path.join(path, "pylog.owner"))
+        assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
+    finally:
+        proc.kill()
+        proc.wait(30)
+    q = pylog.open(path)  # the other process is gone: this one owns the directory now
+    try:
+        assert q.role == "owner"
+    finally:
+        q.close()
