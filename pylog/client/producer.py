@@ -208,7 +208,7 @@ class Producer:
                         return slow(topic, value, key, partition, headers, timestamp)
                     acquire()
                     b = parts[partition].open
-                if b is not None and b.open:
+                if b is not None:  # open: _close_open() takes a batch out of both maps
                     recs = b.records
                     i = len(recs)
                     recs.append(value)
