@@ -62,6 +62,7 @@ from pylog.cluster import Cluster, PartitionInfo
 from pylog.errors import BrokerNotAvailableError, KafkaStorageError, LogDirLockedError, PylogError, RequestTimedOutError
 from pylog.replication.controller import MetadataStore
 from pylog.runtime.scheduler import RealScheduler, Timer
+from pylog.storage import logdir
 from pylog.storage.logdir import LOCK_FILE
 from pylog.runtime.transport.unix import (
     BrokerServer,
@@ -156,7 +157,10 @@ class _TopicsMirror(dict):
         if now - self._misses.get(key, -1e9) < self.MISS_REFRESH_S:
             return False
         self._misses[key] = now
-        self._shared._refresh_metadata()
+        try:
+            self._shared._refresh_metadata()
+        except PylogError:  # closing, or no owner right now: answer from what we have
+            return False
         return dict.__contains__(self, key)
 
     def __contains__(self, key: object) -> bool:
@@ -295,7 +299,11 @@ class SharedCluster:
         """True when another process holds the broker's log directory lock (e.g. a plain ``Cluster``
         or ``pylog verify --repair``): checked first, since a ``Cluster`` that fails to start leaves
         its loop thread behind."""
-        lock_path = os.path.join(self.path, "broker-0", LOCK_FILE)
+        broker_dir = os.path.realpath(os.path.join(self.path, "broker-0"))
+        with logdir._registry_lock:
+            if broker_dir in logdir._registry:
+                return True  # open in this very process (and closing a test fd would drop its lock)
+        lock_path = os.path.join(broker_dir, LOCK_FILE)
         if not os.path.exists(lock_path):
             return False
         fd = os.open(lock_path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))

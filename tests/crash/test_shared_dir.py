@@ -423,3 +423,20 @@ def test_open_next_to_a_process_not_sharing_the_directory_fails_cleanly(tmp_path
         assert q.role == "owner"
     finally:
         q.close()
+
+
+def test_open_next_to_a_plain_cluster_in_the_same_process_fails_cleanly(tmp_path) -> None:
+    path = str(tmp_path / "q")
+    c = pylog.Cluster(path, brokers=1)
+    try:
+        c.create_topic("t")
+        with pytest.raises(pylog.errors.BrokerNotAvailableError, match="not sharing it"):
+            pylog.open(path, open_timeout_ms=200)
+        assert c.producer().send("t", b"still mine").result(30).offset == 0  # its lock was not disturbed
+        probe = ("import sys, pylog\ntry:\n    pylog.Log.open(sys.argv[1])\nexcept pylog.errors.LogDirLockedError:\n"
+                 "    print('locked')\n")
+        out = subprocess.run([sys.executable, "-c", probe, os.path.join(path, "broker-0", "t-0")],
+                             capture_output=True, text=True, timeout=60)
+        assert out.stdout == "locked\n", out.stderr[-2000:]  # the fcntl lock is still held for other processes
+    finally:
+        c.close()
