@@ -17,7 +17,7 @@ Script (one run prints both rates and the ratio)::
 
 pytest-benchmark::
 
-    .venv/bin/python -m pytest benchmarks/bench_producer.py --benchmark-only -q
+    .venv/bin/python -m pytest benchmarks -k "producer_send or sqlite_autocommit" --benchmark-only -q
 """
 from __future__ import annotations
 
