@@ -54,7 +54,7 @@ import os
 import random
 import threading
 import time
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
@@ -62,8 +62,6 @@ from pylog.cluster import Cluster, PartitionInfo
 from pylog.errors import BrokerNotAvailableError, KafkaStorageError, LogDirLockedError, PylogError, RequestTimedOutError
 from pylog.replication.controller import MetadataStore
 from pylog.runtime.scheduler import RealScheduler, Timer
-from pylog.storage import logdir
-from pylog.storage.logdir import LOCK_FILE
 from pylog.runtime.transport.unix import (
     BrokerServer,
     ClientLink,
@@ -74,6 +72,8 @@ from pylog.runtime.transport.unix import (
     describe_address,
     socket_address,
 )
+from pylog.storage import logdir
+from pylog.storage.logdir import LOCK_FILE
 
 OWNER_LOCK_FILE = ".owner.lock"
 OWNER_INFO_FILE = "pylog.owner"

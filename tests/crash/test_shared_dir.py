@@ -26,7 +26,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from typing import Any, Dict, List, Optional
 
 import pytest
