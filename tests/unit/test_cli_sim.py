@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog.simulation import INVARIANTS, SimConfig, Simulation, Trace, _runs
+from pylog.simulation import BUGS, INVARIANTS, SimConfig, Simulation, Trace, _runs
 
 SHORT = ["--duration", "15s"]
 # Fault-heavy rates (they sum to 1): every run of a few seconds crashes, stops and partitions something.
@@ -38,10 +38,19 @@ def invariant_lines(out: str) -> Dict[str, str]:
 
 
 def test_sim_help():
-    r = run("sim", "--help")
+    r = run("sim", "--help", env=dict(os.environ, COLUMNS="1000"))  # one line per option: no wrapped names
     assert r.returncode == 0
     out = r.stdout.decode()
     assert "usage: pylog sim" in out and "--plot" in out and "--crash-rate" in out and "--inject-bug" in out
+    assert all(bug in out for bug in BUGS)  # the help names every bug switch
+
+
+def test_other_verbs_do_not_load_the_simulation():
+    code = ("import sys; from pylog import cli; cli.build_parser(); "
+            "print(sorted(m for m in ('pylog.simulation', 'matplotlib') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == b"[]"
 
 
 def test_sim_passes_and_reports_every_invariant(tmp_path):
@@ -180,7 +189,7 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
 def test_bad_arguments_are_usage_errors():
     for args in (["--crash-rate", "0.9"], ["--duration", "soon"], ["--rf", "4"], ["--min-isr", "0"],
                  ["--partition-rate", "1.5"], ["--rf", "1", "--min-isr", "1"],
-                 ["--partitions", "0"], ["--sample-ms", "0"]):
+                 ["--partitions", "0"], ["--sample-ms", "0"], ["--inject-bug", "nonsense"]):
         r = run("sim", *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert b"Traceback" not in r.stderr
@@ -219,13 +228,23 @@ def test_injected_bug_fails_with_a_replay_line(tmp_path, bug, invariant):
 
 
 def test_tracing_does_not_change_the_simulation(tmp_path):
-    """The trace samples state between slices of virtual time; the run's choices stay the same."""
-    cfg = SimConfig(seed=21, duration_ms=20_000, partitions=2)
-    plain = Simulation(str(tmp_path / "plain"), cfg).run()
-    traced = Simulation(str(tmp_path / "traced"), cfg, trace=True).run()
-    assert plain.ok and traced.ok
+    """The trace samples state between slices of virtual time; the run's choices stay the same.
+
+    Each run gets a fresh process: a run's course must not depend on what an
+    earlier run in the same process left on the heap.
+    """
+    code = ("import json, sys; from pylog.simulation import SimConfig, Simulation; "
+            "r = Simulation(sys.argv[1], SimConfig(seed=21, duration_ms=20_000, partitions=2), "
+            "trace=sys.argv[2] == 'trace').run(); print(json.dumps([r.ok, r.stats], sort_keys=True))")
+    out = {}
+    for mode in ("plain", "trace"):
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path / mode), mode], capture_output=True, timeout=300)
+        assert r.returncode == 0, r.stderr.decode()
+        out[mode] = json.loads(r.stdout)
+    assert out["plain"][0] and out["trace"][0]
     keys = ("crashes", "stops", "partitions", "acked", "produced", "steps", "virtual_ms")
-    assert {k: plain.stats[k] for k in keys} == {k: traced.stats[k] for k in keys}
+    assert {k: out["plain"][1][k] for k in keys} == {k: out["trace"][1][k] for k in keys}
+    assert out["plain"][1]["acked"] > 0
 
 
 @settings(max_examples=200, deadline=None)
