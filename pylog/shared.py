@@ -29,7 +29,7 @@ Roles (see docs/durable-queue.md):
   connect to it.
 
 The object returned has the :class:`pylog.Cluster` API the clients use
-(``scheduler``, ``transport``, ``store``, ``_clients``, ``committed``,
+(``scheduler``, ``transport``, ``store``, ``_clients``,
 ``producer()``, ``consumer()``, ``create_topic()``, ``describe()``,
 ``close()``) in both roles and across takeovers: ``scheduler`` and
 ``transport`` are this process's own for its whole life, and ``store`` is a
@@ -40,8 +40,8 @@ every (re)connect.
 Durability: a record is acknowledged once the owner's broker appended it (in
 the page cache): it survives ``kill -9`` of any process, the owner included;
 with ``log_config={"flush_messages": 1}`` it is fsynced first and survives
-power loss too. Consumer commits are kept by the owner (in its memory for
-now: they survive the death of a client, not of the owner).
+power loss too. Consumer commits are records of ``__consumer_offsets`` on the
+owner, with the same guarantees.
 Thread-safety: every public method may be called from any thread.
 """
 from __future__ import annotations
@@ -94,46 +94,6 @@ def _snapshot(store: MetadataStore) -> Snapshot:
     """What clients need of the owner's store (call on the owner's loop)."""
     return (tuple(store.brokers), store.controller_id, store.controller_epoch, dict(store.topics),
             dict(store.partitions))
-
-
-def _committed_of(cluster: Cluster) -> Dict[Any, Dict[Tuple[str, int], int]]:
-    """The in-memory committed offsets of a Cluster whose consumers keep them there (before consumer groups)."""
-    committed = getattr(cluster, "committed", None)
-    if committed is None:
-        committed = cluster.committed = {}  # type: ignore[attr-defined]
-    return committed
-
-
-class _GroupOffsets(dict):
-    """One group's committed offsets as a client sees them; ``update`` also sends them to the owner."""
-
-    def __init__(self, shared: "SharedCluster", group: Optional[str]):
-        super().__init__()
-        self._shared = shared
-        self._group = group
-
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        new = dict(*args, **kwargs)
-        self._shared._send_commit(self._group, new)
-        dict.update(self, new)
-
-
-class _Committed(dict):
-    """``cluster.committed`` of a shared directory: group -> offsets, kept by the owner."""
-
-    def __init__(self, shared: "SharedCluster"):
-        super().__init__()
-        self._shared = shared
-
-    def setdefault(self, group: Any, default: Any = None) -> Any:  # type: ignore[override]
-        if group not in self:
-            dict.__setitem__(self, group, _GroupOffsets(self._shared, group))
-        return dict.__getitem__(self, group)
-
-    def load(self, snapshot: Dict[Any, Dict[Tuple[str, int], int]]) -> None:
-        for group, offsets in snapshot.items():
-            g = self.setdefault(group)
-            dict.update(g, offsets)
 
 
 class _TopicsMirror(dict):
@@ -217,7 +177,6 @@ class SharedCluster:
         self.transport = RoutedTransport(self.scheduler)
         self.store = MetadataStore([0], random.Random(), path=None)
         self.store.topics = _TopicsMirror(self)
-        self.committed: Dict[Optional[str], Dict[Tuple[str, int], int]] = _Committed(self)
         self._clients: List[Any] = []
         self._closed = False
         self._role: Optional[str] = None
@@ -321,16 +280,6 @@ class SharedCluster:
                                     f"that is not sharing it")
         cluster = Cluster(self.path, brokers=1, **self._kwargs)
         try:
-            # Commits this process saw survive a takeover (they live in the owner's memory until
-            # consumer groups keep them in __consumer_offsets).
-            seen = {g: dict(o) for g, o in self.committed.items()}
-
-            def seed() -> None:
-                for g, o in seen.items():
-                    for tp, off in o.items():
-                        _committed_of(cluster).setdefault(g, {}).setdefault(tp, off)
-
-            cluster.scheduler.run_sync(seed)
             server = BrokerServer(self.address, cluster.scheduler, cluster.transport,
                                   lambda peer, frame: self._owner_frame(cluster, peer, frame))
         except BaseException:
@@ -377,7 +326,7 @@ class SharedCluster:
         if not got.wait(5.0) or not welcome:
             link.close()
             raise BrokerNotAvailableError(f"{self.path}: the owner at {describe_address(self.address)} did not answer")
-        _, snap, committed, owner_pid = welcome[0]
+        _, snap, owner_pid = welcome[0]
         with self._cond:
             if link.closed:
                 raise BrokerNotAvailableError(f"{self.path}: the owner closed the connection")
@@ -388,7 +337,6 @@ class SharedCluster:
 
         def install() -> None:
             self._apply_snapshot(snap)
-            self.committed.load(committed)  # type: ignore[attr-defined]
             self.transport.set_upstream(link.send, snap[0])
 
         self.scheduler.run_sync(install)
@@ -457,15 +405,11 @@ class SharedCluster:
             self.scheduler.call_soon(self._apply_snapshot, frame[1])
 
     def _owner_frame(self, cluster: Cluster, peer: Peer, frame: Frame) -> None:
-        """hello / commit / call frames from a client process (or this one's local peer)."""
+        """hello / call frames from a client process (or this one's local peer)."""
         kind = frame[0]
         if kind == "hello":
             cluster.scheduler.call_soon(lambda: peer.send(
-                ("welcome", _snapshot(cluster.store), {g: dict(o) for g, o in _committed_of(cluster).items()},
-                 os.getpid())))
-        elif kind == "commit":
-            _, group, offsets = frame
-            cluster.scheduler.call_soon(lambda: _committed_of(cluster).setdefault(group, {}).update(offsets))
+                ("welcome", _snapshot(cluster.store), os.getpid())))
         elif kind == "call":
             threading.Thread(target=self._serve_call, args=(cluster, peer, frame), daemon=True,
                              name="pylog-admin").start()
@@ -537,12 +481,6 @@ class SharedCluster:
                 return
             snap = call.snap
         self.scheduler.run_sync(lambda: self._apply_snapshot(snap))  # inline on the loop, else handed to it
-
-    def _send_commit(self, group: Optional[str], offsets: Dict[Tuple[str, int], int]) -> None:
-        up = self.transport.upstream
-        if up is None:
-            raise BrokerNotAvailableError(f"{self.path}: no owner reachable; offsets for group {group!r} not committed")
-        up(("commit", group, offsets))
 
     def _wait_attached(self, timeout_ms: int) -> Optional[str]:
         end = time.monotonic() + timeout_ms / 1000.0
