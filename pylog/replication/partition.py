@@ -301,7 +301,14 @@ class Partition:
         base = self.log.active_segment.base_offset
         if base != self._active_base:
             self._active_base = base
-            self.producer_state.take_snapshot()
+            try:
+                self.producer_state.take_snapshot()
+            except OSError as exc:  # the append stands; the next open replays the log instead
+                import logging
+
+                logging.getLogger("pylog.replication").warning(
+                    "%s-%d: producer snapshot at offset %d failed: %s", self.topic, self.partition,
+                    self.log.log_end_offset, exc)
 
     def _read_infos(self, start: int, end: int) -> List[object]:
         """Headers of the batches in ``[start, end)`` of the local log (producer state replay)."""
