@@ -268,8 +268,9 @@ class Partition:
         if isinstance(records, (bytes, bytearray, memoryview)):
             res = self._append_batch_as_leader(records)
         else:
+            prev = self.log.log_end_offset
             res = self.log.append(list(records), leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
-            self._after_append()
+            self._after_append(prev)
         self.maybe_increment_hw(now_ms)
         return res
 
@@ -288,27 +289,34 @@ class Partition:
                 self.duplicates += 1
                 return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp, -1,
                                     dup.last_offset - dup.first_offset + 1)
+            prev = self.log.log_end_offset
             res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
+            self._after_append(prev)
             ps.update(pid, epoch, first_seq, last_seq, res.base_offset, res.last_offset, res.max_timestamp)
         else:
+            prev = self.log.log_end_offset
             res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
-        self._after_append()
+            self._after_append(prev)
         return res
 
-    def _after_append(self) -> None:
-        """Snapshot the producer state when the append rolled the log (Kafka snapshots at every roll)."""
-        self.producer_state.map_end_offset = self.log.log_end_offset
+    def _after_append(self, prev_end: int) -> None:
+        """Called right after an append that started at ``prev_end``, before the producer state
+        takes in the appended batches. If the append rolled the log, snapshot the state as it was
+        at the roll, named by the new segment's base offset (Kafka snapshots at every roll); the
+        storage layer has no roll hook, so a roll is a change of the active segment's base."""
+        ps = self.producer_state
         base = self.log.active_segment.base_offset
         if base != self._active_base:
             self._active_base = base
-            try:
-                self.producer_state.take_snapshot()
-            except OSError as exc:  # the append stands; the next open replays the log instead
-                import logging
+            if base == prev_end == ps.map_end_offset:
+                try:
+                    ps.take_snapshot()
+                except OSError as exc:  # the append stands; the next open replays the log instead
+                    import logging
 
-                logging.getLogger("pylog.replication").warning(
-                    "%s-%d: producer snapshot at offset %d failed: %s", self.topic, self.partition,
-                    self.log.log_end_offset, exc)
+                    logging.getLogger("pylog.replication").warning(
+                        "%s-%d: producer snapshot at offset %d failed: %s", self.topic, self.partition, base, exc)
+        ps.map_end_offset = self.log.log_end_offset
 
     def _read_infos(self, start: int, end: int) -> List[object]:
         """Headers of the batches in ``[start, end)`` of the local log (producer state replay)."""
@@ -520,9 +528,9 @@ class Partition:
                 self.follower_state = TRUNCATING
                 return 0
             appended = res.count
+            self._after_append(req.fetch_offset)
             # Build the same producer state as the leader, so a new leader deduplicates too.
             self.producer_state.update_from_infos(scan(resp.records, verify_crc=False).batches)
-            self._after_append()
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw

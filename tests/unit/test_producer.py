@@ -319,6 +319,10 @@ def test_topic_config_reaches_the_log_and_persists(tmp_path):
         futs = [p.send("small", b"x" * 200, key=b"k%d" % i) for i in range(60)]
         assert [f.result().offset for f in futs] == list(range(60))
         assert len(leader_log(c, "small").segments) > 1  # rolled at 4 KiB
+        d = leader_log(c, "small").dir
+        snaps = {n[:20] for n in os.listdir(d) if n.endswith(".snapshot")}
+        logs = {n[:20] for n in os.listdir(d) if n.endswith(".log")}
+        assert snaps and snaps <= logs  # producer snapshots at rolls, named by the new segment's base (Kafka's)
     finally:
         c.close()
     meta = json.load(open(os.path.join(tmp_path, "cluster-metadata.json")))
