@@ -349,7 +349,7 @@ class Cleaner:
             ):
                 break  # a record here is younger than min_compaction_lag_ms
             cleanable.append(keys[i])
-        end = keys[len(cleanable)] if cleanable else (keys[0] if keys else 0)
+        end = keys[len(cleanable)] if cleanable else min(keys[0], limit)
         return min(first_dirty, end), end, cleanable
 
     def dirty_ratio(self, log: Log, now_ms: int, upper_bound: Optional[int] = None) -> float:

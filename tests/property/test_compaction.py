@@ -159,6 +159,23 @@ class CompactionMachine(RuleBasedStateMachine):
     def roll(self) -> None:
         self.log.roll()
 
+    @rule(frac=st.floats(min_value=0.0, max_value=1.0))
+    def truncate(self, frac: float) -> None:
+        lo, hi = self.log.log_start_offset, self.log.log_end_offset
+        self.log.truncate_to(lo + int(frac * (hi - lo)))
+        end = self.log.log_end_offset
+        for off in [o for o in self.first_kept if o >= end]:
+            del self.first_kept[off]
+        cp = self.log.cleaner_checkpoint
+        assert cp is None or cp <= end
+
+    @rule(frac=st.floats(min_value=0.0, max_value=1.0))
+    def delete_records_before(self, frac: float) -> None:
+        lo, hi = self.log.log_start_offset, self.log.log_end_offset
+        before = _contents(self.log)
+        start = self.log.delete_records_before(lo + int(frac * (hi - lo)))
+        assert _contents(self.log) == {o: r for o, r in before.items() if o >= start}
+
     @rule(ms=st.integers(min_value=1, max_value=2 * DRM))
     def advance(self, ms: int) -> None:
         self.now += ms
