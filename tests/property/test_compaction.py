@@ -362,3 +362,24 @@ def test_crash_at_every_file_operation_of_a_clean(tmp_path) -> None:
         outcomes.add(tuple(sorted(got)))
         shutil.rmtree(work)
     assert tuple(sorted(before)) in outcomes and tuple(sorted(cleaned)) in outcomes
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)
+@pytest.mark.skipif(not os.environ.get("PYLOG_SOAK"), reason="soak run: set PYLOG_SOAK=1")
+def test_compaction_soak() -> None:
+    """Long run: PYLOG_SOAK=1 .venv/bin/python -m pytest tests/property/test_compaction.py -m soak"""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(CompactionMachine,
+                              settings=settings(max_examples=1500, stateful_step_count=60, deadline=None))
+    settings(max_examples=1500, deadline=None)(
+        given(
+            batches=st.lists(records, min_size=3, max_size=40),
+            rolls=st.sets(st.integers(min_value=0, max_value=39)),
+            pre_clean=st.booleans(),
+            tombstones_expire=st.booleans(),
+            fail_frac=st.floats(min_value=0.0, max_value=1.0),
+            from_end=st.one_of(st.none(), st.integers(min_value=0, max_value=30)),
+        )(test_crash_during_clean_leaves_every_offset_original_or_cleaned.hypothesis.inner_test)
+    )()
