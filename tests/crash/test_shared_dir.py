@@ -95,6 +95,11 @@ WORKER = textwrap.dedent(
         elif op == "commit":
             consumer.commit()
             emit(ev="committed", offset=consumer.committed(cmd["topic"], 0))
+        elif op == "wait_new_owner":  # attached again, to an owner other than ``old``
+            end = time.time() + cmd["timeout"]
+            while (q.role is None or q.owner_pid in (None, cmd["old"])) and time.time() < end:
+                time.sleep(0.01)
+            emit(ev="role", role=q.role, takeovers=q.takeovers, owner_pid=q.owner_pid)
         elif op == "wait_role":
             end = time.time() + cmd["timeout"]
             while q.role != cmd["role"] and time.time() < end:
@@ -439,3 +444,34 @@ def test_open_next_to_a_plain_cluster_in_the_same_process_fails_cleanly(tmp_path
         assert out.stdout == "locked\n", out.stderr[-2000:]  # the fcntl lock is still held for other processes
     finally:
         c.close()
+
+
+def test_one_of_several_clients_takes_over_and_the_others_follow_it(tmp_path, workers) -> None:
+    path = str(tmp_path / "q")
+    owner = workers(path)
+    assert owner.expect("open")["role"] == "owner"
+    owner.cmd(op="create", topic="t")
+    owner.expect("created")
+    clients = [workers(path) for _ in range(3)]
+    for c in clients:
+        assert c.expect("open")["role"] == "client"
+    old = owner.proc.pid
+    owner.kill()
+    for c in clients:  # each is attached again: to itself or to the winner
+        c.cmd(op="wait_new_owner", old=old, timeout=60)
+    roles = [c.expect("role") for c in clients]
+    winners = [i for i, e in enumerate(roles) if e["role"] == "owner"]
+    assert len(winners) == 1, roles
+    assert {e["owner_pid"] for e in roles} == {clients[winners[0]].proc.pid}
+    assert [e["takeovers"] for e in roles].count(1) == 1 and sum(e["takeovers"] for e in roles) == 1
+    offsets = []
+    for i, c in enumerate(clients):
+        c.cmd(op="send", topic="t", values=[f"from-{i}"])
+        offsets += c.expect("acked")["offsets"]
+    assert sorted(offsets) == [0, 1, 2]  # one log, one writer: the winner's broker
+    with open(os.path.join(path, "pylog.owner")) as f:
+        assert json.load(f)["pid"] == clients[winners[0]].proc.pid
+    for i, c in enumerate(clients):  # the winner last: closing an owner hands the directory over again
+        if i != winners[0]:
+            c.close()
+    clients[winners[0]].close()
