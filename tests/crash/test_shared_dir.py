@@ -55,7 +55,8 @@ WORKER = textwrap.dedent(
         cmd = json.loads(line)
         op = cmd["op"]
         if op == "create":
-            q.create_topic(cmd["topic"], partitions=1, replication_factor=1)
+            if cmd["topic"] not in q.store.topics:
+                q.create_topic(cmd["topic"], partitions=1, replication_factor=1)
             emit(ev="created")
         elif op == "send":
             producer = producer or q.producer(acks="all")
@@ -364,30 +365,46 @@ def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path, deep: boo
 def test_client_producer_streams_across_the_owners_death(tmp_path, workers) -> None:
     """A client's producer keeps sending while the owner is killed: its in-flight batches fail, are retried
     on the client itself once it took over, and every acknowledged record is in the log exactly once."""
-    path = str(tmp_path / "q")
-    owner = workers(path)
-    assert owner.expect("open")["role"] == "owner"
-    owner.cmd(op="create", topic="t")
-    owner.expect("created")
-    producer = workers(path)
-    assert producer.expect("open")["role"] == "client"
-    producer.cmd(op="produce_forever", topic="t", prefix="s", seed=4)
-    acked: Dict[int, str] = {}
-    for _ in range(20):
-        e = producer.expect("acked")
-        acked.update(zip(e["offsets"], e["values"]))
-    owner.kill()
-    before = len(acked)
-    for _ in range(20):  # acknowledgements keep coming: the producer process is the owner now
-        e = producer.expect("acked")
-        acked.update(zip(e["offsets"], e["values"]))
-    assert len(acked) > before
-    producer.kill()
-    for e in producer.drain():
-        if e["ev"] == "acked":
-            acked.update(zip(e["offsets"], e["values"]))
+    _stream_rounds(str(tmp_path / "q"), workers, rounds=1, seed=4)
 
-    q = pylog.open(path)  # a third owner: recovers the second one's crash
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)
+@pytest.mark.skipif(not os.environ.get("PYLOG_SOAK"), reason="soak run: set PYLOG_SOAK=1")
+def test_client_producer_streams_across_owner_deaths_soak(tmp_path, workers) -> None:
+    """PYLOG_SOAK=1 PYLOG_CRASH_ROUNDS=50 .venv/bin/python -m pytest tests/crash/test_shared_dir.py -m soak"""
+    rounds = int(os.environ.get("PYLOG_CRASH_ROUNDS", "50"))
+    _stream_rounds(str(tmp_path / "q"), workers, rounds=rounds, seed=int(os.environ.get("PYLOG_CRASH_SEED", "1")))
+
+
+def _stream_rounds(path: str, workers: Any, rounds: int, seed: int) -> None:
+    """Each round: an owner (recovering the last round's crash) and a streaming client producer; the owner
+    is killed after a random number of acknowledgements, the producer (now the owner) after some more."""
+    rnd = random.Random(seed)
+    acked: Dict[int, str] = {}
+    for r in range(rounds):
+        owner = workers(path)
+        assert owner.expect("open")["role"] == "owner"
+        owner.cmd(op="create", topic="t")
+        owner.expect("created")
+        producer = workers(path)
+        assert producer.expect("open")["role"] == "client"
+        producer.cmd(op="produce_forever", topic="t", prefix=f"s{r}", seed=rnd.randrange(1 << 30))
+        for _ in range(rnd.randint(1, 20)):
+            e = producer.expect("acked")
+            acked.update(zip(e["offsets"], e["values"]))
+        owner.kill()
+        before = len(acked)
+        for _ in range(rnd.randint(1, 20)):  # acknowledgements keep coming: the producer is the owner now
+            e = producer.expect("acked")
+            acked.update(zip(e["offsets"], e["values"]))
+        assert len(acked) > before, f"round {r}: no acknowledgement after the takeover"
+        producer.kill()
+        for e in producer.drain():
+            if e["ev"] == "acked":
+                acked.update(zip(e["offsets"], e["values"]))
+
+    q = pylog.open(path)  # one more owner: recovers the last crash
     try:
         assert q.role == "owner"
         c = q.consumer(None, ["t"])
@@ -396,7 +413,7 @@ def test_client_producer_streams_across_the_owners_death(tmp_path, workers) -> N
         while len(got) < end:
             recs = c.poll(5.0)
             assert recs, f"no record after offset {max(got, default=-1)} (log should reach {end})"
-            got.update((r.offset, r.value.decode()) for r in recs)
+            got.update((rec.offset, rec.value.decode()) for rec in recs)
     finally:
         q.close()
     missing = {o: v for o, v in acked.items() if got.get(o) != v}
