@@ -59,7 +59,13 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
 from pylog.cluster import Cluster, PartitionInfo
-from pylog.errors import BrokerNotAvailableError, KafkaStorageError, LogDirLockedError, PylogError, RequestTimedOutError
+from pylog.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigurationError,
+    LogDirLockedError,
+    PylogError,
+    RequestTimedOutError,
+)
 from pylog.replication.controller import MetadataStore
 from pylog.runtime.scheduler import RealScheduler, Timer
 from pylog.runtime.transport.unix import (
@@ -216,9 +222,15 @@ class SharedCluster:
                 try:
                     self._become_owner(takeover)
                     return
-                except (KafkaStorageError, OSError) as exc:  # e.g. a non-shared Cluster holds broker-0
+                except InvalidConfigurationError:  # e.g. a directory made by a 3-broker Cluster: no retry helps
+                    self._unlock()
+                    raise
+                except (PylogError, OSError) as exc:  # a non-shared Cluster holds broker-0, a slow election...
                     last = exc
                     self._unlock()
+                except BaseException:
+                    self._unlock()
+                    raise
             else:
                 try:
                     self._become_client()
@@ -279,24 +291,29 @@ class SharedCluster:
             raise LogDirLockedError(f"log directory {os.path.join(self.path, 'broker-0')} is locked by a process "
                                     f"that is not sharing it")
         cluster = Cluster(self.path, brokers=1, **self._kwargs)
+        server: Optional[BrokerServer] = None
         try:
             server = BrokerServer(self.address, cluster.scheduler, cluster.transport,
                                   lambda peer, frame: self._owner_frame(cluster, peer, frame))
+            local = server.local_peer(self._local_frame)
+            snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
+            up = lambda frame: server.dispatch(local, frame)  # type: ignore[union-attr]  # noqa: E731
+            with self._cond:
+                self._cluster, self._server, self._local = cluster, server, local
+                self._last_snap = snap
+            self.scheduler.run_sync(lambda: (self._apply_snapshot(snap), self.transport.set_upstream(up, snap[0])))
+            cluster.scheduler.call_soon(self._watch, cluster)
+            tmp = os.path.join(self.path, OWNER_INFO_FILE + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump({"pid": os.getpid(), "address": describe_address(self.address)}, f)
+            os.replace(tmp, os.path.join(self.path, OWNER_INFO_FILE))
         except BaseException:
+            with self._cond:
+                self._cluster = self._server = self._local = None
+            if server is not None:
+                server.close()
             cluster.close()
             raise
-        local = server.local_peer(self._local_frame)
-        snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
-        up = lambda frame: server.dispatch(local, frame)  # noqa: E731
-        with self._cond:
-            self._cluster, self._server, self._local = cluster, server, local
-            self._last_snap = snap
-        self.scheduler.run_sync(lambda: (self._apply_snapshot(snap), self.transport.set_upstream(up, snap[0])))
-        cluster.scheduler.call_soon(self._watch, cluster)
-        tmp = os.path.join(self.path, OWNER_INFO_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"pid": os.getpid(), "address": describe_address(self.address)}, f)
-        os.replace(tmp, os.path.join(self.path, OWNER_INFO_FILE))
         with self._cond:  # last: whoever sees the role sees a working upstream
             self.owner_pid = os.getpid()
             self.takeovers += int(takeover)

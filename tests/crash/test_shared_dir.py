@@ -492,3 +492,12 @@ def test_one_of_several_clients_takes_over_and_the_others_follow_it(tmp_path, wo
         if i != winners[0]:
             c.close()
     clients[winners[0]].close()
+
+
+def test_open_on_a_multi_broker_directory_raises_and_releases_the_directory(tmp_path) -> None:
+    path = str(tmp_path / "c3")
+    pylog.Cluster(path, brokers=3).close()
+    for _ in range(2):  # the second attempt also becomes the would-be owner: the first one let go of the lock
+        with pytest.raises(pylog.errors.InvalidConfigurationError, match="brokers"):
+            pylog.open(path, open_timeout_ms=60_000)
+    assert not os.path.exists(os.path.join(path, "pylog.owner"))
