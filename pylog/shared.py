@@ -54,7 +54,7 @@ import os
 import random
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
@@ -92,7 +92,7 @@ Snapshot = Tuple[Tuple[int, ...], Optional[int], int, Dict[str, Any], Dict[Tuple
 
 # Directories whose owner lock this process holds: fcntl record locks belong to the
 # process, so a second open() here must not "win" the lock its first open holds.
-_owned: Set[str] = set()
+_owned: Dict[str, int] = {}  # directory -> pid: a forked child inherits the dict, not the lock
 _owned_lock = threading.Lock()
 
 
@@ -246,7 +246,7 @@ class SharedCluster:
 
     def _try_lock(self) -> bool:
         with _owned_lock:
-            if self.path in _owned:
+            if _owned.get(self.path) == os.getpid():
                 return False
             fd = os.open(os.path.join(self.path, OWNER_LOCK_FILE), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
                          0o644)
@@ -255,7 +255,7 @@ class SharedCluster:
             except OSError:
                 os.close(fd)
                 return False
-            _owned.add(self.path)
+            _owned[self.path] = os.getpid()
             self._lock_fd = fd
             return True
 
@@ -264,7 +264,7 @@ class SharedCluster:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # releases the record lock
                 self._lock_fd = None
-                _owned.discard(self.path)
+                _owned.pop(self.path, None)
 
     def _broker_dir_busy(self) -> bool:
         """True when another process holds the broker's log directory lock (e.g. a plain ``Cluster``
@@ -650,7 +650,7 @@ class SharedCluster:
         self.transport._check()
         cluster = self._cluster
         if cluster is not None:
-            assert self._lock_fd is not None and self.path in _owned
+            assert self._lock_fd is not None and _owned.get(self.path) == os.getpid()
             cluster._check()
         for c in self._clients:
             check = getattr(c, "_check", None)

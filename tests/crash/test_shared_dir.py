@@ -501,3 +501,4 @@ def test_open_on_a_multi_broker_directory_raises_and_releases_the_directory(tmp_
         with pytest.raises(pylog.errors.InvalidConfigurationError, match="brokers"):
             pylog.open(path, open_timeout_ms=60_000)
     assert not os.path.exists(os.path.join(path, "pylog.owner"))
+
