@@ -27,6 +27,8 @@ _throughput: List[Tuple[str, float, float, float]] = []  # (name, bytes, records
 def pytest_collect_file(file_path: Any, parent: Any) -> Any:
     """Collect ``bench_*.py`` files that hold pytest benchmarks (``def test_``); stand-alone scripts are left alone."""
     if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+        if parent.session.isinitpath(file_path):
+            return None  # named on the command line: pytest collects it itself (else it would run twice)
         if "\ndef test_" in file_path.read_text(encoding="utf-8"):
             return pytest.Module.from_parent(parent, path=file_path)
     return None
