@@ -339,6 +339,11 @@ def test_second_open_in_one_process_is_a_client_of_the_first(tmp_path, deep: boo
         assert (a.role, b.role) == ("owner", "client")
         a.create_topic("t")
         assert "t" in b.store.topics  # found on the owner if the pushed metadata has not arrived yet
+        with pytest.raises(pylog.errors.TopicAlreadyExistsError):  # the owner's error, raised in the client
+            b.create_topic("t")
+        with pytest.raises(pylog.errors.UnknownTopicOrPartitionError, match="nope"):
+            b.describe("nope")
+        assert [(r.topic, r.leader, r.high_watermark) for r in b.describe("t")] == [("t", 0, 0)]
         p = b.producer()
         assert p.send("t", b"one").result(30).offset == 0
         a.close()
