@@ -36,6 +36,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tu
 
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
+from pylog.metrics import Metric, metric
 from pylog.errors import (
     BrokerNotAvailableError,
     InvalidConfigurationError,
@@ -249,6 +250,79 @@ class Cluster:
                             hw = part.high_watermark
                 rows.append(PartitionInfo(topic, p, st.leader, st.leader_epoch, st.replicas, st.isr, hw, leos))
             return rows
+
+        return self.scheduler.run_sync(run)
+
+    # ------------------------------------------------------------- metrics
+    def metrics(self, *, include_clients: bool = True) -> List[Metric]:
+        """Cluster, partition, log and (optionally) client samples as :class:`pylog.metrics.Metric`.
+
+        * cluster: brokers running, active controller, partitions,
+          under-replicated partitions (ISR smaller than the replicas, as the
+          controller records it), offline partitions (no leader), partitions
+          under ``min_insync_replicas``;
+        * per partition (labels ``topic``, ``partition``): leader, leader
+          epoch, ISR size, replicas, the leader's high watermark, and per
+          replica (label ``broker``) the log end offset;
+        * per broker and partition: ISR shrinks and expands this broker
+          recorded as leader (since it started), and every
+          :meth:`pylog.Log.metrics` sample of its replica (label ``broker``);
+        * with ``include_clients``: every producer's and consumer's samples
+          (label ``client_id``).
+
+        Render with :func:`pylog.metrics.render_prometheus`.
+        Complexity: O(partitions x replicas + segments). Thread-safety: any
+        thread (runs on the cluster's loop).
+        """
+
+        def run() -> List[Metric]:
+            out: List[Metric] = []
+            running = [b for b in self.brokers.values() if b.running and b.rm is not None]
+            out.append(metric("pylog_cluster_brokers_running", "gauge", "Brokers running.", len(running)))
+            out.append(metric("pylog_cluster_active_controller", "gauge", "Broker id holding the controller role (-1: none).",
+                              -1 if self.store.controller_id is None else self.store.controller_id))
+            under = offline = under_min = 0
+            for (topic, p), st in sorted(self.store.partitions.items()):
+                cfg = self.store.topics.get(topic)
+                labels = {"topic": topic, "partition": p}
+                if len(st.isr) < len(st.replicas):
+                    under += 1
+                if st.leader == NO_LEADER:
+                    offline += 1
+                if cfg is not None and len(st.isr) < cfg.min_insync_replicas:
+                    under_min += 1
+                out.append(metric("pylog_partition_leader", "gauge", "Leader broker id (-1: offline).", st.leader, **labels))
+                out.append(metric("pylog_partition_leader_epoch", "gauge", "Leader epoch.", st.leader_epoch, **labels))
+                out.append(metric("pylog_partition_replicas", "gauge", "Assigned replicas.", len(st.replicas), **labels))
+                out.append(metric("pylog_partition_isr_size", "gauge", "In-sync replicas.", len(st.isr), **labels))
+                lb = self.brokers.get(st.leader)
+                lp = lb.rm.partitions.get((topic, p)) if lb is not None and lb.running and lb.rm is not None else None
+                if lp is not None and lp.role == LEADER:
+                    out.append(metric("pylog_partition_high_watermark", "gauge", "The leader's high watermark.",
+                                      lp.high_watermark, **labels))
+            out.append(metric("pylog_cluster_partitions", "gauge", "Partitions.", len(self.store.partitions)))
+            out.append(metric("pylog_cluster_under_replicated_partitions", "gauge",
+                              "Partitions whose ISR is smaller than their replica set.", under))
+            out.append(metric("pylog_cluster_offline_partitions", "gauge", "Partitions without a leader.", offline))
+            out.append(metric("pylog_cluster_under_min_isr_partitions", "gauge",
+                              "Partitions whose ISR is smaller than min_insync_replicas (acks=all refused).", under_min))
+            for b in running:
+                for (topic, p), part in sorted(b.rm.partitions.items()):  # type: ignore[union-attr]
+                    labels = {"broker": b.broker_id, "topic": topic, "partition": p}
+                    out.append(metric("pylog_replica_log_end_offset", "gauge", "The replica's log end offset.",
+                                      part.log_end_offset, **labels))
+                    out.append(metric("pylog_replica_isr_shrinks_total", "counter",
+                                      "ISR shrinks this broker made as leader.", part.isr_shrinks, **labels))
+                    out.append(metric("pylog_replica_isr_expands_total", "counter",
+                                      "ISR expands this broker made as leader.", part.isr_expands, **labels))
+                    for m in part.log.metrics():
+                        out.append(m._replace(labels=(("broker", str(b.broker_id)),) + m.labels))
+            if include_clients:
+                for c in self._clients:
+                    fn = getattr(c, "metrics", None)
+                    if fn is not None and not c._node.closed:
+                        out.extend(fn())
+            return out
 
         return self.scheduler.run_sync(run)
 

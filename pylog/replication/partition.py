@@ -175,6 +175,9 @@ class Partition:
         self.min_insync_replicas = st.min_insync_replicas
         if st.leader == self.broker_id:
             if same_epoch and self.role == LEADER:
+                # The controller's copy of an AlterPartition this leader proposed
+                # can arrive before the AlterPartition response: count it here too.
+                self._count_isr_change(st.isr)
                 self.isr = set(st.isr)
                 self.partition_epoch = st.partition_epoch
                 self.pending_isr = None
@@ -422,6 +425,13 @@ class Partition:
         self.pending_isr = set()
         return proposal
 
+    def _count_isr_change(self, new_isr: Sequence[int]) -> None:
+        """Count an ISR change this leader adopts (its own proposal or a controller's removal)."""
+        if len(new_isr) < len(self.isr):
+            self.isr_shrinks += 1
+        elif len(new_isr) > len(self.isr):
+            self.isr_expands += 1
+
     def on_alter_partition_response(self, resp: AlterPartitionResponse, now_ms: int) -> bool:
         """Adopt the controller's committed ISR; True if the ISR changed."""
         st = resp.state
@@ -430,10 +440,7 @@ class Partition:
             return False
         if st.partition_epoch <= self.partition_epoch:
             return False
-        if len(st.isr) < len(self.isr):
-            self.isr_shrinks += 1
-        elif len(st.isr) > len(self.isr):
-            self.isr_expands += 1
+        self._count_isr_change(st.isr)
         self.isr = set(st.isr)
         self.partition_epoch = st.partition_epoch
         for r in st.replicas:
