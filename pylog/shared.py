@@ -86,7 +86,7 @@ OWNER_INFO_FILE = "pylog.owner"
 #: how often the owner compares its metadata with what it last sent its clients
 META_INTERVAL_MS = 50
 #: admin calls a client may ask the owner to run
-_CALLS = frozenset({"create_topic", "describe", "_ensure_offsets_topic"})
+_CALLS = frozenset({"create_topic", "describe", "_ensure_offsets_topic", "metrics"})
 
 Snapshot = Tuple[Tuple[int, ...], Optional[int], int, Dict[str, Any], Dict[Tuple[str, int], Any]]
 
@@ -562,6 +562,17 @@ class SharedCluster:
     def describe(self, topic: str) -> List[PartitionInfo]:
         """Per partition: leader, epoch, replicas, ISR, high watermark, log end offsets (asked of the owner)."""
         return self._call("describe", topic)
+
+    def metrics(self, *, include_clients: bool = True) -> List[Any]:
+        """The owner's cluster samples (:meth:`pylog.Cluster.metrics`) plus, with ``include_clients``,
+        this process's producers' and consumers' samples."""
+        out = list(self._call("metrics", include_clients=False))
+        if include_clients:
+            for c in list(self._clients):
+                fn = getattr(c, "metrics", None)
+                if fn is not None and not c._node.closed:
+                    out.extend(fn())
+        return out
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
         return self.scheduler.run_sync(lambda: self.store.partitions[(topic, partition)].leader)

@@ -507,3 +507,21 @@ def test_open_on_a_multi_broker_directory_raises_and_releases_the_directory(tmp_
             pylog.open(path, open_timeout_ms=60_000)
     assert not os.path.exists(os.path.join(path, "pylog.owner"))
 
+
+
+@pytest.mark.skipif(not hasattr(pylog.Cluster, "metrics"), reason="Cluster.metrics() not in this tree yet")
+def test_metrics_of_a_client_come_from_the_owner_plus_its_own_clients(tmp_path) -> None:
+    path = str(tmp_path / "q")
+    a = pylog.open(path)
+    b = pylog.open(path)
+    try:
+        a.create_topic("t")
+        b.producer().send("t", b"v").result(30)
+        ms = b.metrics()
+        hw = [m for m in ms if m.name == "pylog_partition_high_watermark" and dict(m.labels).get("topic") == "t"]
+        assert [m.value for m in hw] == [1]  # the owner's broker, asked over the socket
+        assert any(m.name.startswith("pylog_producer") for m in ms)  # this process's producer
+        assert not any(m.name.startswith("pylog_producer") for m in a.metrics())  # not the owner's
+    finally:
+        b.close()
+        a.close()
