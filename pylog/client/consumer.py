@@ -40,7 +40,9 @@ Every record returned has an offset below the HW the leader reported with it
 
 Durability: what survives a consumer crash is what was committed.
 Thread-safety: one consumer per thread (as Kafka's); the state lives on the
-cluster's scheduler thread and calls are marshalled there.
+cluster's scheduler thread and calls are marshalled there, except that a
+real-time ``poll`` takes already-buffered records on the caller's thread
+under the consumer's buffer lock (one loop round trip less per poll).
 """
 from __future__ import annotations
 
@@ -250,6 +252,9 @@ class Consumer:
         self.bytes_consumed = 0
         self.rebalances = 0
         self.violations: List[Tuple[TP, int, int]] = []
+        #: guards _buffer, _buffered and _positions: the loop fills the buffer, a real-time
+        #: poll() takes from it on the caller's thread
+        self._lock = threading.RLock()
         self._wake = threading.Event()  # set when records are buffered (or an error waits): poll()
         self._changed = threading.Event()  # set when a position is resolved (or an error waits): position()
         self._closed = False
@@ -362,8 +367,9 @@ class Consumer:
         self._positions.clear()
         self._fetch_pos.clear()
         self._resetting.clear()
-        self._buffer.clear()
-        self._buffered.clear()
+        with self._lock:
+            self._buffer.clear()
+            self._buffered.clear()
 
     def _set_assignment(self, parts: Sequence[TP]) -> None:
         """Take ``parts``; positions come from committed offsets (with a group) or the reset policy."""
@@ -396,14 +402,16 @@ class Consumer:
     def _set_position(self, tp: TP, offset: int) -> None:
         self._resetting.discard(tp)
         self._token[tp] = self._token.get(tp, 0) + 1
-        self._positions[tp] = offset
+        with self._lock:
+            self._positions[tp] = offset
+            self._drop_buffered(tp)
         self._fetch_pos[tp] = offset
-        self._drop_buffered(tp)
         self._changed.set()
 
     def _drop_buffered(self, tp: TP) -> None:
-        if self._buffered.pop(tp, 0):
-            self._buffer = deque(c for c in self._buffer if c[0] != tp)
+        with self._lock:
+            if self._buffered.pop(tp, 0):
+                self._buffer = deque(c for c in self._buffer if c[0] != tp)
 
     def _reset_offset(self, tp: TP, policy: str) -> None:
         """Resolve ``tp``'s position by ``policy``: ask the leader for its earliest or latest offset."""
@@ -456,9 +464,10 @@ class Consumer:
                 self._need_assigned(tp)
             for tp in tps:
                 self._token[tp] = self._token.get(tp, 0) + 1
-                self._positions.pop(tp, None)
+                with self._lock:
+                    self._positions.pop(tp, None)
+                    self._drop_buffered(tp)
                 self._fetch_pos.pop(tp, None)
-                self._drop_buffered(tp)
                 self._reset_offset(tp, policy)
 
         self._call(run)
@@ -524,13 +533,21 @@ class Consumer:
         if self.enable_auto_commit and self._now() >= self._next_auto_commit:
             self._next_auto_commit = self._now() + self.auto_commit_interval_ms
             self._call(lambda: self._commit_internal(None, None, auto=True))
-        out = self._call(lambda: self._take(limit))
-        if out or timeout <= 0:
-            return out
         if self.scheduler.simulated:
+            out = self._call(lambda: self._take(limit))
+            if out or timeout <= 0:
+                return out
             self.scheduler.wait_until(lambda: bool(self._buffer) or self._error is not None or self._closed,
                                       int(timeout * 1000))
             return self._call(lambda: self._take(limit))
+        # Real time: records already buffered are taken on this thread (under the buffer lock);
+        # the loop thread is only asked to act when there is nothing to hand out.
+        out = self._take_fast(limit)
+        if out:
+            return out
+        out = self._call(lambda: self._take(limit))
+        if out or timeout <= 0:
+            return out
         import time
 
         deadline = time.monotonic() + timeout
@@ -539,37 +556,53 @@ class Consumer:
             if left <= 0:
                 return []
             self._wake.wait(left)
-            out = self._call(lambda: self._take(limit))
+            out = self._take_fast(limit)
             if out:
                 return out
+            if self._error is not None or self._closed:
+                return self._call(lambda: self._take(limit))
+
+    def _take_fast(self, limit: int) -> List[ConsumerRecord]:
+        """Caller's thread: take buffered records; ask the loop for more fetches when a partition runs low."""
+        if self._error is not None or self._closed:
+            return []
+        out = self._take_records(limit)
+        if out:
+            self.scheduler.call_soon(self._send_fetches)
+        return out
+
+    def _take_records(self, limit: int) -> List[ConsumerRecord]:
+        """Hand out up to ``limit`` buffered records and advance the positions (under the buffer lock)."""
+        out: List[ConsumerRecord] = []
+        with self._lock:
+            buf = self._buffer
+            while buf and len(out) < limit:
+                chunk = buf[0]
+                tp, recs, i = chunk
+                j = min(len(recs), i + limit - len(out))
+                if i == 0 and j == len(recs):
+                    out.extend(recs)
+                else:
+                    out.extend(recs[i:j])
+                self._buffered[tp] -= j - i
+                self._positions[tp] = recs[j - 1].offset + 1
+                if j == len(recs):
+                    buf.popleft()
+                else:
+                    chunk[2] = j
+            if out:
+                self.records_consumed += len(out)
+            if not buf:
+                self._wake.clear()
+        return out
 
     def _take(self, limit: int) -> List[ConsumerRecord]:
-        """On the loop: hand out up to ``limit`` buffered records, send fetches, raise a pending error."""
+        """On the loop: raise a pending error, drive the group, hand out records, send fetches."""
         if self._error is not None:
             err, self._error = self._error, None
             raise err
         self._coordinate()
-        out: List[ConsumerRecord] = []
-        buf = self._buffer
-        while buf and len(out) < limit:
-            chunk = buf[0]
-            tp, recs, i = chunk
-            j = min(len(recs), i + limit - len(out))
-            if i == 0 and j == len(recs):
-                out.extend(recs)
-            else:
-                out.extend(recs[i:j])
-            taken = j - i
-            self._buffered[tp] -= taken
-            self._positions[tp] = recs[j - 1].offset + 1
-            if j == len(recs):
-                buf.popleft()
-            else:
-                chunk[2] = j
-        if out:
-            self.records_consumed += len(out)
-        if not buf:
-            self._wake.clear()
+        out = self._take_records(limit)
         self._send_fetches()
         return out
 
@@ -618,6 +651,7 @@ class Consumer:
         if resp.records:
             nxt = pos
             got = 0
+            chunks: List[List[Any]] = []
             topic, partition = tp
             for batch in iter_batches(resp.records):
                 last = batch.last_offset
@@ -633,7 +667,7 @@ class Consumer:
                             self.violations.append((tp, r.offset, hw))
                     recs = [r for r in recs if pos <= r.offset < hw]
                 if recs:
-                    self._buffer.append([tp, recs, 0])
+                    chunks.append([tp, recs, 0])
                     got += len(recs)
                     nxt = recs[-1].offset + 1
                     if last < hw:
@@ -641,8 +675,11 @@ class Consumer:
             self.bytes_consumed += len(resp.records)
             self._fetch_pos[tp] = nxt
             if got:
-                self._buffered[tp] = self._buffered.get(tp, 0) + got
-                self._signal()
+                with self._lock:
+                    self._buffer.extend(chunks)
+                    self._buffered[tp] = self._buffered.get(tp, 0) + got
+                    self._wake.set()
+                self._changed.set()
         self._send_fetches()
 
     # ================================================================ group
