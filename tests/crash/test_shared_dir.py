@@ -252,7 +252,7 @@ def test_consumer_killed_and_restarted_resumes_at_its_committed_offset(tmp_path,
         c.cmd(op="consumer", topic="t", group="billing")
         assert (c.expect("consumer")["committed"] or 0) == committed, f"round {round_}: commit {committed} lost"
         for _ in range(3):
-            c.cmd(op="poll", topic="t", timeout=10, max=7)
+            c.cmd(op="poll", topic="t", timeout=30, max=7)
             recs = c.expect("polled")["records"]
             assert recs and recs[0][0] == committed, f"first record after offset {committed}: {recs[:1]}"
             consumed += recs
@@ -260,7 +260,7 @@ def test_consumer_killed_and_restarted_resumes_at_its_committed_offset(tmp_path,
             committed = c.expect("committed")["offset"]
             assert committed == recs[-1][0] + 1
         # Polled past the commit, then killed: those records come again to the next process.
-        c.cmd(op="poll", topic="t", timeout=10, max=5)
+        c.cmd(op="poll", topic="t", timeout=30, max=5)
         assert c.expect("polled")["records"][0][0] == committed
         c.kill()
     assert [tuple(r) for r in consumed] == [(i, f"r{i}") for i in range(len(consumed))]
