@@ -541,6 +541,11 @@ class Partition:
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+        # Kafka's follower follows the leader's log start offset (retention, deleteRecords,
+        # consumer-aware retention), never past its own HW.
+        new_start = min(resp.log_start_offset, self.high_watermark)
+        if new_start > self.log.log_start_offset:
+            self.log.delete_records_before(new_start)
         return appended
 
     def _truncate(self, offset: int) -> None:
@@ -571,12 +576,20 @@ class Partition:
 
 
 def records_equal_below(a: Log, b: Log, end: int) -> Optional[int]:
-    """First offset below ``end`` where the two logs differ (batch CRC, offsets, epoch), else None."""
+    """First offset below ``end`` where the two logs differ (batch CRC, offsets, epoch), else None.
+
+    Offsets below either log's start or either log's cleaner checkpoint are
+    not compared: retention and compaction run on each replica on its own (as
+    in Kafka), so those sections may legitimately differ batch by batch.
+    """
+    start = max(a.log_start_offset, b.log_start_offset, a.cleaner_checkpoint or 0, b.cleaner_checkpoint or 0)
     ia = _batch_index(a, end)
     ib = _batch_index(b, end)
     for off in sorted(set(ia) | set(ib)):
         if off >= end:
             break
+        if off < start:
+            continue
         if ia.get(off) != ib.get(off):
             return off
     return None
