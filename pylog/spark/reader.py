@@ -47,9 +47,11 @@ from pylog.storage.record import (
 
 log = logging.getLogger("pylog.spark")
 
-# Bytes of log read per Arrow batch (~9,000 records of 100 bytes). 8 MiB,
-# 1 MiB and 512 KiB measured within the machine's noise (docs/spark.md).
-CHUNK_BYTES = int(os.environ.get("PYLOG_SPARK_CHUNK_BYTES", 1 << 20))
+# Bytes of log read per Arrow batch (~70,000 records of 100 bytes). Fewer,
+# bigger batches cost less CPU on both sides of Spark's Python-to-JVM Arrow
+# transfer: 8 MiB used ~20% fewer CPU seconds per scan than 1 MiB (~9,000
+# records); 32 MiB was no better (docs/spark.md, benchmarks/profile_spark.py).
+CHUNK_BYTES = int(os.environ.get("PYLOG_SPARK_CHUNK_BYTES", 8 << 20))
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
