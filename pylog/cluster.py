@@ -48,6 +48,7 @@ from pylog.replication.messages import NO_LEADER
 from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
 from pylog.runtime.broker import Broker, SimDisk, _NoRealSync
+from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
 from pylog.runtime.transport.simnet import SimulatedNetwork
@@ -118,10 +119,60 @@ class Cluster:
                                      session_timeout_ms=session, tick_ms=50)
         self._closed = False
         self._clients: List[Any] = []
+        self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
         self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
         self._wait(lambda: self.store.controller_id is not None, 10_000, "no controller elected")
         if self.store.partitions:  # reopened directory: let leaders come back before returning
             self.scheduler.wait_until(lambda: self._serving(list(self.store.partitions)), 30_000)
+        self.scheduler.run_sync(self._schedule_maintenance)
+
+    # ---------------------------------------------------------- maintenance
+    #: how often the cluster looks for logs due for retention / compaction (each
+    #: log's own period is its topic's ``log_cleanup_interval_ms``, default 5 min)
+    log_maintenance_check_ms: int = 5_000
+
+    def _schedule_maintenance(self) -> None:
+        if not self._closed:
+            self.scheduler.call_later(self.log_maintenance_check_ms, self._run_maintenance)
+
+    def _committed_offset(self, group: str, topic: str, partition: int) -> Optional[int]:
+        """The group's committed offset from whichever broker's coordinator has the group loaded.
+
+        None when no running coordinator has it (not committed, or the
+        coordinator is failing over): retention then protects everything.
+        """
+        for b in self.brokers.values():
+            co = getattr(b, "coordinator", None)
+            if not b.running or co is None:
+                continue
+            g = co.groups.get(group)
+            if g is not None and co.partition_of(group) in co.loaded:
+                v = g.offsets.get((topic, partition))
+                return None if v is None else v.offset
+        return None
+
+    def _run_maintenance(self) -> None:
+        """Retention and compaction on every running broker's logs (runs on the loop).
+
+        Each replica is maintained on its own, as in Kafka; compaction stops
+        at the replica's high watermark. Errors are kept in
+        ``maintenance_errors`` (latest per broker and partition) and never stop
+        the cluster. Complexity: O(partitions) when nothing is due.
+        """
+        if self._closed:
+            return
+        now = self.scheduler.clock.now_ms()
+        configs = {t: cfg.configs for t, cfg in self.store.topics.items()}
+        for b in self.brokers.values():
+            if not b.running or b.rm is None:
+                continue
+            parts = dict(b.rm.partitions)
+            logs = {tp: p.log for tp, p in parts.items()}
+            summary = run_maintenance(logs, configs, self._committed_offset, now,
+                                      upper_bound=lambda t, p, parts=parts: parts[(t, p)].high_watermark)
+            for tp, err in summary.errors.items():
+                self.maintenance_errors[(b.broker_id, tp)] = err
+        self._schedule_maintenance()
 
     # -------------------------------------------------------------- helpers
     def _wait(self, predicate: Any, timeout_ms: int, what: str) -> None:

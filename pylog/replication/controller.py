@@ -68,6 +68,8 @@ PRODUCER_ID_BLOCK_SIZE = 1 << 20
 EXTRA_TOPIC_CONFIGS = frozenset({
     "cleanup_policy", "delete_retention_ms", "min_compaction_lag_ms", "max_compaction_lag_ms",
     "min_cleanable_dirty_ratio", "message_timestamp_type", "file_delete_delay_ms",
+    # read by pylog.runtime.log_maintenance (the cluster's periodic retention/compaction)
+    "retention_protect_groups", "log_cleanup_interval_ms",
 })
 
 

@@ -147,6 +147,10 @@ class ReplicaManager:
                 os.path.join(self.log_dir, f"{topic}-{partition}"), file_io=self.io, clock_ms=self.clock_ms,
                 **self.log_config_for(topic_config),
             )
+            if dict(topic_config).get("retention_protect_groups"):
+                # Consumer-aware retention: protect everything until the maintenance
+                # task has computed the named groups' floor (a roll may run retention first).
+                log.retention_protect_from = log.log_start_offset
             p = Partition(
                 self.broker_id, log, high_watermark=self._hw_at_start.get(tp, 0),
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
