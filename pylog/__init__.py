@@ -11,6 +11,8 @@ from pylog.client.consumer import Consumer, ConsumerRecord  # noqa: E402
 from pylog.client.producer import Producer, RecordMetadata  # noqa: E402
 from pylog.cluster import Cluster, PartitionInfo, open  # noqa: E402,A004
 from pylog.errors import PylogError  # noqa: E402
+from pylog.metrics import Metric, render_prometheus  # noqa: E402
+from pylog.shared import SharedCluster  # noqa: E402
 from pylog.storage.log import AppendResult, Log, LogConfig  # noqa: E402
 from pylog.storage.record import Record, RecordBatch  # noqa: E402
 
@@ -26,6 +28,9 @@ __all__ = [
     "Cluster",
     "PartitionInfo",
     "open",
+    "SharedCluster",
+    "Metric",
+    "render_prometheus",
     "Producer",
     "RecordMetadata",
     "Consumer",
