@@ -250,6 +250,7 @@ class Consumer:
         # ---- metrics and checks
         self.records_consumed = 0
         self.bytes_consumed = 0
+        self.fetch_requests = 0
         self.rebalances = 0
         self.violations: List[Tuple[TP, int, int]] = []
         #: guards _buffer, _buffered and _positions: the loop fills the buffer, a real-time
@@ -622,6 +623,7 @@ class Consumer:
             req = FetchRequest(-1, tp[0], tp[1], pos, -1, self._node.next_corr(),
                                max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms)
             self._inflight.add(tp)
+            self.fetch_requests += 1
             self._node.request(st.leader, req, self.request_timeout_ms,
                                lambda resp, tp=tp, pos=pos, token=token: self._on_fetch(tp, pos, token, resp))
 
@@ -669,9 +671,13 @@ class Consumer:
                 if recs:
                     chunks.append([tp, recs, 0])
                     got += len(recs)
-                    nxt = recs[-1].offset + 1
-                    if last < hw:
-                        nxt = max(nxt, last + 1)
+                    nxt = max(nxt, recs[-1].offset + 1)
+                # A batch below the HW moves the position past its last offset even when it
+                # yields no record (an empty batch the cleaner keeps for its producer, or one
+                # whose remaining records are all below the position): otherwise a response
+                # ending with it is refetched forever.
+                if last < hw:
+                    nxt = max(nxt, last + 1)
             self.bytes_consumed += len(resp.records)
             self._fetch_pos[tp] = nxt
             if got:
@@ -1036,6 +1042,7 @@ class Consumer:
 
         ``pylog_consumer_records_consumed_total`` (records returned by poll),
         ``pylog_consumer_bytes_fetched_total`` (fetched record-batch bytes),
+        ``pylog_consumer_fetch_requests_total`` (fetch requests sent),
         ``pylog_consumer_rebalances_total`` (assignments received),
         ``pylog_consumer_records_lag`` per assigned partition (last HW seen minus position),
         ``pylog_consumer_assigned_partitions``.
@@ -1050,6 +1057,8 @@ class Consumer:
                        self.records_consumed, client_id=cid, group=group),
                 metric("pylog_consumer_bytes_fetched_total", "counter", "Bytes of record batches fetched.",
                        self.bytes_consumed, client_id=cid, group=group),
+                metric("pylog_consumer_fetch_requests_total", "counter", "Fetch requests sent.",
+                       self.fetch_requests, client_id=cid, group=group),
                 metric("pylog_consumer_rebalances_total", "counter", "Group assignments received (completed rebalances).",
                        self.rebalances, client_id=cid, group=group),
                 metric("pylog_consumer_assigned_partitions", "gauge", "Partitions currently assigned.",
