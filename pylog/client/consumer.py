@@ -46,6 +46,7 @@ under the consumer's buffer lock (one loop round trip less per poll).
 """
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 from collections import deque
@@ -156,6 +157,25 @@ def _batch_records(batch: Any, topic: str, partition: int) -> List[ConsumerRecor
         repeat(info.partition_leader_epoch))))
 
 
+def _need_int(name: str, value: Any, low: int) -> None:
+    """Raise InvalidConfigurationError naming ``name`` unless ``value`` is an int (not bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _topic_list(topics: Any, what: str) -> List[str]:
+    """``topics`` as a list of topic names: a single str is one topic; each name a non-empty str."""
+    if isinstance(topics, str):
+        topics = [topics] if topics else []
+    if isinstance(topics, (bytes, bytearray, dict)) or not hasattr(topics, "__iter__"):
+        raise InvalidConfigurationError(f"{what} must be a collection of topic names or one str, got {topics!r}")
+    out = list(topics)
+    for t in out:
+        if not isinstance(t, str) or not t:
+            raise InvalidConfigurationError(f"{what} must hold non-empty str topic names, got {t!r}")
+    return out
+
+
 _RETRIABLE_GROUP_ERRORS = ("NotCoordinatorError", "CoordinatorNotAvailableError", "CoordinatorLoadInProgressError",
                            "RequestTimedOutError", "NotEnoughReplicasError")
 
@@ -172,6 +192,12 @@ class Consumer:
     ``request_timeout_ms``, ``retry_backoff_ms``, ``consumer_timeout_ms``
     (iteration stops after this long without a record; None: never).
 
+    ``topics`` is a collection of topic names; a single ``str`` is taken as
+    one topic (``topics="big"`` subscribes to ``big``, never to ``b``, ``i``,
+    ``g``). Bad arguments raise :class:`InvalidConfigurationError` naming the
+    parameter: an unknown keyword (listing the known ones), a wrong type
+    (``bool`` is not an int) or an out-of-range value.
+
     Complexity: ``poll`` costs O(records returned) plus one columnar decode per
     fetched batch.
     """
@@ -185,13 +211,38 @@ class Consumer:
                  partition_assignment_strategy: Sequence[str] = ("range", "roundrobin"),
                  fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1 << 20,
                  request_timeout_ms: int = 30_000, max_poll_records: int = 500, retry_backoff_ms: int = 100,
-                 consumer_timeout_ms: Optional[float] = None):
+                 consumer_timeout_ms: Optional[float] = None, **unknown: Any):
+        if unknown:
+            raise InvalidConfigurationError(
+                f"unknown consumer option(s) {sorted(unknown)}; known options: {sorted(_CONSUMER_OPTIONS)}")
+        topics = _topic_list(topics, "topics")
+        if pattern is not None and not isinstance(pattern, (str, re.Pattern)):
+            raise InvalidConfigurationError(f"pattern must be a str or compiled regex, got {pattern!r}")
+        if client_id is not None and not isinstance(client_id, str):
+            raise InvalidConfigurationError(f"client_id must be a str or None, got {client_id!r}")
+        if not isinstance(enable_auto_commit, bool):
+            raise InvalidConfigurationError(f"enable_auto_commit must be a bool, got {enable_auto_commit!r}")
+        for name, value, low in (("auto_commit_interval_ms", auto_commit_interval_ms, 0),
+                                 ("session_timeout_ms", session_timeout_ms, 1),
+                                 ("heartbeat_interval_ms", heartbeat_interval_ms, 1),
+                                 ("rebalance_timeout_ms", rebalance_timeout_ms, 1),
+                                 ("fetch_max_wait_ms", fetch_max_wait_ms, 0),
+                                 ("max_partition_fetch_bytes", max_partition_fetch_bytes, 1),
+                                 ("request_timeout_ms", request_timeout_ms, 1),
+                                 ("retry_backoff_ms", retry_backoff_ms, 0)):
+            _need_int(name, value, low)
+        if consumer_timeout_ms is not None and (
+                isinstance(consumer_timeout_ms, bool) or not isinstance(consumer_timeout_ms, (int, float))
+                or not consumer_timeout_ms >= 0):
+            raise InvalidConfigurationError(
+                f"consumer_timeout_ms must be a non-negative number or None, got {consumer_timeout_ms!r}")
+        if isinstance(partition_assignment_strategy, str):
+            partition_assignment_strategy = (partition_assignment_strategy,)
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfigurationError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', got {auto_offset_reset!r}")
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise InvalidConfigurationError(f"isolation_level must be 'read_uncommitted' or 'read_committed', got {isolation_level!r}")
-        if not isinstance(max_poll_records, int) or max_poll_records < 1:
-            raise InvalidConfigurationError(f"max_poll_records must be a positive int, got {max_poll_records!r}")
+        _need_int("max_poll_records", max_poll_records, 1)
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise InvalidGroupIdError(f"group_id must be a non-empty str or None, got {group_id!r}")
         self._assignors = [get_assignor(n) for n in partition_assignment_strategy]
@@ -265,7 +316,7 @@ class Consumer:
         self.scheduler.run_sync(self._start_tick)
         self._next_auto_commit = self._now() + auto_commit_interval_ms
         if topics or pattern is not None:
-            self.subscribe(list(topics) if topics else None, pattern=pattern)
+            self.subscribe(topics or None, pattern=pattern)
 
     # ================================================================ helpers
     def _now(self) -> int:
@@ -302,7 +353,7 @@ class Consumer:
 
     # ========================================================== subscription
     def subscribe(self, topics: Optional[Sequence[str]] = None, *, pattern: Union[None, str, Pattern[str]] = None) -> None:
-        """Subscribe to ``topics`` (a list) or to every topic matching ``pattern`` (a regex, full match).
+        """Subscribe to ``topics`` (a list; a single ``str`` is one topic name) or to every topic matching ``pattern`` (a regex, full match).
 
         With a ``group_id`` the consumer joins (or rejoins) its group; without one it
         reads every partition of the matching topics. Replaces any earlier
@@ -310,9 +361,8 @@ class Consumer:
         """
         if isinstance(topics, re.Pattern) and pattern is None:
             topics, pattern = None, topics  # subscribe(re.compile(...))
-        if isinstance(topics, str):
-            raise InvalidConfigurationError(
-                f"subscribe() takes a list of topics, got the string {topics!r}; pass a regex as pattern=...")
+        if topics is not None:
+            topics = _topic_list(topics, "subscribe() topics")
         if (topics is None) == (pattern is None):
             raise InvalidConfigurationError("subscribe() needs either a list of topics or pattern=...")
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
@@ -1133,5 +1183,9 @@ class Consumer:
 
         self.scheduler.run_sync(run)
 
+
+#: the keyword options Consumer takes (listed when an unknown one is passed)
+_CONSUMER_OPTIONS = tuple(
+    n for n, prm in inspect.signature(Consumer.__init__).parameters.items() if prm.kind is prm.KEYWORD_ONLY)
 
 __all__ = ["Consumer", "ConsumerRecord", "OffsetAndMetadata"]

@@ -41,6 +41,7 @@ leader's page cache, all every in-sync replica's page cache.
 """
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 from collections import deque
@@ -100,6 +101,10 @@ class Producer:
       ``retries`` (2**31-1: in effect, retry until the delivery timeout);
     * ``enable_idempotence`` - default True when ``acks="all"`` (Kafka 3); True with acks 0/1 is an error.
 
+    Bad arguments raise :class:`InvalidConfigurationError` naming the parameter:
+    an unknown keyword (listing the known ones), a wrong type (``bool`` is not
+    an int) or an out-of-range value.
+
     Complexity: ``send`` is O(1) (plus murmur2 of a new key); a batch costs one
     encode, one request and O(1) completion. Thread-safety: see the module docstring.
     """
@@ -108,8 +113,11 @@ class Producer:
                  compression_type: Optional[str] = None, max_in_flight: int = 5, retry_backoff_ms: int = 100,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
-                 transactional_id: Optional[str] = None, retries: int = 2**31 - 1):
-        if acks not in _ACKS:
+                 transactional_id: Optional[str] = None, retries: int = 2**31 - 1, **unknown: Any):
+        if unknown:
+            raise InvalidConfigurationError(
+                f"unknown producer option(s) {sorted(unknown)}; known options: {sorted(_PRODUCER_OPTIONS)}")
+        if isinstance(acks, bool) or not isinstance(acks, (int, str)) or acks not in _ACKS:
             raise InvalidConfigurationError(f"acks must be 0, 1 or 'all', got {acks!r}")
         if transactional_id is not None:
             raise InvalidConfigurationError("transactional_id: transactions are not implemented yet")
@@ -118,6 +126,9 @@ class Producer:
                             ("delivery_timeout_ms", delivery_timeout_ms, 1), ("retries", retries, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise InvalidConfigurationError(f"{name} must be an int >= {lo}, got {v!r}")
+        for name, flag in (("enable_idempotence", enable_idempotence), ("idempotence", idempotence)):
+            if flag is not None and not isinstance(flag, bool):
+                raise InvalidConfigurationError(f"{name} must be a bool or None, got {flag!r}")
         self.acks = _ACKS[acks]
         if idempotence is not None and enable_idempotence is None:
             enable_idempotence = idempotence
@@ -129,7 +140,10 @@ class Producer:
             if max_in_flight > 5:
                 raise InvalidConfigurationError(f"enable_idempotence needs max_in_flight <= 5, got {max_in_flight}")
         self.enable_idempotence = bool(enable_idempotence)
-        self.compression = codecs.codec_id(compression_type)
+        try:
+            self.compression = codecs.codec_id(compression_type)
+        except InvalidConfigurationError as exc:
+            raise InvalidConfigurationError(f"compression_type: {exc}") from None
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.max_in_flight = max_in_flight
@@ -641,5 +655,9 @@ class Producer:
                    len(self._incomplete), client_id=cid),
         ]
 
+
+#: the keyword options Producer takes (listed when an unknown one is passed)
+_PRODUCER_OPTIONS = tuple(
+    n for n, prm in inspect.signature(Producer.__init__).parameters.items() if prm.kind is prm.KEYWORD_ONLY)
 
 __all__ = ["Producer", "RecordMetadata", "FutureRecordMetadata"]

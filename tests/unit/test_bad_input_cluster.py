@@ -127,16 +127,62 @@ def test_producer_bad_values(cluster: Cluster, kwargs: dict) -> None:
     assert list(kwargs)[0] in str(info.value)
 
 
+@pytest.mark.parametrize("kwargs", [
+    {"acks": True}, {"acks": 1.0}, {"linger_ms": -1}, {"linger_ms": "5"}, {"max_in_flight": 0},
+    {"request_timeout_ms": 0}, {"delivery_timeout_ms": -5}, {"retries": -1}, {"retry_backoff_ms": None},
+    {"compression_type": "brotli"}, {"enable_idempotence": "yes"}, {"idempotence": 1},
+])
+def test_producer_wrong_types_or_ranges(cluster: Cluster, kwargs: dict) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        cluster.producer(**kwargs)
+    assert list(kwargs)[0] in str(info.value)
+
+
 def test_producer_unknown_kwarg_is_refused(cluster: Cluster) -> None:
-    with pytest.raises((errors.PylogError, TypeError)) as info:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
         cluster.producer(acks="all", lingerms=5)
-    assert "lingerms" in str(info.value)
+    msg = str(info.value)
+    assert "lingerms" in msg and "linger_ms" in msg and "batch_size" in msg  # the known ones are listed
 
 
 def test_consumer_unknown_kwarg_is_refused(cluster: Cluster) -> None:
-    with pytest.raises((errors.PylogError, TypeError)) as info:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
         cluster.consumer(None, ["t"], auto_offset_rest="earliest")
-    assert "auto_offset_rest" in str(info.value)
+    msg = str(info.value)
+    assert "auto_offset_rest" in msg and "auto_offset_reset" in msg and "fetch_max_wait_ms" in msg
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"fetch_max_wait_ms": "x"}, {"fetch_max_wait_ms": -1}, {"request_timeout_ms": -1}, {"session_timeout_ms": 0},
+    {"heartbeat_interval_ms": True}, {"rebalance_timeout_ms": 1.5}, {"retry_backoff_ms": -100},
+    {"auto_commit_interval_ms": -1}, {"max_partition_fetch_bytes": 0}, {"consumer_timeout_ms": -1},
+    {"consumer_timeout_ms": "1s"}, {"auto_offset_reset": "bogus"}, {"isolation_level": "bogus"},
+    {"max_poll_records": 0}, {"max_poll_records": "10"}, {"enable_auto_commit": "false"},
+    {"client_id": 3}, {"partition_assignment_strategy": ["sticky-ish"]}, {"topics": [""]}, {"topics": [b"t"]},
+    {"topics": 5}, {"pattern": 5},
+])
+def test_consumer_wrong_types_or_ranges(cluster: Cluster, kwargs: dict) -> None:
+    cluster.create_topic("t", partitions=1)
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        cluster.consumer(None, **kwargs)
+    name = list(kwargs)[0]
+    assert ("assignor" if name == "partition_assignment_strategy" else name) in str(info.value)
+
+
+def test_consumer_topics_as_one_str_is_one_topic(cluster: Cluster) -> None:
+    """``topics="big"`` subscribes to the topic ``big``, never to ``b``, ``i``, ``g`` (in the
+    constructor and in subscribe())."""
+    for name in ("big", "b", "i", "g"):
+        cluster.create_topic(name, partitions=1)
+    p = cluster.producer(acks="all")
+    for name in ("big", "b", "i", "g"):
+        p.send(name, name.encode(), partition=0).result()
+    cons = cluster.consumer(None, "big", fetch_max_wait_ms=50)
+    assert cons.assignment() == [("big", 0)]
+    got = [(r.topic, r.value) for _ in range(10) for r in cons.poll(0.2)]
+    assert got == [("big", b"big")]
+    cons.subscribe("g")
+    assert cons.assignment() == [("g", 0)]
 
 
 # ---- the Spark reader's subscribe option (validated on the driver before any Spark job)
