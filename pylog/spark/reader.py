@@ -48,9 +48,10 @@ from pylog.storage.record import (
 log = logging.getLogger("pylog.spark")
 
 # Bytes of log read per Arrow batch (~70,000 records of 100 bytes). Fewer,
-# bigger batches cost less CPU on both sides of Spark's Python-to-JVM Arrow
-# transfer: 8 MiB used ~20% fewer CPU seconds per scan than 1 MiB (~9,000
-# records); 32 MiB was no better (docs/spark.md, benchmarks/profile_spark.py).
+# bigger batches usually cost less CPU on both sides of Spark's Python-to-JVM
+# Arrow transfer: ~65,000-row batches used 6-25% fewer CPU seconds per scan
+# than ~9,000-row ones (1 MiB) in 4 of 5 runs; ~250,000 rows were no better
+# (docs/spark.md, benchmarks/profile_spark.py).
 CHUNK_BYTES = int(os.environ.get("PYLOG_SPARK_CHUNK_BYTES", 8 << 20))
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
