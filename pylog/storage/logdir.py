@@ -16,6 +16,11 @@ its root, Kafka's per-directory files:
 
 Readers (``read_only=True``) take no lock and write nothing.
 
+Per process: a forked child forgets the LogDirs its parent opened (it does
+not inherit the fcntl lock), so opening the directory in the child takes the
+lock afresh (LogDirLockedError while the parent holds it), and the handles
+the child inherited write nothing (see :func:`_after_fork_in_child`).
+
 Thread-safety: all methods are guarded by one lock per directory.
 """
 from __future__ import annotations
@@ -41,6 +46,36 @@ _registry: Dict[str, "LogDir"] = {}
 _registry_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """Forget the parent's log directories in a forked child.
+
+    The child inherits the registry but not the fcntl locks (POSIX record locks
+    belong to the process), so sharing a parent's LogDir would write the
+    directory without holding its lock. The registry is emptied (an open in the
+    child then takes the lock afresh and gets LogDirLockedError while the parent
+    holds it), the registry lock and each inherited LogDir's lock are replaced
+    (another thread may have held them at the fork), and each inherited LogDir
+    is marked as the parent's: its lock fd is closed (this does not release the
+    parent's lock) and releasing it writes nothing.
+    """
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for d in list(_registry.values()):
+        d._inherited = True
+        d.lock = threading.RLock()
+        if d._lock_fd is not None:
+            try:
+                os.close(d._lock_fd)
+            except OSError:
+                pass
+            d._lock_fd = None
+    _registry.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class LogDir:
     """Shared, reference-counted state of one log directory in this process."""
 
@@ -56,6 +91,8 @@ class LogDir:
         self.recovery_points: Dict[TopicPartition, int] = {}
         self.log_start_offsets: Dict[TopicPartition, int] = {}
         self.cleaner_offsets: Dict[TopicPartition, int] = {}
+        #: True in a forked child for a LogDir its parent opened: the parent owns the directory
+        self._inherited = False
 
     # ---- acquisition -------------------------------------------------------------
     @classmethod
@@ -115,10 +152,14 @@ class LogDir:
             self.io.fsync_dir(self.path)
 
     def release(self) -> None:
-        """Drop one reference; the last one writes checkpoints, the clean marker, and unlocks."""
+        """Drop one reference; the last one writes checkpoints, the clean marker, and unlocks.
+
+        A LogDir inherited across fork (see :func:`_after_fork_in_child`) writes nothing: the
+        parent process still owns the directory.
+        """
         with _registry_lock:
             self._refs -= 1
-            if self._refs > 0:
+            if self._refs > 0 or self._inherited:
                 return
             _registry.pop(self.path, None)
         with self.lock:
@@ -147,7 +188,8 @@ class LogDir:
         clean-shutdown marker are not written, and the lock is released.
         """
         with _registry_lock:
-            _registry.pop(self.path, None)
+            if _registry.get(self.path) is self:
+                _registry.pop(self.path, None)
             self._refs = 0
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -184,9 +226,16 @@ class LogDir:
                 self.write_cleaner_checkpoint()
             self._dirty.discard(tp)
 
+    def _check_owned(self) -> None:
+        if self._inherited:
+            raise LogDirLockedError(
+                f"log directory {self.path} was opened by the parent of this forked process, which holds its "
+                "lock: reopen it in this process (read_only=True to read while the parent writes)")
+
     def write_checkpoints(self) -> None:
         """Atomically rewrite the recovery-point and log-start checkpoints."""
         with self.lock:
+            self._check_owned()
             checkpoint.write_offsets(self.io, os.path.join(self.path, RECOVERY_POINT_FILE), self.recovery_points)
             checkpoint.write_offsets(self.io, os.path.join(self.path, LOG_START_FILE), self.log_start_offsets)
 
@@ -208,6 +257,7 @@ class LogDir:
     def write_cleaner_checkpoint(self) -> None:
         """Atomically rewrite ``cleaner-offset-checkpoint`` (Kafka's LogCleanerManager file)."""
         with self.lock:
+            self._check_owned()
             checkpoint.write_offsets(self.io, os.path.join(self.path, CLEANER_OFFSET_FILE), self.cleaner_offsets)
 
 
