@@ -316,29 +316,34 @@ def build_arrow(
     for info, section in zip(data, sections):
         c = info.records_count
         buf = ffi.from_buffer(section)
-        if c < 0 or c > len(buf) // 7:
-            raise CorruptRecordError(
-                f"malformed records in {spec.topic}-{spec.partition} batch at offset {info.base_offset}: "
-                f"{c} records cannot fit in {len(buf)} bytes",
-                path=path,
-                position=info.position,
-            )
-        rc = lib.plg_decode_records(buf, len(buf), c, arr.struct_at(k))
-        if rc != _native.OK:
-            raise CorruptRecordError(
-                f"malformed records in {spec.topic}-{spec.partition} batch at offset {info.base_offset}: "
-                f"{_native.strerror(rc)}",
-                path=path,
-                position=info.position,
-            )
-        rc = lib.plg_gather(buf, len(buf), vpos + k, vlen + k, c, arr.values_ptr + wv, cap - wv, scratch, used)
-        _native.check(rc, "gather values", path, info.position)
-        wv += used[0]
-        if ffi.buffer(klen + k, 4 * c)[:] != b"\xff" * (4 * c):
-            any_key = True
-            rc = lib.plg_gather(buf, len(buf), kpos + k, klen + k, c, arr.keys_ptr + wk, cap - wk, scratch, used)
-            _native.check(rc, "gather keys", path, info.position)
-            wk += used[0]
+        # Release the export before an error leaves this frame: a traceback kept in a
+        # reference cycle would otherwise pin the segment's buffer (see record._decode_columns).
+        try:
+            if c < 0 or c > len(buf) // 7:
+                raise CorruptRecordError(
+                    f"malformed records in {spec.topic}-{spec.partition} batch at offset {info.base_offset}: "
+                    f"{c} records cannot fit in {len(buf)} bytes",
+                    path=path,
+                    position=info.position,
+                )
+            rc = lib.plg_decode_records(buf, len(buf), c, arr.struct_at(k))
+            if rc != _native.OK:
+                raise CorruptRecordError(
+                    f"malformed records in {spec.topic}-{spec.partition} batch at offset {info.base_offset}: "
+                    f"{_native.strerror(rc)}",
+                    path=path,
+                    position=info.position,
+                )
+            rc = lib.plg_gather(buf, len(buf), vpos + k, vlen + k, c, arr.values_ptr + wv, cap - wv, scratch, used)
+            _native.check(rc, "gather values", path, info.position)
+            wv += used[0]
+            if ffi.buffer(klen + k, 4 * c)[:] != b"\xff" * (4 * c):
+                any_key = True
+                rc = lib.plg_gather(buf, len(buf), kpos + k, klen + k, c, arr.keys_ptr + wk, cap - wk, scratch, used)
+                _native.check(rc, "gather keys", path, info.position)
+                wk += used[0]
+        finally:
+            ffi.release(buf)
         if dense and (
             info.last_offset - info.base_offset + 1 != c
             or (k and info.base_offset != prev_last + 1)
