@@ -24,6 +24,7 @@ from typing import Any, Callable, List, NamedTuple, Optional
 from pylog.errors import InvalidConfigurationError, PylogError, RequestTimedOutError
 from pylog.storage.record import Record
 
+_new_tuple = tuple.__new__  # builds a RecordMetadata without running its Python-level __new__
 
 class RecordMetadata(NamedTuple):
     """Where a record was written: ``offset`` -1 when ``acks=0`` (nobody said)."""
@@ -98,7 +99,7 @@ class ProducerBatch:
         if type(rec) is Record and rec.timestamp is not None:
             ts = rec.timestamp
         off = self.base_offset + index if self.base_offset >= 0 else -1
-        return RecordMetadata(self.topic, self.partition, off, ts)
+        return _new_tuple(RecordMetadata, (self.topic, self.partition, off, ts))
 
 
 class FutureRecordMetadata:
@@ -137,8 +138,9 @@ class FutureRecordMetadata:
 
     def result(self, timeout: Optional[float] = None) -> RecordMetadata:
         """Block until the record is acknowledged; raise its error if it failed."""
-        self._wait(timeout)
         b = self._batch
+        if not b.done:
+            self._wait(timeout)
         if b.error is not None:
             raise b.error
         return b.metadata(self._index)
