@@ -24,6 +24,9 @@ from pylog.errors import RequestTimedOutError
 from pylog.runtime.clock import Clock, RealClock, SimClock
 
 
+_MAX_DUE = 256  # timers the real loop takes from the heap per lock round trip
+
+
 class Timer:
     """A scheduled callback; :meth:`cancel` stops it from running."""
 
@@ -172,34 +175,52 @@ class RealScheduler(Scheduler):
                 self._cond.notify_all()
         return t
 
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> Timer:
+        t = Timer(self.clock.now_ms(), fn, args)
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (t.when, self._seq, t))
+            if threading.get_ident() != self._loop_ident:
+                self._cond.notify_all()
+        return t
+
     def on_loop(self) -> bool:
         return threading.current_thread() is self._thread
 
     def _loop(self) -> None:
         self._loop_ident = threading.get_ident()
+        cond, heap, now_ms, pop = self._cond, self._heap, self.clock.now_ms, heapq.heappop
         while True:
-            with self._cond:
+            with cond:
                 while True:
                     if self._closed:
                         return
-                    now = self.clock.now_ms()
-                    if self._heap and self._heap[0][0] <= now:
-                        _, _, t = heapq.heappop(self._heap)
+                    now = now_ms()
+                    if heap and heap[0][0] <= now:
+                        # Take every timer due now in one go (one lock round trip, not one per
+                        # callback). A timer a callback adds is due no earlier and sorts after
+                        # these (larger sequence), so the run order is the heap's order.
+                        due = [pop(heap)[2]]
+                        while heap and heap[0][0] <= now and len(due) < _MAX_DUE:
+                            due.append(pop(heap)[2])
                         break
-                    wait = (self._heap[0][0] - now) / 1000.0 if self._heap else None
-                    self._cond.wait(wait)
-            if t.cancelled:
-                continue
-            try:
-                t.fn(*t.args)
-            except Exception as exc:  # a callback bug must not kill the loop: keep it for _check()
-                import traceback
+                    wait = (heap[0][0] - now) / 1000.0 if heap else None
+                    cond.wait(wait)
+            for t in due:
+                if t.cancelled:
+                    continue
+                if self._closed:
+                    return
+                try:
+                    t.fn(*t.args)
+                except Exception as exc:  # a callback bug must not kill the loop: keep it for _check()
+                    import traceback
 
-                traceback.print_exc()
-                self.errors.append(exc)
+                    traceback.print_exc()
+                    self.errors.append(exc)
             if self._waiters:  # wake wait_until callers (read without the lock: a miss costs them <= 5 ms)
-                with self._cond:
-                    self._cond.notify_all()
+                with cond:
+                    cond.notify_all()
 
     def run_sync(self, fn: Callable[[], Any]) -> Any:
         if self.on_loop():
