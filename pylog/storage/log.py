@@ -517,8 +517,15 @@ class Log:
                 if self.config.compact:
                     _require_batch_keys(buf, found.batches, self.topic, self.partition)
                 epoch = leader_epoch if leader_epoch is not None else found.batches[0].partition_leader_epoch
-                set_base_offset(buf, self.log_end_offset, epoch)
-                found = scan(buf, verify_crc=False)
+                nxt = self.log_end_offset
+                set_base_offset(buf, nxt, epoch)
+                # The new offsets and epoch of each batch, as set_base_offset wrote them (no rescan).
+                infos = []
+                for b in found.batches:
+                    span = b.last_offset - b.base_offset
+                    infos.append(b._replace(base_offset=nxt, last_offset=nxt + span, partition_leader_epoch=epoch))
+                    nxt += span + 1
+                return self._append_validated(buf, infos)
             else:
                 if found.batches[0].base_offset < self.log_end_offset:
                     raise InvalidOffsetError(
