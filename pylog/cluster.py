@@ -103,6 +103,19 @@ class Cluster:
         else:
             self.scheduler = RealScheduler()
             self.transport = DirectTransport(self.scheduler)
+        self.brokers: Dict[int, Broker] = {}
+        self._closed = False
+        try:
+            self._init_rest(brokers, replica_lag_time_max_ms, session_timeout_ms, heartbeat_interval_ms,
+                            request_timeout_ms, log_config)
+        except BaseException:
+            self._abort_init()
+            raise
+
+    def _init_rest(self, brokers: int, replica_lag_time_max_ms: Optional[int], session_timeout_ms: Optional[int],
+                   heartbeat_interval_ms: Optional[int], request_timeout_ms: int,
+                   log_config: Optional[Dict[str, object]]) -> None:
+        """__init__ after the scheduler exists: metadata, brokers, election (any failure is undone by _abort_init)."""
         # Simulations default to short timeouts so failures resolve in little virtual time.
         lag = replica_lag_time_max_ms if replica_lag_time_max_ms is not None else (30_000 if not self.simulated else 10_000)
         session = session_timeout_ms if session_timeout_ms is not None else (18_000 if not self.simulated else 3_000)
@@ -111,13 +124,11 @@ class Cluster:
         meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
         self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
                                    path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
-        self.brokers: Dict[int, Broker] = {}
         for b in range(brokers):
             disk: FileIO = SimDisk() if self.simulated else FileIO()
             self.brokers[b] = Broker(b, self.path, self.scheduler, self.transport, self.store, disk=disk,
                                      config=self.config, log_config=log_config, heartbeat_interval_ms=heartbeat,
                                      session_timeout_ms=session, tick_ms=50)
-        self._closed = False
         self._clients: List[Any] = []
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
         self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
@@ -125,6 +136,31 @@ class Cluster:
         if self.store.partitions:  # reopened directory: let leaders come back before returning
             self.scheduler.wait_until(lambda: self._serving(list(self.store.partitions)), 30_000)
         self.scheduler.run_sync(self._schedule_maintenance)
+
+    def _abort_init(self) -> None:
+        """Undo a failed __init__: stop the brokers that started (releasing their log directories)
+        and stop the scheduler (joining a real-time loop thread). Errors here are secondary to the
+        one being raised, so they are swallowed."""
+        self._closed = True
+
+        def stop_all() -> None:
+            for b in self.brokers.values():
+                if b.running:
+                    try:
+                        b.stop(clean=True)
+                    except Exception:
+                        try:
+                            if b.rm is not None:
+                                b.rm.shutdown(clean=False)  # abandon: at least release the directory's lock
+                        except Exception:
+                            pass
+
+        try:
+            self.scheduler.run_sync(stop_all)
+        except Exception:
+            pass
+        finally:
+            self.scheduler.close()
 
     # ---------------------------------------------------------- maintenance
     #: how often the cluster looks for logs due for retention / compaction (each
