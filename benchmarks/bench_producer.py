@@ -53,12 +53,14 @@ def pylog_send(n: int, *, acks: Any = "all", batch_size: int = 16384, linger_ms:
         send = p.send
         v = VALUE
         batches0 = p.batches_sent
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for _ in range(n):
             send("b", v)
         t1 = time.perf_counter()
         p.flush()
         t2 = time.perf_counter()
+        cpu = time.process_time() - c0
         last = send("b", v).result(timeout=60)
         if acks != 0:
             assert last.offset == start_offset + n, (last, start_offset, n)
@@ -66,7 +68,7 @@ def pylog_send(n: int, *, acks: Any = "all", batch_size: int = 16384, linger_ms:
         batches = p.batches_sent - batches0
         p.close()
         return {"records_per_s": n / (t2 - t0), "send_loop_per_s": n / (t1 - t0), "seconds": t2 - t0,
-                "batches": batches}
+                "batches": batches, "cpu_us_per_record": cpu / n * 1e6}
     finally:
         c.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -146,6 +148,8 @@ def main() -> None:
     print(f"  end to end (send .. flush acknowledged): {best_pl['records_per_s']:>12,.0f} records/s "
           f"({best_pl['batches']:.0f} batches)")
     print(f"  send loop alone (records queued):        {best_pl['send_loop_per_s']:>12,.0f} records/s")
+    print(f"  CPU (all threads) per record:            {best_pl['cpu_us_per_record']:>12.2f} us "
+          f"(about load-independent: 1e6 / this ~ the rate on one free core)")
     print(f"SQLite autocommit INSERT per row (journal=delete, synchronous=FULL): {best_sq['records_per_s']:,.0f} rows/s")
     print(f"SQLite autocommit INSERT per row (WAL, synchronous=NORMAL):         {best_wal['records_per_s']:,.0f} rows/s")
     ratio = best_pl["records_per_s"] / best_sq["records_per_s"]
