@@ -193,15 +193,29 @@ class SimulatedDiskIO(FileIO):
                 st.synced_size = min(st.synced_size, size)
 
     def replace(self, src: str, dst: str) -> None:
+        """Rename ``src`` over ``dst``; until a directory fsync makes it durable, :meth:`crash` undoes it.
+
+        As on a journaling file system (rename is atomic), an undone rename leaves the
+        source under its old name with its synced bytes (if that name was durable) and the
+        destination with its previously durable content (absent if it never was durable):
+        never both names gone.
+        """
         src, dst = os.path.abspath(src), os.path.abspath(dst)
         with self._lock:
             st = self._state(src)
+            if src not in self._removed and st.durable_name:
+                with open(src, "rb") as f:
+                    self._removed[src] = f.read()[: st.synced_size]
             if os.path.exists(dst) and dst not in self._removed:
-                self._removed[dst] = open(dst, "rb").read()[: self._state(dst).synced_size]
+                dst_st = self._state(dst)
+                if dst_st.durable_name:
+                    with open(dst, "rb") as f:
+                        self._removed[dst] = f.read()[: dst_st.synced_size]
             super().replace(src, dst)
             self._files[dst] = _FileState(st.synced_size, False)
             self._files.pop(src, None)
             self._pending_names.setdefault(os.path.dirname(dst), set()).add(dst)
+            self._pending_names.setdefault(os.path.dirname(src), set()).add(src)
             for fd, p in self._fd_paths.items():
                 if p == src:
                     self._fd_paths[fd] = dst
