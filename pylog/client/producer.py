@@ -164,7 +164,9 @@ class Producer:
         self._sticky_part = StickyPartitioner(random.Random(self.scheduler.rng.getrandbits(64)))
         self._key_hash: Dict[bytes, int] = {}
         self._incomplete: Set[ProducerBatch] = set()
-        self._dirty: Set[_PartitionState] = set()
+        # An insertion-ordered set (dict keys): partitions hash by identity, so iterating a
+        # set would follow heap addresses and a seeded simulation would not replay exactly.
+        self._dirty: Dict[_PartitionState, None] = {}
         self._wake_pending = False
         self._order = 0
         self._closed = False
@@ -309,7 +311,7 @@ class Producer:
         if self.linger_ms > 0 and not self._flushing:
             self.scheduler.call_later(self.linger_ms, self._on_linger, ps)
         else:
-            self._dirty.add(ps)
+            self._dirty[ps] = None
             self._wake_locked()
         return b
 
@@ -318,7 +320,7 @@ class Producer:
         ps = self._parts[b.topic][b.partition]
         self._close_open(ps)
         ps.queue.append(b)
-        self._dirty.add(ps)
+        self._dirty[ps] = None
         self._wake_locked()
 
     def _close_open(self, ps: _PartitionState) -> Optional[ProducerBatch]:
@@ -344,7 +346,7 @@ class Producer:
 
     def _on_linger(self, ps: _PartitionState) -> None:
         with self._lock:
-            self._dirty.add(ps)
+            self._dirty[ps] = None
         self._run()
 
     # ---------------------------------------------------------------- sender
@@ -356,7 +358,7 @@ class Producer:
         need_pid = False
         with self._lock:
             self._wake_pending = False
-            dirty, self._dirty = self._dirty, set()
+            dirty, self._dirty = self._dirty, {}
             for ps in dirty:
                 self._drain(ps, now, to_send, expired, dirty)
             if self.enable_idempotence and self.producer_id < 0 and any(ps.open or ps.queue for ps in dirty):
@@ -371,7 +373,7 @@ class Producer:
             self._init_producer_id()
 
     def _drain(self, ps: _PartitionState, now: int, to_send: List[Tuple[_PartitionState, ProducerBatch]],
-               expired: List[ProducerBatch], dirty: Set[_PartitionState]) -> None:
+               expired: List[ProducerBatch], dirty: Dict[_PartitionState, None]) -> None:
         """Pick ``ps``'s batches that may be sent now (under the lock)."""
         while ps.queue and now >= ps.queue[0].deadline_ms and ps.queue[0].sequence < 0:
             expired.append(ps.queue.popleft())
@@ -384,7 +386,7 @@ class Producer:
             return
         idem = self.enable_idempotence
         if idem and self.producer_id < 0:
-            self._dirty.add(ps)  # sent once the producer id arrives
+            self._dirty[ps] = None  # sent once the producer id arrives
             return
         while True:
             if ps.retry_mode:
@@ -472,7 +474,7 @@ class Producer:
                 ps.retry = []
             if ps.retry_mode and not ps.retry and not inflight and not any(x.sequence >= 0 for x in ps.queue):
                 ps.retry_mode = False
-            self._dirty.add(ps)
+            self._dirty[ps] = None
             self._wake_locked()
 
     def _on_success(self, ps: _PartitionState, b: ProducerBatch, base_offset: int, timestamp: int) -> None:
@@ -547,7 +549,7 @@ class Producer:
                 with self._lock:
                     self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
                     for parts in self._parts.values():
-                        self._dirty.update(parts)
+                        self._dirty.update(dict.fromkeys(parts))
                 self._run()
                 return
             self._pid_broker += 1
@@ -570,7 +572,7 @@ class Producer:
             self._flushing += 1
             pending = list(self._incomplete)
             for parts in self._parts.values():
-                self._dirty.update(ps for ps in parts if ps.open is not None)
+                self._dirty.update(dict.fromkeys(ps for ps in parts if ps.open is not None))
             self._wake_locked()
         try:
             if self.scheduler.simulated:
