@@ -509,9 +509,11 @@ class Producer:
                 ps.backoff_until = max(ps.backoff_until, now + self.retry_backoff_ms)
             self._settle(ps, b)
             return
-        if isinstance(err, OutOfOrderSequenceError) or (b.sequence >= 0 and retriable):
-            # The leader may hold a sequence gap for this producer id: start a new one, and renumber
-            # this partition's batches that were never written under the old id.
+        if isinstance(err, OutOfOrderSequenceError) or b.sequence >= 0:
+            # b failed for good after taking sequence numbers (retries exhausted, or a
+            # non-retriable error such as KafkaStorageError): whether the leader wrote it is
+            # unknown, so its sequence state is too. Start a new producer id (Kafka bumps the
+            # epoch, KIP-360) and renumber this partition's batches not written under the old one.
             self._reset_producer_id(ps, b)
         self._settle(ps, b)
         self._fail(b, err if not retriable or not self._node.closed else self._closed_error())
