@@ -472,9 +472,15 @@ class Cluster:
         def run() -> None:
             for c in self._clients:
                 c._node.close_node()
-            for b in self.brokers.values():
+            first: Optional[BaseException] = None
+            for b in self.brokers.values():  # every broker stops, even if one's disk fails
                 if b.running:
-                    b.stop(clean=True)
+                    try:
+                        b.stop(clean=True)
+                    except OSError as exc:
+                        first = first or exc
+            if first is not None:
+                raise first
 
         try:
             self.scheduler.run_sync(run)

@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from pylog.errors import (
     BrokerNotAvailableError,
     CorruptCheckpointError,
+    KafkaStorageError,
     NotEnoughReplicasAfterAppendError,
     NotLeaderError,
     PylogError,
@@ -427,14 +428,36 @@ class ReplicaManager:
             return
         self.closed = True
         if clean:
-            self.checkpoint_high_watermarks()
-            for p in self.partitions.values():
+            # A failing disk must not stop the shutdown half-way: every log is closed (or, if
+            # closing fails, abandoned, which releases its directory as a crash would), then
+            # the first error is raised. The next open recovers what was not closed cleanly.
+            failures: List[str] = []
+            try:
+                self.checkpoint_high_watermarks()
+            except OSError as exc:
+                failures.append(f"high-watermark checkpoint: {exc}")
+            for (topic, partition), p in self.partitions.items():
                 p.stop()
                 try:
                     p.producer_state.take_snapshot()
                 except OSError:
                     pass  # the log replay rebuilds the state on the next open
-                p.log.close()
+                try:
+                    p.log.close()
+                except OSError as exc:
+                    failures.append(f"{topic}-{partition}: {exc}")
+                    try:
+                        p.log.abandon()
+                    except OSError:
+                        pass
+            if failures:
+                self.delayed_produce.clear()
+                self.delayed_fetch.clear()
+                self.inflight.clear()
+                raise KafkaStorageError(
+                    f"broker {self.broker_id}: clean shutdown of {self.log_dir} failed ({len(failures)}): "
+                    + "; ".join(failures[:5])
+                )
         else:
             for p in self.partitions.values():
                 p.stop()

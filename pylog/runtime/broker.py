@@ -137,7 +137,14 @@ class Broker:
         self.controller = None
         self.coordinator = None
         assert self.rm is not None
-        self.rm.shutdown(clean=clean)
+        try:
+            self.rm.shutdown(clean=clean)
+        except OSError:
+            # A disk error during a clean stop: the logs that failed to close were left as a
+            # crash leaves them, so the next start must recover (and say so to the controller).
+            self.last_stop_clean = False
+            self.store.resign(self.broker_id)
+            raise
         if clean:
             self.store.resign(self.broker_id)
         elif isinstance(self.disk, SimulatedDiskIO):
