@@ -57,6 +57,7 @@ from pylog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from pylog.metrics import RateMeter
 from pylog.storage import checkpoint
 from pylog.storage.epoch_cache import LeaderEpochCache
 from pylog.storage.fileio import FileIO
@@ -296,6 +297,9 @@ class Log:
         # Metrics (counters since this object was opened) and the cleaner's bookkeeping.
         self.appended_records_total = 0
         self.appended_bytes_total = 0
+        # Kafka's MessagesInPerSec / BytesInPerSec: windowed rates (two 30 s samples).
+        self._append_records_rate = RateMeter()
+        self._append_bytes_rate = RateMeter()
         self.cleaner_stats = CleanerStats()
         # Consumer-aware retention: no segment holding an offset >= this is deleted.
         self.retention_protect_from: Optional[int] = None
@@ -575,8 +579,12 @@ class Log:
             self.log_end_offset = prev_end
             self.epochs = LeaderEpochCache(prev_epochs)
             self._raise_storage_error(exc, f"append at offset {first.base_offset}")
-        self.appended_records_total += sum(b.records_count for b in batches)
+        n = sum(b.records_count for b in batches)
+        self.appended_records_total += n
         self.appended_bytes_total += size
+        now = self.clock_ms()
+        self._append_records_rate.record(now, n)
+        self._append_bytes_rate.record(now, size)
         return AppendResult(first.base_offset, last.last_offset, max_ts, position, count)
 
     def _raise_storage_error(self, exc: OSError, what: str) -> NoReturn:
@@ -1092,6 +1100,11 @@ class Log:
                        self.appended_records_total, **labels),
                 metric("pylog_log_appended_bytes_total", "counter", "Bytes of batches appended to the log.",
                        self.appended_bytes_total, **labels),
+                metric("pylog_log_append_records_rate", "gauge",
+                       "Records appended per second over the last minute.",
+                       self._append_records_rate.rate(self.clock_ms()), **labels),
+                metric("pylog_log_append_bytes_rate", "gauge", "Bytes appended per second over the last minute.",
+                       self._append_bytes_rate.rate(self.clock_ms()), **labels),
                 metric("pylog_log_size_bytes", "gauge", "Bytes of all segments of the log.", self.size_in_bytes, **labels),
                 metric("pylog_log_segments", "gauge", "Number of segments.", len(self.segments), **labels),
                 metric("pylog_log_start_offset", "gauge", "First offset of the log.", self.log_start_offset, **labels),

@@ -118,3 +118,25 @@ def test_rate_meter_matches_a_model(events):
             oldest = min(s for s, _ in live)
             expected = sum(c for _, c in live) * 1000.0 / max(now - oldest, 10)
         assert r.rate(now) == pytest.approx(expected)
+
+
+def test_log_append_rates_follow_the_log_clock(tmp_path):
+    """Log.metrics(): windowed append rates from the log's own clock (records and bytes)."""
+    import pylog
+
+    now = [1_000_000]
+    log = pylog.Log.open(str(tmp_path / "t-0"), clock_ms=lambda: now[0])
+    try:
+        assert find(log.metrics(), "pylog_log_append_records_rate") == 0.0
+        res = log.append([b"x" * 100] * 300)
+        assert res.last_offset == 299
+        now[0] += 10_000  # 300 records within one 30 s window, 10 s later: divided by the whole window
+        assert find(log.metrics(), "pylog_log_append_records_rate") == 300 / 30
+        appended = find(log.metrics(), "pylog_log_appended_bytes_total")
+        assert appended > 300 * 100
+        assert find(log.metrics(), "pylog_log_append_bytes_rate") == appended / 30
+        now[0] += 120_000  # two windows later nothing is left
+        assert find(log.metrics(), "pylog_log_append_records_rate") == 0.0
+        assert find(log.metrics(), "pylog_log_appended_records_total") == 300
+    finally:
+        log.close()
