@@ -53,6 +53,7 @@ from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
 from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.storage.fileio import FileIO
+from pylog.storage.logdir import check_not_locked
 
 
 METADATA_FILE = "cluster-metadata.json"
@@ -125,6 +126,7 @@ class Cluster:
         self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
                                    path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
         for b in range(brokers):
+            check_not_locked(os.path.join(self.path, f"broker-{b}"))  # a clear error now, not per partition later
             disk: FileIO = SimDisk() if self.simulated else FileIO()
             self.brokers[b] = Broker(b, self.path, self.scheduler, self.transport, self.store, disk=disk,
                                      config=self.config, log_config=log_config, heartbeat_interval_ms=heartbeat,

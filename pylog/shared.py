@@ -79,7 +79,6 @@ from pylog.runtime.transport.unix import (
     socket_address,
 )
 from pylog.storage import logdir
-from pylog.storage.logdir import LOCK_FILE
 
 OWNER_LOCK_FILE = ".owner.lock"
 OWNER_INFO_FILE = "pylog.owner"
@@ -270,20 +269,10 @@ class SharedCluster:
         """True when another process holds the broker's log directory lock (e.g. a plain ``Cluster``
         or ``pylog verify --repair``): checked first, since a ``Cluster`` that fails to start leaves
         its loop thread behind."""
-        broker_dir = os.path.realpath(os.path.join(self.path, "broker-0"))
-        with logdir._registry_lock:
-            if broker_dir in logdir._registry:
-                return True  # open in this very process (and closing a test fd would drop its lock)
-        lock_path = os.path.join(broker_dir, LOCK_FILE)
-        if not os.path.exists(lock_path):
-            return False
-        fd = os.open(lock_path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            logdir.check_not_locked(os.path.join(self.path, "broker-0"))
+        except LogDirLockedError:
             return True
-        finally:
-            os.close(fd)  # releases the test lock (this process holds no other lock on that file)
         return False
 
     def _become_owner(self, takeover: bool = False) -> None:
