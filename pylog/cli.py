@@ -564,9 +564,55 @@ def _group_lag_lines(root: str, dirs: List[str]) -> Iterator[str]:
 # --------------------------------------------------------------------------- produce / consume
 
 
+def _is_queue_dir(path: str) -> bool:
+    """A directory made by ``pylog.open`` / ``Cluster`` (rather than one broker's log directory)."""
+    return os.path.isfile(os.path.join(path, "cluster-metadata.json"))
+
+
+def _stdin_records(sep: Optional[bytes]) -> Iterator[Record]:
+    for raw in sys.stdin.buffer:
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        key = None
+        if sep is not None and sep in line:
+            key, line = line.split(sep, 1)
+        yield Record(line, key=key)
+
+
+def _produce_to_queue(args: argparse.Namespace, sep: Optional[bytes]) -> int:
+    """``pylog produce`` on a queue directory: a producer of ``pylog.open(DIR)``."""
+    import pylog
+
+    try:
+        q = pylog.open(args.dir)
+    except (OSError, PylogError) as exc:
+        _error(f"{args.dir}: {exc}")
+        return 1
+    n = 0
+    offsets: List[int] = []
+    try:
+        with q.producer(acks=args.acks if args.acks == "all" else int(args.acks)) as prod:
+            futures = [prod.send(args.topic, r.value, key=r.key, partition=args.partition) for r in _stdin_records(sep)]
+            prod.flush()
+            for f in futures:
+                offsets.append(f.result().offset)
+            n = len(futures)
+    except (OSError, PylogError) as exc:
+        _error(f"{args.dir}: {args.topic}-{args.partition}: {exc}")
+        return 1
+    finally:
+        q.close()
+    where = f" (offsets {offsets[0]}..{offsets[-1]})" if n and args.acks != "0" else ""
+    print(f"Produced {n} records to {args.topic}-{args.partition}{where}", file=sys.stderr)
+    return 0
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     path = os.path.join(args.dir, f"{args.topic}-{args.partition}")
     sep = args.key_separator.encode() if args.key_separator is not None else None
+    if _is_queue_dir(args.dir):
+        return _produce_to_queue(args, sep)
     n = 0
     first = last = None
     try:
@@ -585,14 +631,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 last = res.last_offset
                 pending.clear()
 
-        for raw in sys.stdin.buffer:
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            key = None
-            if sep is not None and sep in line:
-                key, line = line.split(sep, 1)
-            pending.append(Record(line, key=key))
+        for rec in _stdin_records(sep):
+            pending.append(rec)
             n += 1
             if len(pending) >= args.batch_size:
                 flush_pending()
@@ -608,7 +648,74 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _consume_from_queue(args: argparse.Namespace, sep: bytes) -> int:
+    """``pylog consume`` on a queue directory: a consumer of ``pylog.open(DIR)``.
+
+    With ``--group``: subscribe as that group, start at its committed offset
+    (else the beginning with ``--from-beginning``, else the end), and commit
+    what was printed. Without: read the one partition from ``--offset`` /
+    ``--from-beginning`` / the end. Stops at ``--max-messages``,
+    ``--to-offset`` or after ``--timeout-ms`` without a record.
+    """
+    import pylog
+
+    out = sys.stdout.buffer
+    try:
+        q = pylog.open(args.dir)
+    except (OSError, PylogError) as exc:
+        _error(f"{args.dir}: {exc}")
+        return 1
+    n = 0
+    try:
+        reset = "earliest" if args.from_beginning else "latest"
+        if args.group is not None:
+            cons = q.consumer(args.group, [args.topic], auto_offset_reset=reset, enable_auto_commit=False)
+        else:
+            cons = q.consumer(None, auto_offset_reset=reset)
+            cons.assign([(args.topic, args.partition)])
+            if args.offset is not None:
+                cons.seek(args.topic, args.partition, args.offset)
+        consumed: Dict[Tuple[str, int], int] = {}
+        done = False
+        while not done:
+            recs = cons.poll(timeout=args.timeout_ms / 1000.0)
+            if not recs:
+                break
+            for rec in recs:
+                if args.group is None and rec.partition != args.partition:
+                    continue
+                if args.to_offset is not None and rec.offset >= args.to_offset:
+                    done = True
+                    break
+                if args.print_key:
+                    out.write((rec.key or b"null") + sep)
+                out.write((rec.value if rec.value is not None else b"null") + b"\n")
+                consumed[(rec.topic, rec.partition)] = rec.offset + 1
+                n += 1
+                if args.max_messages is not None and n >= args.max_messages:
+                    done = True
+                    break
+        out.flush()
+        if args.group is not None and consumed:
+            cons.commit(consumed)  # exactly what was printed (at-least-once for the rest)
+        cons.close()
+    except (OSError, PylogError) as exc:
+        out.flush()
+        _error(f"{args.dir}: {args.topic}: {exc}")
+        return 1
+    finally:
+        q.close()
+    print(f"Processed a total of {n} messages", file=sys.stderr)
+    return 0
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
+    sep = (args.key_separator if args.key_separator is not None else "\t").encode()
+    if _is_queue_dir(args.dir):
+        return _consume_from_queue(args, sep)
+    if args.group is not None:
+        _error(f"{args.dir}: --group needs a queue/cluster directory (made by pylog.open), not a log directory")
+        return 2
     path = os.path.join(args.dir, f"{args.topic}-{args.partition}")
     try:
         log = Log.open(path, read_only=True)
@@ -616,8 +723,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
         _error(f"{path}: {exc}")
         return 1
     out = sys.stdout.buffer
-    sep = (args.key_separator if args.key_separator is not None else "\t").encode()
     n = 0
+    end = log.log_end_offset if args.to_offset is None else min(args.to_offset, log.log_end_offset)
     try:
         if args.offset is not None:
             offset = args.offset
@@ -628,9 +735,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
         if offset < log.log_start_offset or offset > log.log_end_offset:
             _error(f"offset {offset} is outside [{log.log_start_offset}, {log.log_end_offset}] of {path}")
             return 1
-        while offset < log.log_end_offset and (args.max_messages is None or n < args.max_messages):
+        while offset < end and (args.max_messages is None or n < args.max_messages):
             got = False
-            for rec in log.read(offset):
+            for rec in log.read(offset, max_offset=end):
+                if rec.offset >= end:
+                    break
                 got = True
                 if args.print_key:
                     out.write((rec.key or b"null") + sep)
@@ -858,6 +967,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--partition", type=int, default=0)
     pr.add_argument("--key-separator", default=None, help="split each line into key and value at the first SEP")
     pr.add_argument("--batch-size", type=int, default=500, help="records per appended batch (default 500)")
+    pr.add_argument("--acks", choices=["0", "1", "all"], default="all",
+                    help="queue directories only (see below): the producer's acks (default all)")
+    pr.epilog = ("DIR is a log directory (holding <TOPIC>-<PARTITION>/), or a queue/cluster directory made by "
+                 "pylog.open (holding cluster-metadata.json): then the records go through a producer - to the "
+                 "process that owns the directory if one is running - and --partition is honoured as given.")
 
     c = sub.add_parser("consume", help="print records of a partition (read-only)",
                        description="Print the values (and keys) of <DIR>/<TOPIC>-<PARTITION>, one per line.")
@@ -867,7 +981,16 @@ def build_parser() -> argparse.ArgumentParser:
     g = c.add_mutually_exclusive_group()
     g.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
     g.add_argument("--offset", type=int, default=None, help="start at offset N")
+    c.add_argument("--to-offset", type=int, default=None, help="stop before offset N (exclusive)")
     c.add_argument("--max-messages", type=int, default=None)
+    c.add_argument("--group", default=None,
+                   help="queue directories only: consume as consumer group G (subscribe to the topic, start at the "
+                        "group's committed offset, commit what was printed)")
+    c.add_argument("--timeout-ms", type=int, default=1000,
+                   help="queue directories only: stop after this long without a record (default 1000)")
+    c.epilog = ("DIR is a log directory (read-only, like kafka-dump-log's input), or a queue/cluster directory made "
+                "by pylog.open (holding cluster-metadata.json): then a consumer reads below the high watermark, "
+                "through the process that owns the directory if one is running.")
     c.add_argument("--print-key", action="store_true")
     c.add_argument("--key-separator", default=None, help="printed between key and value (default: tab)")
 
