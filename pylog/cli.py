@@ -580,14 +580,21 @@ def _stdin_records(sep: Optional[bytes]) -> Iterator[Record]:
         yield Record(line, key=key)
 
 
-def _produce_to_queue(args: argparse.Namespace, sep: Optional[bytes]) -> int:
-    """``pylog produce`` on a queue directory: a producer of ``pylog.open(DIR)``."""
+def _open_queue(path: str) -> Optional[object]:
+    """``pylog.open(path)`` (a client of the running owner, or the owner), or None after printing why not."""
     import pylog
 
     try:
-        q = pylog.open(args.dir)
+        return pylog.open(path)
     except (OSError, PylogError) as exc:
-        _error(f"{args.dir}: {exc}")
+        _error(f"{path}: {exc}")
+        return None
+
+
+def _produce_to_queue(args: argparse.Namespace, sep: Optional[bytes]) -> int:
+    """``pylog produce`` on a queue directory: a producer of ``pylog.open(DIR)``."""
+    q = _open_queue(args.dir)
+    if q is None:
         return 1
     n = 0
     offsets: List[int] = []
@@ -657,13 +664,9 @@ def _consume_from_queue(args: argparse.Namespace, sep: bytes) -> int:
     ``--from-beginning`` / the end. Stops at ``--max-messages``,
     ``--to-offset`` or after ``--timeout-ms`` without a record.
     """
-    import pylog
-
     out = sys.stdout.buffer
-    try:
-        q = pylog.open(args.dir)
-    except (OSError, PylogError) as exc:
-        _error(f"{args.dir}: {exc}")
+    q = _open_queue(args.dir)
+    if q is None:
         return 1
     n = 0
     try:

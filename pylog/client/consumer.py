@@ -280,7 +280,7 @@ class Consumer:
         self._buffered: Dict[TP, int] = {}
         self._error: Optional[BaseException] = None
         # ---- group membership (loop thread)
-        self.client_id = client_id or f"pylog-consumer"
+        self.client_id = client_id or "pylog-consumer"
         self.member_id = gm.NO_MEMBER
         self.generation = gm.NO_GENERATION
         self._coordinator: Optional[int] = None
@@ -849,13 +849,17 @@ class Consumer:
                                   protocols=tuple((a.name, sub) for a in self._assignors), client_id=self.client_id)
         self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_join)
 
+    def _lost_during_rebalance(self) -> None:
+        """A JoinGroup/SyncGroup got no answer: rejoin, through a coordinator looked up again."""
+        self._state = "unjoined"
+        self._rejoin = True
+        self._coordinator_lost()
+
     def _on_join(self, resp: Any) -> None:
         if self._closed or self._state != "joining":
             return
         if resp is None:
-            self._state = "unjoined"
-            self._rejoin = True
-            self._coordinator_lost()
+            self._lost_during_rebalance()
             return
         if resp.error is not None:
             if resp.error is InconsistentGroupProtocolError:
@@ -882,9 +886,7 @@ class Consumer:
         if self._closed or self._state != "syncing":
             return
         if resp is None:
-            self._state = "unjoined"
-            self._rejoin = True
-            self._coordinator_lost()
+            self._lost_during_rebalance()
             return
         if resp.error is not None:
             self._handle_group_error(resp.error)
