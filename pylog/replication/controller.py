@@ -292,7 +292,8 @@ class Controller:
             if isinstance(msg, BrokerHeartbeat):
                 self._on_heartbeat(msg, now_ms, out)
             elif isinstance(msg, AlterPartitionRequest):
-                out.send(src, self._on_alter_partition(msg, out))
+                resp = self._on_alter_partition(msg, out)
+                out.send(src, replace(resp, proposal=tuple(msg.new_isr), request_partition_epoch=msg.partition_epoch))
         except StaleControllerEpochError:
             self.active = False
             return Outbox()

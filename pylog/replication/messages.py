@@ -159,6 +159,10 @@ class AlterPartitionResponse:
     error: ErrorType = None
     message: str = ""
     state: Optional[PartitionState] = None
+    #: the request answered (its ``new_isr`` and ``partition_epoch``), so the leader can tell the
+    #: answer to its current proposal from an answer to an older copy
+    proposal: Tuple[int, ...] = ()
+    request_partition_epoch: int = -1
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,12 @@ class Partition:
         self.min_insync_replicas = 1
         self.pending_isr: Optional[Set[int]] = None
         self.pending_since_ms = 0
+        #: replicas this leader proposed to add whose outcome it has not learnt: the controller may
+        #: have committed them even if the reply was lost, so the HW waits for them too (they stay
+        #: in the maximal ISR until a newer ISR from the controller is adopted)
+        self.unconfirmed_additions: Set[int] = set()
+        #: the AlterPartition in flight (resent unchanged until answered)
+        self._proposal: Optional[AlterPartitionRequest] = None
         self.remote: Dict[int, ReplicaState] = {}
         self.leader_epoch_start_offset = 0
         self.truncations = 0
@@ -143,7 +149,7 @@ class Partition:
 
     @property
     def maximal_isr(self) -> Set[int]:
-        return self.isr | (self.pending_isr or set())
+        return self.isr | (self.pending_isr or set()) | self.unconfirmed_additions
 
     @property
     def effective_min_isr(self) -> int:
@@ -181,6 +187,8 @@ class Partition:
                 self.isr = set(st.isr)
                 self.partition_epoch = st.partition_epoch
                 self.pending_isr = None
+                self.unconfirmed_additions = set()
+                self._proposal = None
                 for r in self.replicas:
                     if r != self.broker_id and r not in self.remote:
                         self.remote[r] = ReplicaState(0)
@@ -202,6 +210,8 @@ class Partition:
         self.partition_epoch = st.partition_epoch
         self.isr = set(st.isr)
         self.pending_isr = None
+        self.unconfirmed_additions = set()
+        self._proposal = None
         leo = self.log.log_end_offset
         # Kafka's Partition.makeLeader: the new epoch starts at the current LEO.
         self.log.assign_epoch(st.leader_epoch, leo)
@@ -219,6 +229,8 @@ class Partition:
         self.partition_epoch = st.partition_epoch
         self.isr = set(st.isr)
         self.pending_isr = None
+        self.unconfirmed_additions = set()
+        self._proposal = None
         self.remote = {}
         if self.truncate_to_hw_on_become_follower:
             self._truncate(self.high_watermark)
@@ -231,6 +243,8 @@ class Partition:
         self.role = NONE
         self.leader = NO_LEADER
         self.pending_isr = None
+        self.unconfirmed_additions = set()
+        self._proposal = None
         self.remote = {}
 
     # ----------------------------------------------------------- leader side
@@ -391,17 +405,29 @@ class Partition:
     def _propose(self, new_isr: Set[int], now_ms: int) -> AlterPartitionRequest:
         self.pending_isr = set(new_isr)
         self.pending_since_ms = now_ms
-        return AlterPartitionRequest(
+        self.unconfirmed_additions |= set(new_isr) - self.isr
+        self._proposal = AlterPartitionRequest(
             self.broker_id, self.topic, self.partition, self.leader_epoch, self.partition_epoch, tuple(sorted(new_isr))
         )
+        return self._proposal
 
     def _pending_blocks(self, now_ms: int, retry_after_ms: int) -> bool:
-        if self.pending_isr is None:
-            return False
-        if now_ms - self.pending_since_ms >= retry_after_ms:  # request or reply lost: allow a new proposal
-            self.pending_isr = None
-            return False
-        return True
+        """One ISR change at a time: a proposal is in flight until it is answered (or superseded by
+        a newer ISR from the controller); :meth:`resend_proposal` repeats a lost one."""
+        return self.pending_isr is not None
+
+    def resend_proposal(self, now_ms: int, retry_after_ms: int = 2_000) -> Optional[AlterPartitionRequest]:
+        """The in-flight AlterPartition again, unchanged, once ``retry_after_ms`` passed without an answer.
+
+        Dropping it instead would let the HW leave out a replica the controller may already have
+        added (the answer, not the request, may be what was lost): the seed-2427 data loss.
+        """
+        if self.role != LEADER or self._proposal is None or self.pending_isr is None:
+            return None
+        if now_ms - self.pending_since_ms < retry_after_ms:
+            return None
+        self.pending_since_ms = now_ms
+        return self._proposal
 
     def maybe_expand_isr(self, replica: int, now_ms: int, retry_after_ms: int = 2_000) -> Optional[AlterPartitionRequest]:
         if self.role != LEADER or replica in self.isr or replica not in self.replicas:
@@ -433,16 +459,33 @@ class Partition:
             self.isr_expands += 1
 
     def on_alter_partition_response(self, resp: AlterPartitionResponse, now_ms: int) -> bool:
-        """Adopt the controller's committed ISR; True if the ISR changed."""
+        """Adopt the controller's committed ISR; True if the ISR changed.
+
+        Only the answer to the proposal in flight ends it (an answer to an older copy of another
+        proposal does not). A refusal that shows the ISR this leader already has settles the
+        proposal: what it would have added is not in the ISR.
+        """
         st = resp.state
-        self.pending_isr = None
+        prop = self._proposal
+        mine = (prop is not None and resp.proposal == prop.new_isr
+                and resp.request_partition_epoch == prop.partition_epoch)
+        if mine:
+            self.pending_isr = None
+            self._proposal = None
         if st is None or self.role != LEADER or st.leader != self.broker_id or st.leader_epoch != self.leader_epoch:
             return False
         if st.partition_epoch <= self.partition_epoch:
+            if mine and st.partition_epoch == self.partition_epoch:
+                self.unconfirmed_additions = set()
             return False
         self._count_isr_change(st.isr)
         self.isr = set(st.isr)
         self.partition_epoch = st.partition_epoch
+        # A newer committed ISR: any older proposal carries a stale partition epoch and can no
+        # longer commit, so what it would have added is settled.
+        self.unconfirmed_additions = set()
+        self._proposal = None
+        self.pending_isr = None
         for r in st.replicas:
             if r != self.broker_id and r not in self.remote:
                 self.remote[r] = ReplicaState(0)
@@ -571,6 +614,7 @@ class Partition:
             assert self.log.epochs.latest_epoch <= self.leader_epoch
         if self.pending_isr is not None:
             assert self.pending_isr <= set(self.replicas)
+        assert self.unconfirmed_additions <= set(self.replicas), (self.unconfirmed_additions, self.replicas)
         assert self.producer_state.map_end_offset == leo, (self, self.producer_state.map_end_offset)
         self.producer_state._check()
 

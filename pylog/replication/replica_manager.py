@@ -398,6 +398,11 @@ class ReplicaManager:
                 alter = p.maybe_shrink_isr(now_ms, cfg.alter_partition_retry_ms)
                 if alter is not None:
                     out.send(CONTROLLER, alter)
+        for p in self.partitions.values():
+            # An unanswered AlterPartition is sent again, unchanged (Kafka retries until answered).
+            again = p.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
+            if again is not None:
+                out.send(CONTROLLER, again)
         for tp in list(self.delayed_produce):
             if any(now_ms >= d.deadline_ms for d in self.delayed_produce[tp]):
                 self._complete_delayed(tp, now_ms, out)

@@ -114,6 +114,62 @@ def test_isr_shrink_after_lag_and_expand_needs_hw_and_epoch_start(tmp_path):
     assert alter is not None and alter.new_isr == (0, 1, 2) and alter.partition_epoch == 1
 
 
+def test_hw_waits_for_a_replica_whose_expansion_reply_was_lost(tmp_path):
+    """Found by the 10,000-seed soak (seed 2427): the leader proposed adding 2, the controller
+    committed it, the reply and the LeaderAndIsr were lost; once the pending proposal timed out the
+    leader computed the HW over its old ISR, ran ahead of replica 2, and the controller later
+    elected 2 (in the committed ISR) without the committed records. The HW must keep counting a
+    proposed addition until a newer ISR from the controller settles it."""
+    p = make(tmp_path)
+    p.apply_state(st(isr=(0, 1), pepoch=1), 0)
+    p.append_as_leader([b"a"], 1, 0)
+    fetch(p, 1, 1, 10)
+    assert p.high_watermark == 1
+    _, alter = fetch(p, 2, 1, 20)  # 2 caught up: expansion proposed
+    assert alter is not None and alter.new_isr == (0, 1, 2)
+    # No reply. Later writes: 1 follows, 2 does not fetch again.
+    for i in range(3):
+        p.append_as_leader([b"b%d" % i], 1, 30)
+    fetch(p, 1, 4, 40)
+    assert p.high_watermark == 1  # 2 (maybe in the ISR now) is at 1
+    # No answer: the same proposal goes again (not a new one); the HW still waits for 2.
+    assert p.resend_proposal(1_000) is None  # not yet
+    assert p.resend_proposal(2_100) == alter
+    assert p.maybe_shrink_isr(2_100) is None  # one change at a time
+    fetch(p, 1, 4, 2_200)
+    assert p.high_watermark == 1 and 2 in p.maximal_isr
+    # An answer to some other proposal (an old copy) does not end this one.
+    p.on_alter_partition_response(AlterPartitionResponse("t", 0, FencedLeaderEpochError, "old", st(isr=(0, 1), pepoch=1),
+                                                         proposal=(0, 1), request_partition_epoch=0), 2_250)
+    assert p.pending_isr == {0, 1, 2} and 2 in p.maximal_isr and p.high_watermark == 1
+    # The committed ISR arrives (LeaderAndIsr): 2 is a member; the HW follows 2's LEO.
+    p.apply_state(st(isr=(0, 1, 2), pepoch=2), 2_300)
+    assert p.isr == {0, 1, 2} and p.high_watermark == 1
+    fetch(p, 2, 4, 2_400)
+    assert p.high_watermark == 4
+    # Had the controller refused it instead, a newer ISR without 2 settles it the other way.
+    q = make(tmp_path, broker=5)
+    q.broker_id = 0
+    q.apply_state(st(isr=(0, 1), pepoch=1), 0)
+    q.append_as_leader([b"a"], 1, 0)
+    fetch(q, 1, 1, 10)
+    _, alter = fetch(q, 2, 1, 20)
+    assert alter is not None
+    q.append_as_leader([b"b"], 1, 30)
+    fetch(q, 1, 2, 40)
+    assert q.high_watermark == 1
+    # Refused (2 not live any more, say): the controller's ISR is still the leader's, at the same
+    # partition epoch - the proposal is settled, 2 is out, and the HW moves on.
+    q.on_alter_partition_response(AlterPartitionResponse("t", 0, FencedLeaderEpochError, "ineligible",
+                                                         st(isr=(0, 1), pepoch=1), proposal=alter.new_isr,
+                                                         request_partition_epoch=alter.partition_epoch), 50)
+    assert 2 not in q.maximal_isr and q.pending_isr is None and q.high_watermark == 1
+    fetch(q, 1, 2, 60)
+    assert q.high_watermark == 2
+    p._check()
+    q._check()
+
+
 def test_isr_expand_requires_reaching_current_epoch_start(tmp_path):
     """KAFKA-7128: follower LEO must reach the start offset of the leader's epoch, not only the HW."""
     p = make(tmp_path)
