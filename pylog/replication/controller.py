@@ -489,6 +489,14 @@ class Controller:
         ):
             return AlterPartitionResponse(req.topic, req.partition, FencedLeaderEpochError,
                                           f"{req.topic}-{req.partition}: ineligible ISR {list(new_isr)}", st)
+        for r, inc in req.added_incarnations:
+            # KIP-903: the leader saw this replica caught up in an earlier life; it restarted since
+            # (and may have lost what it had), so that fetch says nothing about it now.
+            if r in added and inc >= 0 and self.incarnation.get(r, inc) != inc:
+                return AlterPartitionResponse(
+                    req.topic, req.partition, FencedLeaderEpochError,
+                    f"{req.topic}-{req.partition}: replica {r} was caught up as incarnation {inc}, "
+                    f"it is incarnation {self.incarnation.get(r)} now", st)
         new = self._next(st, isr=new_isr)
         self._write(new, out)
         return AlterPartitionResponse(req.topic, req.partition, None, "", new)

@@ -105,6 +105,9 @@ class FetchRequest:
     max_bytes: int = 1 << 20
     max_wait_ms: int = 0
     log_start_offset: int = 0
+    #: the follower broker's incarnation (Kafka's broker epoch, KIP-903): an ISR expansion
+    #: based on a fetch from an earlier incarnation is refused by the controller
+    replica_incarnation: int = -1
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ class AlterPartitionRequest:
     leader_epoch: int
     partition_epoch: int
     new_isr: Tuple[int, ...]
+    #: (replica, incarnation whose fetch made it eligible) for each replica being added
+    added_incarnations: Tuple[Tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -76,13 +76,15 @@ _BATCH_OVERHEAD = 61
 class ReplicaState:
     """The leader's view of one follower (Kafka's ``Replica``)."""
 
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "incarnation")
 
     def __init__(self, last_caught_up_ms: int):
         self.log_end_offset = -1
         self.last_caught_up_ms = last_caught_up_ms
         self.last_fetch_leader_leo = -1
         self.last_fetch_ms = 0
+        #: the follower incarnation of the latest fetch (-1: unknown)
+        self.incarnation = -1
 
     def update(self, fetch_offset: int, now_ms: int, leader_leo: int) -> None:
         if fetch_offset >= leader_leo:
@@ -371,7 +373,10 @@ class Partition:
         if req.replica_id >= 0:
             records = self.log.fetch(req.fetch_offset, req.max_bytes) if req.fetch_offset < leo else b""
             st = self.remote.get(req.replica_id)
+            if st is not None and req.replica_incarnation < st.incarnation:
+                st = None  # a fetch of a previous incarnation (parked before it crashed): stale
             if st is not None:
+                st.incarnation = max(st.incarnation, req.replica_incarnation)
                 st.update(req.fetch_offset, now_ms, leo)
                 alter = self.maybe_expand_isr(req.replica_id, now_ms)
                 self.maybe_increment_hw(now_ms)
@@ -406,8 +411,10 @@ class Partition:
         self.pending_isr = set(new_isr)
         self.pending_since_ms = now_ms
         self.unconfirmed_additions |= set(new_isr) - self.isr
+        added = tuple(sorted((r, self.remote[r].incarnation) for r in set(new_isr) - self.isr if r in self.remote))
         self._proposal = AlterPartitionRequest(
-            self.broker_id, self.topic, self.partition, self.leader_epoch, self.partition_epoch, tuple(sorted(new_isr))
+            self.broker_id, self.topic, self.partition, self.leader_epoch, self.partition_epoch, tuple(sorted(new_isr)),
+            added_incarnations=added,
         )
         return self._proposal
 

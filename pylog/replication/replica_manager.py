@@ -22,6 +22,8 @@ atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -352,6 +354,8 @@ class ReplicaManager:
         req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms)
         if req is None:
             return
+        if isinstance(req, FetchRequest):
+            req = dataclasses.replace(req, replica_incarnation=self.incarnation)
         self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
         out.send(p.leader, req)
 

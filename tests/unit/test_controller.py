@@ -200,3 +200,20 @@ def test_partition_states_and_reassignment_selector():
     assert s.replicas == (2, 1) and s.leader == 2 and s.isr == (1, 2) and s.leader_epoch == 1
     with pytest.raises(InvalidConfigurationError, match="no live in-sync replica"):
         c.reassign(("t", 0), [0])
+
+
+def test_alter_partition_refuses_a_replica_caught_up_in_an_earlier_incarnation():
+    """KIP-903 (found by the soak, seed 9032): the leader answered a fetch parked before broker 2
+    crashed and proposed adding 2; 2 had restarted meanwhile with its unflushed tail lost. The
+    controller refuses the addition: the fetch came from incarnation 1, 2 is incarnation 2 now."""
+    store, c = setup()
+    c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 0, (0, 1)), 0)  # 2 dropped out: pep 1
+    c.handle(2, BrokerHeartbeat(2, 2), 5)  # broker 2 restarted: incarnation 2
+    out = c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 1, (0, 1, 2), added_incarnations=((2, 1),)), 10)
+    resp = out.items[-1][1]
+    assert resp.error is FencedLeaderEpochError and "incarnation 1" in resp.message
+    assert resp.proposal == (0, 1, 2) and resp.request_partition_epoch == 1
+    assert store.partitions[("t", 0)].isr == (0, 1)
+    # A fetch from the current incarnation makes it eligible.
+    out = c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 1, (0, 1, 2), added_incarnations=((2, 2),)), 20)
+    assert out.items[-1][1].error is None and store.partitions[("t", 0)].isr == (0, 1, 2)

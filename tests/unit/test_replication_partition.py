@@ -170,6 +170,26 @@ def test_hw_waits_for_a_replica_whose_expansion_reply_was_lost(tmp_path):
     q._check()
 
 
+def test_a_parked_fetch_of_a_restarted_follower_does_not_count(tmp_path):
+    """A fetch from an earlier incarnation (answered late from the purgatory) neither moves the
+    follower's LEO nor proposes it for the ISR; proposals name the incarnation they rely on."""
+    p = make(tmp_path)
+    p.apply_state(st(isr=(0, 1), pepoch=1), 0)
+    p.append_as_leader([b"a"], 1, 0)
+    p.append_as_leader([b"b"], 1, 0)
+    p.handle_fetch(FetchRequest(1, "t", 0, 2, 0, 1, replica_incarnation=1), 5)
+    assert p.high_watermark == 2
+    # Broker 2, incarnation 2 (restarted, lost its tail), fetches from 0.
+    _, alter = p.handle_fetch(FetchRequest(2, "t", 0, 0, 0, 2, replica_incarnation=2), 10)
+    assert alter is None and p.remote[2].log_end_offset == 0
+    # Its incarnation-1 fetch at offset 2, parked before the crash, completes now: ignored.
+    _, alter = p.handle_fetch(FetchRequest(2, "t", 0, 2, 0, 3, replica_incarnation=1), 20)
+    assert alter is None and p.remote[2].log_end_offset == 0
+    # Caught up as incarnation 2: proposed, naming incarnation 2.
+    _, alter = p.handle_fetch(FetchRequest(2, "t", 0, 2, 0, 4, replica_incarnation=2), 30)
+    assert alter is not None and alter.new_isr == (0, 1, 2) and alter.added_incarnations == ((2, 2),)
+
+
 def test_isr_expand_requires_reaching_current_epoch_start(tmp_path):
     """KAFKA-7128: follower LEO must reach the start offset of the leader's epoch, not only the HW."""
     p = make(tmp_path)
