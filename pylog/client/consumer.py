@@ -790,6 +790,12 @@ class Consumer:
     def _coordinator_lost(self, why: str = "") -> None:
         self._coordinator = None
         self._next_attempt = self._now() + self.retry_backoff_ms
+        if self._state in ("joining", "syncing"):
+            # The rebalance in progress went through that coordinator (a commit or heartbeat
+            # found it gone): start it again with the next one; a late JoinGroup/SyncGroup
+            # answer from the old one is then ignored.
+            self._state = "unjoined"
+            self._rejoin = True
 
     def _find_coordinator(self) -> None:
         assert self.group_id is not None
