@@ -67,6 +67,7 @@ def test_same_seed_replays_exactly(tmp_path):
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(0)  # 10,000 seeds take longer than the suite's per-test limit
 @pytest.mark.skipif(os.environ.get("PYLOG_SOAK") != "1", reason="soak run: set PYLOG_SOAK=1")
 def test_soak_random_simulation(tmp_path):
     start = int(os.environ.get("PYLOG_SOAK_START", "1000"))
