@@ -94,28 +94,13 @@ def main() -> None:
         log_bytes = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(logs) for f in fs)
         print(f"wrote {args.records:,} records in {t_write:.1f} s ({log_bytes / 1e6:.0f} MB of log)", flush=True)
 
-        from pyspark.sql import SparkSession
-
-        import pylog.spark
-
         import profile_spark
         from pyspark import cloudpickle
-        from profile_spark import cpu_snapshot, make_sources
+        from profile_spark import cpu_snapshot, local_session, make_sources
 
         cloudpickle.register_pickle_by_value(profile_spark)  # workers cannot import benchmarks/
 
-        builder = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.memory", "2g")
-        )
-        for kv in args.conf:
-            k, v = kv.split("=", 1)
-            builder = builder.config(k, v)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        pylog.spark.register(spark)
+        spark = local_session(args.conf)
         _, CachedSource = make_sources()
         spark.dataSource.register(CachedSource)
         jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())

@@ -137,6 +137,27 @@ def _timed(it, path: str, label: str):
     os.close(fd)
 
 
+def local_session(conf: "list[str]") -> "object":
+    """The benchmarks' SparkSession: ``local[2]``, no UI, 2 GB driver, ``KEY=VALUE`` settings, pylog registered."""
+    from pyspark.sql import SparkSession
+
+    import pylog.spark
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+    )
+    for kv in conf:
+        k, v = kv.split("=", 1)
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    pylog.spark.register(spark)
+    return spark
+
+
 def make_sources():
     """Defined inside a function so cloudpickle ships them to the workers by value."""
     import pyarrow as pa
@@ -249,22 +270,7 @@ def main() -> None:
         write_logs(logs, "bench", args.partitions, args.records, 100, 1000, 1)
     timing = os.path.join(work, "timing.jsonl")
 
-    from pyspark.sql import SparkSession
-
-    import pylog.spark
-
-    b = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-    )
-    for kv in args.conf:
-        k, v = kv.split("=", 1)
-        b = b.config(k, v)
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    pylog.spark.register(spark)
+    spark = local_session(args.conf)
     ProfSource, CachedSource = make_sources()
     spark.dataSource.register(ProfSource)
     spark.dataSource.register(CachedSource)
