@@ -64,7 +64,7 @@ from pylog.storage.record import (
     RecordBatch,
     _decode_columns,
     _spans,
-    py_varint,
+    py_record_bytes,
     scan,
 )
 from pylog.storage.segment import LogSegment
@@ -185,20 +185,7 @@ def iter_segment_batches(seg: LogSegment, start_position: int = 0) -> Iterator[R
 
 
 def _record_bytes(rec: Record, base_ts: int, base_offset: int) -> bytes:
-    body = bytearray(b"\x00")
-    body += py_varint(rec.timestamp - base_ts)  # type: ignore[operator]
-    body += py_varint(rec.offset - base_offset)
-    for field in (rec.key, rec.value):
-        if field is None:
-            body += py_varint(-1)
-        else:
-            body += py_varint(len(field)) + bytes(field)
-    body += py_varint(len(rec.headers))
-    for hk, hv in rec.headers:
-        kb = hk.encode("utf-8", "surrogateescape")
-        body += py_varint(len(kb)) + kb
-        body += py_varint(-1) if hv is None else py_varint(len(hv)) + bytes(hv)
-    return py_varint(len(body)) + bytes(body)
+    return py_record_bytes(rec, rec.timestamp - base_ts, rec.offset - base_offset)  # type: ignore[operator]
 
 
 def encode_retained(info: BatchInfo, records: List[Record], horizon: Optional[int]) -> bytearray:

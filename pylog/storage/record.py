@@ -817,6 +817,28 @@ def py_read_varint(data: bytes, pos: int, max_bytes: int = 10) -> Tuple[int, int
     raise ValueError("varint too long")
 
 
+def py_record_bytes(rec: Record, timestamp_delta: int, offset_delta: int) -> bytes:
+    """One v2 record, length prefix included (Kafka's DefaultRecord), in pure Python.
+
+    Complexity: O(record size). Used by the test oracle and by the log cleaner,
+    which re-encodes the records a batch keeps.
+    """
+    body = bytearray(b"\x00")
+    body += py_varint(timestamp_delta)
+    body += py_varint(offset_delta)
+    for field in (rec.key, rec.value):
+        if field is None:
+            body += py_varint(-1)
+        else:
+            body += py_varint(len(field)) + bytes(field)
+    body += py_varint(len(rec.headers))
+    for hk, hv in rec.headers:
+        kb = hk.encode("utf-8", "surrogateescape")
+        body += py_varint(len(kb)) + kb
+        body += py_varint(-1) if hv is None else py_varint(len(hv)) + bytes(hv)
+    return py_varint(len(body)) + bytes(body)
+
+
 def py_encode_batch(
     records: Sequence[Record],
     *,
@@ -836,20 +858,7 @@ def py_encode_batch(
     max_ts = max(r.timestamp for r in records)  # type: ignore[type-var]
     body = bytearray()
     for i, r in enumerate(records):
-        rec = bytearray(b"\x00")
-        rec += py_varint(r.timestamp - base_ts)  # type: ignore[operator]
-        rec += py_varint(i)
-        for field in (r.key, r.value):
-            if field is None:
-                rec += py_varint(-1)
-            else:
-                rec += py_varint(len(field)) + bytes(field)
-        rec += py_varint(len(r.headers))
-        for hk, hv in r.headers:
-            kb = hk.encode("utf-8", "surrogateescape")
-            rec += py_varint(len(kb)) + kb
-            rec += py_varint(-1) if hv is None else py_varint(len(hv)) + bytes(hv)
-        body += py_varint(len(rec)) + rec
+        body += py_record_bytes(r, r.timestamp - base_ts, i)  # type: ignore[operator]
     tail = struct.pack(
         ">hiqqqhii", attributes, len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records)
     ) + bytes(body)
