@@ -716,3 +716,184 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
     }
     return PLG_ENOTFOUND;
 }
+
+/* ---- a fetch response as consumer record columns ------------------------ */
+
+/* Appends "<gap>x<len>s" (the gap omitted when 0) to fmt[*at, cap). Returns 0
+ * when it does not fit. */
+static int fmt_span(char *fmt, uint64_t cap, uint64_t *at, uint64_t gap, uint64_t len) {
+    char tmp[48];
+    int n = 0;
+    char digits[24];
+    int d;
+    if (gap) {
+        d = 0;
+        do { digits[d++] = (char)('0' + gap % 10); gap /= 10; } while (gap);
+        while (d) tmp[n++] = digits[--d];
+        tmp[n++] = 'x';
+    }
+    d = 0;
+    do { digits[d++] = (char)('0' + len % 10); len /= 10; } while (len);
+    while (d) tmp[n++] = digits[--d];
+    tmp[n++] = 's';
+    if ((uint64_t)n > cap - *at) return 0;
+    memcpy(fmt + *at, tmp, (size_t)n);
+    *at += (uint64_t)n;
+    return 1;
+}
+
+/* Decodes the records of the plain v2 batch at buf[pos, pos + info->size)
+ * into the run's columns from index run->count. Returns 1 when every record
+ * was plain and fitted (run->count and both formats advanced), 0 when the
+ * batch needs the general decoder or does not fit (nothing advanced; *full
+ * says which), PLG_ECORRUPT (negative) for malformed records. */
+static int run_take_batch(const uint8_t *buf, uint64_t pos, const plg_batch_info_t *info,
+                          int64_t min_offset, plg_fetch_run_t *run, uint64_t *key_end,
+                          uint64_t *value_end, int *full) {
+    uint64_t rec = pos + PLG_BATCH_OVERHEAD, end = pos + info->size;
+    uint32_t n = run->count;
+    uint64_t kat = run->key_fmt_len, vat = run->value_fmt_len;
+    uint64_t kend = *key_end, vend = *value_end;
+    int log_append = (info->attributes & PLG_ATTR_LOG_APPEND_TIME) != 0;
+    int first = n == 0;
+    *full = 0;
+    for (int32_t i = 0; i < info->records_count; i++) {
+        int64_t rlen, tsd, od, kl, vl, hc;
+        if (get_varint(buf, end, &rec, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
+        if (rlen < 1 || (uint64_t)rlen > end - rec) return PLG_ECORRUPT;
+        uint64_t rend = rec + (uint64_t)rlen;
+        rec++; /* attributes, unused */
+        if (get_varint(buf, rend, &rec, 10, &tsd) != PLG_OK) return PLG_ECORRUPT;
+        if (get_varint(buf, rend, &rec, 5, &od) != PLG_OK || od < 0) return PLG_ECORRUPT;
+        if (get_varint(buf, rend, &rec, 5, &kl) != PLG_OK || kl < -1) return PLG_ECORRUPT;
+        uint64_t kpos = rec;
+        if (kl > 0) {
+            if ((uint64_t)kl > rend - rec) return PLG_ECORRUPT;
+            rec += (uint64_t)kl;
+        }
+        if (get_varint(buf, rend, &rec, 5, &vl) != PLG_OK || vl < -1) return PLG_ECORRUPT;
+        uint64_t vpos = rec;
+        if (vl > 0) {
+            if ((uint64_t)vl > rend - rec) return PLG_ECORRUPT;
+            rec += (uint64_t)vl;
+        }
+        if (get_varint(buf, rend, &rec, 5, &hc) != PLG_OK || hc < 0) return PLG_ECORRUPT;
+        if (hc != 0 || vl < 0) return 0; /* headers or a null value: the general decoder */
+        if (rec != rend) return PLG_ECORRUPT;
+        int64_t offset = info->base_offset + od; /* base_offset >= 0, od < 2^31: no overflow */
+        if (offset < min_offset) continue;
+        int64_t ts;
+        if (log_append) {
+            ts = info->max_timestamp;
+        } else if (__builtin_add_overflow(info->base_timestamp, tsd, &ts)) {
+            return 0; /* beyond int64: the general decoder gives Python's exact integer */
+        }
+        int key_null = kl < 0;
+        if (first) {
+            run->keys_null = (int8_t)key_null;
+            first = 0;
+        } else if (key_null != run->keys_null) {
+            return 0; /* null and present keys mixed in one run */
+        }
+        if (n >= run->cap) { *full = 1; return 0; }
+        if (!key_null) {
+            if (!fmt_span(run->key_fmt, run->fmt_cap, &kat, kpos - kend, (uint64_t)kl)) { *full = 1; return 0; }
+            kend = kpos + (uint64_t)kl;
+        }
+        if (!fmt_span(run->value_fmt, run->fmt_cap, &vat, vpos - vend, (uint64_t)vl)) { *full = 1; return 0; }
+        vend = vpos + (uint64_t)vl;
+        run->offsets[n] = offset;
+        run->timestamps[n] = ts;
+        n++;
+    }
+    if (rec != end) return PLG_ECORRUPT;
+    run->count = n;
+    run->key_fmt_len = kat;
+    run->value_fmt_len = vat;
+    *key_end = kend;
+    *value_end = vend;
+    return 1;
+}
+
+/* Walks the batches at the start of buf[0, len) (framing and CRC checked)
+ * and takes, as one run, every record with min_offset <= offset of the
+ * leading plain v2 batches whose last offset is below below_offset. Batches
+ * entirely below min_offset are skipped (consumed, no records); control
+ * batches are consumed too. The run stops before the first batch that is
+ * not plain, belongs to another leader epoch or timestamp type, reaches
+ * below_offset, or does not fit: run->stop says why. Returns PLG_OK, or
+ * PLG_EINVAL for bad arguments; malformed bytes are reported through
+ * PLG_RUN_CORRUPT with stop_rc (a run taken before them stays valid), as
+ * is a v2 batch whose base offset is not above run->last_offset. */
+int plg_decode_fetch_run(const uint8_t *buf, uint64_t len, int64_t min_offset,
+                         int64_t below_offset, plg_fetch_run_t *run) {
+    if (!run || (!buf && len) || (run->cap && (!run->offsets || !run->timestamps)) ||
+        (run->fmt_cap && (!run->key_fmt || !run->value_fmt)))
+        return PLG_EINVAL;
+    run->count = 0;
+    run->consumed = 0;
+    run->next_offset = -1;
+    run->key_fmt_len = run->value_fmt_len = 0;
+    run->leader_epoch = -1;
+    run->timestamp_type = 0;
+    run->keys_null = 1;
+    run->offsets_contiguous = 1;
+    run->timestamps_equal = 1;
+    run->stop = PLG_RUN_END;
+    run->stop_rc = PLG_OK;
+    uint64_t pos = 0, key_end = 0, value_end = 0;
+    int64_t prev_last = run->last_offset;
+    while (pos < len) {
+        plg_batch_info_t info;
+        int rc = parse_entry(buf, len, pos, 1, &info);
+        if (rc == PLG_ETRUNCATED) break;
+        if (rc == PLG_OK && info.magic == 2 && info.base_offset <= prev_last) rc = PLG_ECORRUPT;
+        if (rc != PLG_OK) {
+            run->stop = PLG_RUN_CORRUPT;
+            run->stop_rc = rc;
+            break;
+        }
+        if (info.magic != 2 || info.last_offset >= below_offset ||
+            (info.attributes & PLG_ATTR_COMPRESSION_MASK) != 0) {
+            run->stop = PLG_RUN_SLOW;
+            break;
+        }
+        int skip = info.last_offset < min_offset || (info.attributes & PLG_ATTR_CONTROL) != 0;
+        if (!skip) {
+            int16_t tst = (info.attributes & PLG_ATTR_LOG_APPEND_TIME) ? 1 : 0;
+            if (run->count > 0 && (info.partition_leader_epoch != run->leader_epoch ||
+                                   tst != run->timestamp_type)) {
+                run->stop = PLG_RUN_SLOW;
+                break;
+            }
+            uint32_t before = run->count;
+            int full = 0;
+            rc = run_take_batch(buf, pos, &info, min_offset, run, &key_end, &value_end, &full);
+            if (rc < 0) {
+                run->stop = PLG_RUN_CORRUPT;
+                run->stop_rc = rc;
+                break;
+            }
+            if (rc == 0) {
+                run->stop = full && before > 0 ? PLG_RUN_FULL : PLG_RUN_SLOW;
+                break;
+            }
+            if (before == 0 && run->count > 0) {
+                run->leader_epoch = info.partition_leader_epoch;
+                run->timestamp_type = tst;
+            }
+            if (info.last_offset + 1 > run->next_offset) run->next_offset = info.last_offset + 1;
+        } else if (info.magic == 2 && (info.attributes & PLG_ATTR_CONTROL) != 0) {
+            if (info.last_offset + 1 > run->next_offset) run->next_offset = info.last_offset + 1;
+        }
+        prev_last = info.last_offset;
+        pos += info.size;
+        run->consumed = pos;
+    }
+    run->last_offset = prev_last;
+    for (uint32_t i = 1; i < run->count; i++) {
+        if (run->offsets[i] != run->offsets[0] + (int64_t)i) run->offsets_contiguous = 0;
+        if (run->timestamps[i] != run->timestamps[0]) run->timestamps_equal = 0;
+    }
+    return PLG_OK;
+}

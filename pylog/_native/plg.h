@@ -220,4 +220,43 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
                       int64_t base_offset, int64_t target, uint64_t verified_bytes,
                       plg_record_ref_t *out);
 
+/* ---- a fetch response as consumer record columns (batch.c) ------------- */
+/* One "run": consecutive plain v2 batches (uncompressed, not control, no
+ * headers, no null value, keys all null or all present, one leader epoch and
+ * one timestamp type) whose records become columns in one call. The caller
+ * fills the array/format pointers and capacities; the rest is output.
+ * Formats are Python `struct` formats over the fetched buffer ("8x100s9x...")
+ * that unpack every key / value of the run as bytes in one call. */
+typedef struct {
+    int64_t *offsets;           /* in: cap entries                                  */
+    int64_t *timestamps;        /* in: cap entries                                  */
+    char *key_fmt;              /* in: fmt_cap bytes                                */
+    char *value_fmt;            /* in: fmt_cap bytes                                */
+    uint32_t cap;
+    uint64_t fmt_cap;
+    int64_t last_offset;        /* in: last offset of the batch before buf (-1:
+                                   none), so offsets keep increasing across calls;
+                                   out: that of the last batch taken              */
+    uint32_t count;             /* records emitted                                  */
+    uint64_t consumed;          /* bytes of the batches taken (skipped ones too)    */
+    int64_t next_offset;        /* 1 + last offset of the batches taken, or -1      */
+    uint64_t key_fmt_len;
+    uint64_t value_fmt_len;
+    int32_t leader_epoch;
+    int16_t timestamp_type;     /* 0 CreateTime, 1 LogAppendTime                    */
+    int8_t keys_null;           /* every key of the run is null                     */
+    int8_t offsets_contiguous;  /* offsets[i] == offsets[0] + i                     */
+    int8_t timestamps_equal;    /* every timestamp equals timestamps[0]             */
+    int8_t stop;                /* PLG_RUN_*                                        */
+    int32_t stop_rc;            /* PLG_RUN_CORRUPT: the status of the bad entry     */
+} plg_fetch_run_t;
+
+#define PLG_RUN_END 0      /* end of the buffer, or a torn tail                     */
+#define PLG_RUN_SLOW 1     /* the next batch needs the general decoder              */
+#define PLG_RUN_CORRUPT 2  /* the next entry is invalid (stop_rc says how)          */
+#define PLG_RUN_FULL 3     /* cap or fmt_cap reached: call again after `consumed`   */
+
+int plg_decode_fetch_run(const uint8_t *buf, uint64_t len, int64_t min_offset,
+                         int64_t below_offset, plg_fetch_run_t *run);
+
 #endif /* PLG_H */

@@ -70,6 +70,7 @@ from pylog.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
+from pylog.client.fetch_decoder import FetchDecoder
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER, FetchRequest
@@ -81,7 +82,6 @@ from pylog.storage.record import (
     _decode_header_columns,
     _is_sequence,
     _spans,
-    iter_batches,
 )
 from pylog.storage import compression as codecs
 
@@ -304,6 +304,7 @@ class Consumer:
         self.fetch_requests = 0
         self.rebalances = 0
         self.violations: List[Tuple[TP, int, int]] = []
+        self._decoder = FetchDecoder(ConsumerRecord)  # loop thread only
         #: guards _buffer, _buffered and _positions: the loop fills the buffer, a real-time
         #: poll() takes from it on the caller's thread
         self._lock = threading.RLock()
@@ -705,13 +706,22 @@ class Consumer:
             got = 0
             chunks: List[List[Any]] = []
             topic, partition = tp
-            for batch in iter_batches(resp.records):
+
+            def emit(recs: List[ConsumerRecord]) -> None:
+                nonlocal got
+                chunks.append([tp, recs, 0])
+                got += len(recs)
+
+            def slow(batch: Any) -> None:
+                # A batch the run decoder leaves to the general path (compressed, headers,
+                # tombstones, legacy, control or at the HW).
+                nonlocal nxt
                 last = batch.last_offset
                 if last < pos:
-                    continue
+                    return
                 if batch.is_control:
                     nxt = max(nxt, last + 1)
-                    continue
+                    return
                 recs = _batch_records(batch, topic, partition)
                 if recs and (recs[0].offset < pos or last >= hw):
                     for r in recs:
@@ -719,8 +729,7 @@ class Consumer:
                             self.violations.append((tp, r.offset, hw))
                     recs = [r for r in recs if pos <= r.offset < hw]
                 if recs:
-                    chunks.append([tp, recs, 0])
-                    got += len(recs)
+                    emit(recs)
                     nxt = max(nxt, recs[-1].offset + 1)
                 # A batch below the HW moves the position past its last offset even when it
                 # yields no record (an empty batch the cleaner keeps for its producer, or one
@@ -728,6 +737,9 @@ class Consumer:
                 # ending with it is refetched forever.
                 if last < hw:
                     nxt = max(nxt, last + 1)
+
+            fast_nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, slow)  # slow() moves nxt
+            nxt = max(nxt, fast_nxt)
             self.bytes_consumed += len(resp.records)
             self._fetch_pos[tp] = nxt
             if got:
