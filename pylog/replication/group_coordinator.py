@@ -544,7 +544,8 @@ class GroupCoordinator:
                     offsets.pop(k.group, None)  # a group tombstone follows its offsets' tombstones
                 else:
                     metas[k.group] = ot.decode_group_metadata_value(value)
-        for gid in set(offsets) | {g for g, v in metas.items() if v is not None}:
+        # A group exists if it has metadata or offsets left (all its offsets tombstoned: gone, as in Kafka).
+        for gid in {g for g, o in offsets.items() if o} | {g for g, v in metas.items() if v is not None}:
             g = Group(gid, partition)
             g.offsets = offsets.get(gid, {})
             meta = metas.get(gid)
