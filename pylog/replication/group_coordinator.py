@@ -30,6 +30,14 @@ that broker leads. It follows Kafka's classic (eager) group protocol:
   answers anything pending with ``NotCoordinatorError`` so clients look the
   coordinator up again.
 
+* **Admin.** ListGroups, DescribeGroups, OffsetDelete (and DeleteGroups, an
+  OffsetCommit with generation -1 for altering offsets) serve
+  :mod:`pylog.client.admin`.
+* **Offset expiry** (KIP-211): every ``offsets_retention_check_interval_ms``
+  :meth:`tick` tombstones offsets older than ``offsets_retention_ms`` (from
+  when an Empty group became empty, or from the commit), and removes Empty
+  groups left without offsets (:meth:`_expire_offsets`).
+
 Inputs: :meth:`handle` (a request), :meth:`on_produce_response`,
 :meth:`tick` (timers), :meth:`load` / :meth:`unload`; each returns an
 :class:`~pylog.replication.messages.Outbox`.
