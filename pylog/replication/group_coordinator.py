@@ -126,6 +126,7 @@ class Group:
         if self.state == EMPTY:
             assert not self.members, self.group_id
         assert self.generation >= 0
+        assert all(n > 0 for n in self.pending_commits.values()), self.pending_commits
 
 
 class GroupCoordinator:
