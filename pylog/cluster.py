@@ -97,14 +97,14 @@ class Cluster:
     ):
         # Kafka's broker configs of the same names (None: Kafka's defaults: 7 days / 10 min, 1 day / 10 min);
         # see docs/consumer-groups.md (offset expiry) and docs/producer.md (producer id expiry).
-        self._expiry_config = {k: int(v) for k, v in (
+        self._expiry_config: Dict[str, int] = {k: v for k, v in (
             ("offsets_retention_ms", offsets_retention_ms),
             ("offsets_retention_check_interval_ms", offsets_retention_check_interval_ms),
             ("producer_id_expiration_ms", producer_id_expiration_ms),
             ("producer_id_expiration_check_interval_ms", producer_id_expiration_check_interval_ms)) if v is not None}
         for k, v in self._expiry_config.items():
-            if v < 1:
-                raise InvalidConfigurationError(f"{k} must be a positive number of milliseconds, got {v}")
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidConfigurationError(f"{k} must be a positive int (milliseconds), got {v!r}")
         if not isinstance(brokers, int) or brokers < 1:
             raise InvalidConfigurationError(f"brokers must be a positive int, got {brokers!r}")
         self.path = os.path.abspath(os.fspath(path))
