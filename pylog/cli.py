@@ -24,7 +24,7 @@ import os
 import struct
 import subprocess
 import sys
-from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from pylog import _native
 from pylog.errors import CorruptRecordError, LogDirLockedError, PylogError
@@ -936,6 +936,73 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 1
 
 
+# --------------------------------------------------------------------------- groups
+
+
+def _partitions_arg(q: Any, topic: str, partition: Optional[int]) -> List[Tuple[str, int]]:
+    if partition is not None:
+        return [(topic, partition)]
+    return [(topic, row.partition) for row in q.describe(topic)]
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    """``pylog groups DIR``: Kafka's kafka-consumer-groups on a queue/cluster directory (see docs/cli.md)."""
+    if not _is_queue_dir(args.dir):
+        _error(f"{args.dir}: groups needs a queue/cluster directory (made by pylog.open), not a log directory")
+        return 1
+    if (args.delete_offsets or args.reset_offsets) and not args.topic:
+        _error("--delete-offsets and --reset-offsets need --topic")
+        return 2
+    if args.reset_offsets and args.to_offset is None:
+        _error("--reset-offsets needs --to-offset")
+        return 2
+    q: Any = _open_queue(args.dir)
+    if q is None:
+        return 1
+    try:
+        if args.describe:
+            g = args.describe
+            d = q.describe_group(g)
+            print(f"Group: {g} State: {d.state} ProtocolType: {d.protocol_type or '-'} Protocol: {d.protocol or '-'} "
+                  f"Generation: {d.generation} Leader: {d.leader or '-'}")
+            for m in d.members:
+                parts = ",".join(f"{t}-{p}" for t, p in m.assignment) or "-"
+                print(f"Member: {m.member_id} ClientId: {m.client_id} Host: {m.client_host} Assignment: {parts}")
+            committed = q.list_group_offsets(g)
+            ends: Dict[str, Dict[int, int]] = {}
+            for (t, p), v in sorted(committed.items()):
+                if t not in ends:
+                    try:
+                        ends[t] = {row.partition: row.high_watermark for row in q.describe(t)}
+                    except PylogError:
+                        ends[t] = {}
+                hw = ends[t].get(p, -1)
+                lag = max(0, hw - v.offset) if hw >= 0 else "-"
+                print(f"Topic: {t} Partition: {p} CommittedOffset: {v.offset} LogEndOffset: {hw if hw >= 0 else '-'} "
+                      f"Lag: {lag}")
+        elif args.delete:
+            q.delete_group(args.delete)
+            print(f"Deleted group {args.delete}")
+        elif args.delete_offsets:
+            tps = _partitions_arg(q, args.topic, args.partition)
+            q.delete_group_offsets(args.delete_offsets, tps)
+            print(f"Deleted the offsets of group {args.delete_offsets} for "
+                  + ", ".join(f"{t}-{p}" for t, p in tps))
+        elif args.reset_offsets:
+            tps = _partitions_arg(q, args.topic, args.partition)
+            q.alter_group_offsets(args.reset_offsets, {tp: args.to_offset for tp in tps})
+            print(f"Group {args.reset_offsets}: offset {args.to_offset} for " + ", ".join(f"{t}-{p}" for t, p in tps))
+        else:
+            for row in q.list_groups():
+                print(f"Group: {row.group_id} State: {row.state} ProtocolType: {row.protocol_type or '-'}")
+    except (OSError, PylogError) as exc:
+        _error(f"{args.dir}: {exc}")
+        return 1
+    finally:
+        q.close()
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -997,6 +1064,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--print-key", action="store_true")
     c.add_argument("--key-separator", default=None, help="printed between key and value (default: tab)")
 
+    gr = sub.add_parser("groups", help="list, describe, delete consumer groups and their offsets (queue dirs)",
+                        description="Like kafka-consumer-groups, on a queue/cluster directory made by pylog.open "
+                                    "(through the process that owns it, if one is running). Without an action: "
+                                    "list every group.")
+    gr.add_argument("dir", metavar="DIR")
+    act = gr.add_mutually_exclusive_group()
+    act.add_argument("--describe", metavar="GROUP", help="state, members and their partitions, committed offsets and lag")
+    act.add_argument("--delete", metavar="GROUP", help="delete an empty group (its offsets too)")
+    act.add_argument("--delete-offsets", metavar="GROUP", help="delete the group's offsets of --topic [--partition]")
+    act.add_argument("--reset-offsets", metavar="GROUP",
+                     help="set the committed offset of an empty group for --topic [--partition] to --to-offset")
+    gr.add_argument("--topic", default=None)
+    gr.add_argument("--partition", type=int, default=None, help="default: every partition of --topic")
+    gr.add_argument("--to-offset", type=int, default=None)
+
     sub.add_parser("bench", help="run benchmarks/compare.py (a source checkout only); other arguments go to it",
                    description="Run benchmarks/compare.py with the given arguments and print its ratio table.",
                    add_help=False)
@@ -1051,7 +1133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return cmd_bench(argparse.Namespace(), argv[1:])
     args = build_parser().parse_args(argv)
     handlers = {"dump-log": cmd_dump_log, "verify": cmd_verify, "describe": cmd_describe,
-                "produce": cmd_produce, "consume": cmd_consume, "sim": cmd_sim}
+                "produce": cmd_produce, "consume": cmd_consume, "sim": cmd_sim, "groups": cmd_groups}
     try:
         return handlers[args.verb](args)
     except KeyboardInterrupt:

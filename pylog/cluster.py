@@ -34,6 +34,7 @@ import os
 import random
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from pylog.client.admin import GroupDescription, GroupListing, admin_for
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
 from pylog.metrics import Metric, metric
@@ -89,7 +90,21 @@ class Cluster:
         max_latency_ms: int = 5,
         loss: float = 0.0,
         log_config: Optional[Dict[str, object]] = None,
+        offsets_retention_ms: Optional[int] = None,
+        offsets_retention_check_interval_ms: Optional[int] = None,
+        producer_id_expiration_ms: Optional[int] = None,
+        producer_id_expiration_check_interval_ms: Optional[int] = None,
     ):
+        # Kafka's broker configs of the same names (None: Kafka's defaults: 7 days / 10 min, 1 day / 10 min);
+        # see docs/consumer-groups.md (offset expiry) and docs/producer.md (producer id expiry).
+        self._expiry_config: Dict[str, int] = {k: v for k, v in (
+            ("offsets_retention_ms", offsets_retention_ms),
+            ("offsets_retention_check_interval_ms", offsets_retention_check_interval_ms),
+            ("producer_id_expiration_ms", producer_id_expiration_ms),
+            ("producer_id_expiration_check_interval_ms", producer_id_expiration_check_interval_ms)) if v is not None}
+        for k, v in self._expiry_config.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidConfigurationError(f"{k} must be a positive int (milliseconds), got {v!r}")
         if not isinstance(brokers, int) or brokers < 1:
             raise InvalidConfigurationError(f"brokers must be a positive int, got {brokers!r}")
         self.path = os.path.abspath(os.fspath(path))
@@ -130,7 +145,7 @@ class Cluster:
             disk: FileIO = SimDisk() if self.simulated else FileIO()
             self.brokers[b] = Broker(b, self.path, self.scheduler, self.transport, self.store, disk=disk,
                                      config=self.config, log_config=log_config, heartbeat_interval_ms=heartbeat,
-                                     session_timeout_ms=session, tick_ms=50)
+                                     session_timeout_ms=session, tick_ms=50, expiry_config=self._expiry_config)
         self._clients: List[Any] = []
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
         self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
@@ -414,6 +429,46 @@ class Cluster:
             return out
 
         return self.scheduler.run_sync(run)
+
+    # ----------------------------------------------------- group admin
+    def list_groups(self) -> List["GroupListing"]:
+        """Every consumer group: ``GroupListing(group_id, state, protocol_type)``, sorted by id (Kafka's
+        ListGroups sent to every broker). Groups whose offsets all expired are gone from the list."""
+        self._ensure_open()
+        return admin_for(self).list_groups()
+
+    def describe_group(self, group_id: str) -> "GroupDescription":
+        """``GroupDescription(group_id, state, protocol_type, protocol, generation, leader, members)``, each
+        member a ``MemberDescription(member_id, client_id, client_host, assignment)`` (Kafka's
+        DescribeGroups). Unknown group: :class:`~pylog.errors.GroupIdNotFoundError`."""
+        self._ensure_open()
+        return admin_for(self).describe_group(group_id)
+
+    def list_group_offsets(self, group_id: str) -> Dict[Tuple[str, int], Any]:
+        """The group's committed offsets: ``{(topic, partition): OffsetAndMetadata(offset, metadata,
+        leader_epoch)}`` (empty for an unknown group)."""
+        self._ensure_open()
+        return admin_for(self).list_group_offsets(group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        """Kafka's DeleteGroups: delete an empty group; tombstones for its offsets and metadata go to
+        ``__consumer_offsets``, so it stays deleted after a coordinator failover. A group with members:
+        :class:`~pylog.errors.NonEmptyGroupError`; unknown: :class:`~pylog.errors.GroupIdNotFoundError`."""
+        self._ensure_open()
+        admin_for(self).delete_group(group_id)
+
+    def delete_group_offsets(self, group_id: str, partitions: Sequence[Tuple[str, int]]) -> None:
+        """Kafka's OffsetDelete: drop the group's committed offsets of ``partitions``; refused with
+        :class:`~pylog.errors.GroupSubscribedToTopicError` for topics its members subscribe to."""
+        self._ensure_open()
+        admin_for(self).delete_group_offsets(group_id, partitions)
+
+    def alter_group_offsets(self, group_id: str, offsets: Dict[Tuple[str, int], Any]) -> None:
+        """Set committed offsets (``{(topic, partition): offset}``) of an empty or new group (Kafka's
+        alterConsumerGroupOffsets); a group with members: :class:`~pylog.errors.NonEmptyGroupError`."""
+        self._ensure_open()
+        self._ensure_offsets_topic()
+        admin_for(self).alter_group_offsets(group_id, offsets)
 
     # -------------------------------------------------------------- faults
     def stop_broker(self, broker_id: int, clean: bool = True, *, shutdown_timeout_ms: int = 10_000) -> None:

@@ -261,6 +261,12 @@ class InvalidGroupIdError(PylogError, ValueError):
     kafka_name = "INVALID_GROUP_ID"
 
 
+class GroupSubscribedToTopicError(PylogError):
+    """OffsetDelete refused: the group's members are subscribed to the partition's topic."""
+
+    kafka_name = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 # ---- the one table from C status codes to exceptions ------------------------
 
 #: C status code -> (exception class, description). Filled from the compiled

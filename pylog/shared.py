@@ -56,6 +56,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pylog.client.admin import GroupDescription, GroupListing, admin_for
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
 from pylog.cluster import Cluster, PartitionInfo
@@ -565,6 +566,39 @@ class SharedCluster:
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
         return self.scheduler.run_sync(lambda: self.store.partitions[(topic, partition)].leader)
+
+    # Group admin: this process's own GroupAdmin client, whose requests travel to the owner's broker
+    # like its consumers' (no admin call to forward); the same calls as pylog.Cluster's.
+    def list_groups(self) -> List[GroupListing]:
+        """As :meth:`pylog.Cluster.list_groups`."""
+        self._ensure_open()
+        return admin_for(self).list_groups()
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """As :meth:`pylog.Cluster.describe_group`."""
+        self._ensure_open()
+        return admin_for(self).describe_group(group_id)
+
+    def list_group_offsets(self, group_id: str) -> Dict[Tuple[str, int], Any]:
+        """As :meth:`pylog.Cluster.list_group_offsets`."""
+        self._ensure_open()
+        return admin_for(self).list_group_offsets(group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        """As :meth:`pylog.Cluster.delete_group`."""
+        self._ensure_open()
+        admin_for(self).delete_group(group_id)
+
+    def delete_group_offsets(self, group_id: str, partitions: Sequence[Tuple[str, int]]) -> None:
+        """As :meth:`pylog.Cluster.delete_group_offsets`."""
+        self._ensure_open()
+        admin_for(self).delete_group_offsets(group_id, partitions)
+
+    def alter_group_offsets(self, group_id: str, offsets: Dict[Tuple[str, int], Any]) -> None:
+        """As :meth:`pylog.Cluster.alter_group_offsets` (the owner creates ``__consumer_offsets`` first)."""
+        self._ensure_open()
+        self._call("_ensure_offsets_topic")
+        admin_for(self).alter_group_offsets(group_id, offsets)
 
     def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
         self._ensure_open()

@@ -30,6 +30,14 @@ that broker leads. It follows Kafka's classic (eager) group protocol:
   answers anything pending with ``NotCoordinatorError`` so clients look the
   coordinator up again.
 
+* **Admin.** ListGroups, DescribeGroups, OffsetDelete (and DeleteGroups, an
+  OffsetCommit with generation -1 for altering offsets) serve
+  :mod:`pylog.client.admin`.
+* **Offset expiry** (KIP-211): every ``offsets_retention_check_interval_ms``
+  :meth:`tick` tombstones offsets older than ``offsets_retention_ms`` (from
+  when an Empty group became empty, or from the commit), and removes Empty
+  groups left without offsets (:meth:`_expire_offsets`).
+
 Inputs: :meth:`handle` (a request), :meth:`on_produce_response`,
 :meth:`tick` (timers), :meth:`load` / :meth:`unload`; each returns an
 :class:`~pylog.replication.messages.Outbox`.
@@ -47,6 +55,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 from pylog.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     NonEmptyGroupError,
@@ -105,6 +114,10 @@ class Group:
     members: Dict[str, Member] = field(default_factory=dict)
     offsets: Dict[TP, ot.OffsetCommitValue] = field(default_factory=dict)
     rebalance_deadline_ms: int = 0
+    #: when the group last became Empty (its GroupMetadata ``current_state_timestamp``); -1: unknown
+    empty_since_ms: int = -1
+    #: partitions with an OffsetCommit append in flight (count per partition): offset expiry skips them
+    pending_commits: Dict[TP, int] = field(default_factory=dict)
 
     def _check(self) -> None:
         assert self.state in (EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD), self.state
@@ -113,6 +126,7 @@ class Group:
         if self.state == EMPTY:
             assert not self.members, self.group_id
         assert self.generation >= 0
+        assert all(n > 0 for n in self.pending_commits.values()), self.pending_commits
 
 
 class GroupCoordinator:
@@ -177,6 +191,8 @@ class GroupCoordinator:
     def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
         """Answer one group request (FindCoordinator is answered by the broker)."""
         out = Outbox()
+        if self._handle_admin(src, msg, now_ms, out):
+            return out
         if isinstance(msg, gm.JoinGroupRequest):
             self._on_join(src, msg, now_ms, out)
         elif isinstance(msg, gm.SyncGroupRequest):
@@ -287,6 +303,7 @@ class GroupCoordinator:
         self.rebalances += 1
         if not g.members:
             g.state, g.leader, g.protocol = EMPTY, None, None
+            g.empty_since_ms = now_ms
             self._append(g.partition, [self._group_metadata_record(g, now_ms)], out, lambda r, o, n: None)
             return
         if g.leader not in g.members:
@@ -448,6 +465,7 @@ class GroupCoordinator:
         group = g
 
         def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
+            _commit_done(group, values)
             if resp.error is not None:
                 error, message = self._append_error(resp)
                 o.send(src, gm.OffsetCommitResponse(req.correlation_id, error=error, message=message))
@@ -456,6 +474,7 @@ class GroupCoordinator:
                 group.offsets.update(values)
             o.send(src, gm.OffsetCommitResponse(req.correlation_id))
 
+        _commit_started(g, values)
         self._append(g.partition, records, out, stored)
 
     def _on_offset_fetch(self, src: object, req: gm.OffsetFetchRequest, out: Outbox) -> None:
@@ -508,6 +527,7 @@ class GroupCoordinator:
                 if mid in g.members and m.join is None and now_ms >= m.deadline_ms:
                     self._remove_member(g, mid, now_ms, out, f"missed its session timeout ({m.session_timeout_ms} ms)")
             self._maybe_complete_join(g, now_ms, out)
+        self._expire_offsets(now_ms, out)
         return out
 
     # ----------------------------------------------------------- load/unload
@@ -533,7 +553,8 @@ class GroupCoordinator:
                     offsets.pop(k.group, None)  # a group tombstone follows its offsets' tombstones
                 else:
                     metas[k.group] = ot.decode_group_metadata_value(value)
-        for gid in set(offsets) | {g for g, v in metas.items() if v is not None}:
+        # A group exists if it has metadata or offsets left (all its offsets tombstoned: gone, as in Kafka).
+        for gid in {g for g, o in offsets.items() if o} | {g for g, v in metas.items() if v is not None}:
             g = Group(gid, partition)
             g.offsets = offsets.get(gid, {})
             meta = metas.get(gid)
@@ -549,6 +570,8 @@ class GroupCoordinator:
                 if g.members:
                     g.leader = meta.leader if meta.leader in g.members else next(iter(g.members))
                     g.state = STABLE
+                else:
+                    g.empty_since_ms = meta.current_state_timestamp
             self.groups[gid] = g
         self.loaded[partition] = leader_epoch
         return out
@@ -567,11 +590,194 @@ class GroupCoordinator:
                     out.send(m.sync[0], gm.SyncGroupResponse(m.sync[1], error=NotCoordinatorError, message=why))
         return out
 
+    # ------------------------------------------------------------ group admin
+    #: Kafka's ``offsets.retention.minutes`` (7 days) in ms: see :meth:`_expire_offsets`
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: Kafka's ``offsets.retention.check.interval.ms``: how often :meth:`tick` looks for expired offsets
+    offsets_retention_check_interval_ms: int = 600_000
+    _next_expiry_check_ms: int = -1
+    #: offsets expired, and groups removed (Empty without offsets) by expiry or OffsetDelete, since start
+    expired_offsets: int = 0
+    expired_groups: int = 0
+
+    def _handle_admin(self, src: object, msg: object, now_ms: int, out: Outbox) -> bool:
+        """ListGroups, DescribeGroups, OffsetDelete; False for any other message."""
+        if isinstance(msg, gm.ListGroupsRequest):
+            rows = tuple(sorted((g.group_id, g.protocol_type or "", g.state) for g in self.groups.values()
+                                if g.partition in self.loaded and g.state != DEAD))
+            out.send(src, gm.ListGroupsResponse(msg.correlation_id, groups=rows, partitions=tuple(sorted(self.loaded))))
+        elif isinstance(msg, gm.DescribeGroupsRequest):
+            self._on_describe(src, msg, out)
+        elif isinstance(msg, gm.OffsetDeleteRequest):
+            self._on_offset_delete(src, msg, now_ms, out)
+        else:
+            return False
+        return True
+
+    def _on_describe(self, src: object, req: gm.DescribeGroupsRequest, out: Outbox) -> None:
+        err = self._not_here(req.group_id)
+        g = self.groups.get(req.group_id)
+        if err is None and g is None:
+            err = (GroupIdNotFoundError, f"group {req.group_id!r} does not exist")
+        if err is not None:
+            out.send(src, gm.DescribeGroupsResponse(req.correlation_id, error=err[0], message=err[1]))
+            return
+        assert g is not None
+        # As Kafka: assignments only while Stable (during a rebalance they belong to an ended generation).
+        members = tuple((m.member_id, m.client_id, m.client_host, m.assignment if g.state == STABLE else b"")
+                        for m in g.members.values())
+        out.send(src, gm.DescribeGroupsResponse(req.correlation_id, state=g.state, protocol_type=g.protocol_type or "",
+                                                protocol=g.protocol or "", generation_id=g.generation,
+                                                leader=g.leader or "", members=members))
+
+    @staticmethod
+    def _subscribed_topics(g: Group) -> Optional[Set[str]]:
+        """Topics the members of a ``consumer`` group subscribe to (None: not a consumer group, or unreadable)."""
+        if g.protocol_type != "consumer":
+            return None
+        topics: Set[str] = set()
+        for m in g.members.values():
+            meta = m.metadata(g.protocol) if g.protocol is not None else (m.protocols[0][1] if m.protocols else b"")
+            try:
+                topics.update(ot.decode_subscription(meta)[0])
+            except Exception:
+                return None
+        return topics
+
+    def _on_offset_delete(self, src: object, req: gm.OffsetDeleteRequest, now_ms: int, out: Outbox) -> None:
+        """Kafka's OffsetDelete: a consumer group may drop offsets of topics none of its members subscribes to
+        (``GroupSubscribedToTopicError`` per partition otherwise); any other group only while Empty."""
+        def fail(error: type, message: str) -> None:
+            out.send(src, gm.OffsetDeleteResponse(req.correlation_id, error=error, message=message))
+
+        err = self._not_here(req.group_id)
+        g = self.groups.get(req.group_id)
+        if err is None and g is None:
+            err = (GroupIdNotFoundError, f"group {req.group_id!r} does not exist")
+        if err is not None:
+            return fail(*err)
+        assert g is not None
+        rows: List[Tuple[str, int, Optional[type], str]] = []
+        subscribed = self._subscribed_topics(g)
+        if subscribed is not None:
+            eligible = []
+            for t, p in req.partitions:
+                if t in subscribed:
+                    rows.append((t, p, GroupSubscribedToTopicError,
+                                 f"group {req.group_id!r} is subscribed to topic {t!r}: offset of {t}-{p} kept"))
+                else:
+                    eligible.append((t, p))
+        elif g.state == EMPTY:
+            eligible = list(req.partitions)
+        else:
+            return fail(NonEmptyGroupError, f"group {req.group_id!r} has {len(g.members)} members "
+                        f"(state {g.state}): its offsets cannot be deleted")
+        gone = {tp: g.offsets[tp] for tp in eligible if tp in g.offsets}
+        rows.extend((t, p, None, "") for t, p in eligible)
+        if not gone:
+            out.send(src, gm.OffsetDeleteResponse(req.correlation_id, partition_errors=tuple(rows)))
+            return
+        group = g
+
+        def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
+            if resp.error is not None:
+                error, message = self._append_error(resp)
+                o.send(src, gm.OffsetDeleteResponse(req.correlation_id, error=error, message=message))
+                return
+            if self.groups.get(group.group_id) is group:
+                for tp, v in gone.items():
+                    if group.offsets.get(tp) is v:  # a commit after the tombstone stays
+                        del group.offsets[tp]
+                self._maybe_dead(group, n, o)
+            o.send(src, gm.OffsetDeleteResponse(req.correlation_id, partition_errors=tuple(rows)))
+
+        self._append(g.partition, [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p)) for t, p in sorted(gone)],
+                     out, stored)
+
+    def _maybe_dead(self, g: Group, now_ms: int, out: Outbox) -> bool:
+        """An Empty group without offsets (and no commit in flight) is removed, as Kafka's cleanup makes it
+        Dead; a group that ever had a generation gets a tombstone for its metadata too."""
+        if g.state != EMPTY or g.members or g.offsets or g.pending_commits or self.groups.get(g.group_id) is not g:
+            return False
+        g.state = DEAD
+        del self.groups[g.group_id]
+        self._delay_until.pop(g.group_id, None)
+        self.expired_groups += 1
+        if g.generation > 0:
+            self._append(g.partition, [Record(None, key=ot.encode_group_metadata_key(g.group_id))], out,
+                         lambda r, o, n: None)
+        return True
+
+    def _expiry_base(self, g: Group) -> Optional[Callable[[ot.OffsetCommitValue], int]]:
+        """KIP-211: from when an offset's retention counts, or None when the group's offsets do not expire now.
+
+        * a group with a protocol type, Empty: from when it became empty (or the commit, if later or if
+          the empty time is unknown);
+        * a Stable consumer group: from the commit, and only for topics no member subscribes to;
+        * a group that only commits (no protocol type, no members): from the commit;
+        * otherwise (rebalancing, non-consumer protocols with members): never.
+        """
+        if g.protocol_type is not None:
+            if g.state == EMPTY:
+                since = g.empty_since_ms
+                return lambda v: max(since, v.commit_timestamp) if since >= 0 else v.commit_timestamp
+            if g.state == STABLE and g.protocol_type == "consumer":
+                return lambda v: v.commit_timestamp
+            return None
+        return None if g.members else (lambda v: v.commit_timestamp)
+
+    def _expire_offsets(self, now_ms: int, out: Outbox) -> None:
+        """Every ``offsets_retention_check_interval_ms``: tombstone expired offsets, drop dead groups.
+
+        Expired offsets leave memory at once and get tombstones (acks=all, not waited for, as Kafka's
+        cleanup): if an append fails, a later load brings them back and they expire again.
+        """
+        if now_ms < self._next_expiry_check_ms:
+            return
+        self._next_expiry_check_ms = now_ms + self.offsets_retention_check_interval_ms
+        retention = self.offsets_retention_ms
+        for g in list(self.groups.values()):
+            if g.partition not in self.loaded or g.state == DEAD:
+                continue
+            base = self._expiry_base(g)
+            if base is None:
+                continue
+            keep = self._subscribed_topics(g) if g.members else None
+            if g.members and keep is None:
+                continue  # subscriptions unknown: keep everything
+            expired = []
+            for tp, v in g.offsets.items():
+                if tp in g.pending_commits or (keep is not None and tp[0] in keep):
+                    continue
+                if (now_ms >= v.expire_timestamp if v.expire_timestamp >= 0 else now_ms - base(v) >= retention):
+                    expired.append(tp)
+            for tp in expired:
+                del g.offsets[tp]
+            self.expired_offsets += len(expired)
+            if expired:
+                self._append(g.partition, [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p))
+                                           for t, p in sorted(expired)], out, lambda r, o, n: None)
+            self._maybe_dead(g, now_ms, out)
+
     def _check(self) -> None:
         for gid, g in self.groups.items():
             assert g.group_id == gid
             assert g.partition in self.loaded, (gid, g.partition)
             g._check()
+
+
+def _commit_started(g: Group, values: Dict[TP, ot.OffsetCommitValue]) -> None:
+    for tp in values:
+        g.pending_commits[tp] = g.pending_commits.get(tp, 0) + 1
+
+
+def _commit_done(g: Group, values: Dict[TP, ot.OffsetCommitValue]) -> None:
+    for tp in values:
+        left = g.pending_commits.get(tp, 0) - 1
+        if left > 0:
+            g.pending_commits[tp] = left
+        else:
+            g.pending_commits.pop(tp, None)
 
 
 __all__ = ["GroupCoordinator", "Group", "Member", "EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE", "DEAD"]

@@ -174,6 +174,61 @@ class ListOffsetsResponse:
     leader_epoch: int = -1
 
 
+
+# ------------------------------------------------------------- group admin
+@dataclass(frozen=True)
+class ListGroupsRequest:
+    """Kafka's ListGroups: the groups this broker coordinates (every broker is asked)."""
+
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class ListGroupsResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    #: (group_id, protocol_type ("" for offsets-only groups), state)
+    groups: Tuple[Tuple[str, str, str], ...] = ()
+    #: the ``__consumer_offsets`` partitions whose groups this answer covers
+    partitions: Tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class DescribeGroupsRequest(GroupRequest):
+    """Kafka's DescribeGroups for one group."""
+
+
+@dataclass(frozen=True)
+class DescribeGroupsResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    state: str = ""
+    protocol_type: str = ""
+    protocol: str = ""
+    generation_id: int = NO_GENERATION
+    leader: str = ""
+    #: (member_id, client_id, client_host, assignment bytes)
+    members: Tuple[Tuple[str, str, str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class OffsetDeleteRequest(GroupRequest):
+    """Kafka's OffsetDelete: remove the group's committed offsets of ``partitions``."""
+
+    partitions: Tuple[Tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class OffsetDeleteResponse:
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    #: (topic, partition, error or None, message) per requested partition
+    partition_errors: Tuple[Tuple[str, int, ErrorType, str], ...] = ()
+
+
 __all__ = [
     "GroupRequest", "FindCoordinatorRequest", "FindCoordinatorResponse", "JoinGroupRequest", "JoinGroupResponse",
     "SyncGroupRequest", "SyncGroupResponse", "HeartbeatRequest", "HeartbeatResponse", "LeaveGroupRequest",
@@ -181,3 +236,5 @@ __all__ = [
     "OffsetFetchResponse", "DeleteGroupsRequest", "DeleteGroupsResponse", "ListOffsetsRequest",
     "ListOffsetsResponse", "NO_GENERATION", "NO_MEMBER", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP",
 ]
+__all__ += ["ListGroupsRequest", "ListGroupsResponse", "DescribeGroupsRequest", "DescribeGroupsResponse",
+            "OffsetDeleteRequest", "OffsetDeleteResponse"]

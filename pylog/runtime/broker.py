@@ -15,8 +15,10 @@ handler with the transport, and runs a periodic tick that:
   leading the coordinator unloads those groups (see docs/consumer-groups.md).
 
 Group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, DeleteGroups) go to the coordinator; FindCoordinator and
-ListOffsets are answered here.
+OffsetFetch, DeleteGroups, and the admin ListGroups, DescribeGroups,
+OffsetDelete) go to the coordinator; FindCoordinator and ListOffsets are
+answered here. The tick also expires idle producer ids in every replica's
+producer state (``expiry_config``: ``producer_id_expiration_ms``).
 
 Messages addressed to :data:`CONTROLLER` go to the broker the store names.
 
@@ -50,6 +52,10 @@ from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, Replic
 from pylog.runtime.scheduler import Scheduler, Timer
 from pylog.runtime.transport.base import Transport
 from pylog.storage.fileio import FileIO, SimulatedDiskIO
+from pylog.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+)
 
 
 class _NoRealSync(FileIO):
@@ -83,6 +89,7 @@ class Broker:
         heartbeat_interval_ms: int = 500,
         session_timeout_ms: int = 3_000,
         tick_ms: int = 50,
+        expiry_config: Optional[Dict[str, int]] = None,
     ):
         self.broker_id = broker_id
         self.log_dir = os.path.join(path, f"broker-{broker_id}")
@@ -95,6 +102,10 @@ class Broker:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
         self.tick_ms = tick_ms
+        #: offsets_retention_ms, offsets_retention_check_interval_ms, producer_id_expiration_ms,
+        #: producer_id_expiration_check_interval_ms (Kafka's broker configs; unset: Kafka's defaults)
+        self.expiry_config = dict(expiry_config or {})
+        self._next_producer_expiry_ms = -1
         self.rm: Optional[ReplicaManager] = None
         self.coordinator: Optional[GroupCoordinator] = None
         self.controller: Optional[Controller] = None
@@ -119,6 +130,10 @@ class Broker:
         self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
                                  config=self.config, log_config=self.log_config, incarnation=self.incarnation)
         self.coordinator = GroupCoordinator(self.broker_id, request_timeout_ms=self.config.request_timeout_ms)
+        for key in ("offsets_retention_ms", "offsets_retention_check_interval_ms"):
+            if key in self.expiry_config:
+                setattr(self.coordinator, key, int(self.expiry_config[key]))
+        self._next_producer_expiry_ms = -1
         self.running = True
         self.want_shutdown = self.shutdown_ok = False
         self._last_heartbeat = -(10**12)
@@ -181,7 +196,7 @@ class Broker:
             self.shutdown_ok = msg.should_shut_down
             return
         assert self.rm is not None and self.coordinator is not None
-        if isinstance(msg, gm.GroupRequest):
+        if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest)):
             self._sync_coordinator(now)
             if isinstance(msg, gm.FindCoordinatorRequest):
                 self.transport.send(self.broker_id, src, self._find_coordinator(msg))
@@ -291,7 +306,20 @@ class Broker:
         self._send(self.rm.tick(now))
         self._sync_coordinator(now)
         self._send(self.coordinator.tick(now))
+        self._expire_producers(now)
         self._timer = self.scheduler.call_later(self.tick_ms, self._tick)
+
+    def _expire_producers(self, now: int) -> None:
+        """Every ``producer_id_expiration_check_interval_ms``: each replica (leader or follower) forgets
+        producer ids idle for ``producer_id_expiration_ms`` (Kafka's PeriodicProducerExpirationCheck)."""
+        if now < self._next_producer_expiry_ms or self.rm is None:
+            return
+        cfg = self.expiry_config
+        self._next_producer_expiry_ms = now + int(cfg.get("producer_id_expiration_check_interval_ms",
+                                                          DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS))
+        expiration = int(cfg.get("producer_id_expiration_ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS))
+        for part in self.rm.partitions.values():
+            part.producer_state.remove_expired_producers(now, expiration)
 
     def _send_heartbeat(self) -> None:
         out = Outbox()

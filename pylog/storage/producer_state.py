@@ -59,6 +59,9 @@ from pylog.storage.fileio import FileIO
 log = logging.getLogger("pylog.storage")
 
 NUM_BATCHES_TO_RETAIN = 5
+#: Kafka's ``producer.id.expiration.ms`` default (1 day) and its check interval (10 minutes)
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 NO_PRODUCER_ID = -1
@@ -168,6 +171,7 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self.snapshots_written = 0
         self.corrupt_snapshots = 0
+        self.expired_producers = 0
 
     # --------------------------------------------------------------- checks
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> Optional[BatchMetadata]:
@@ -215,6 +219,22 @@ class ProducerStateManager:
         e.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         if last_offset + 1 > self.map_end_offset:
             self.map_end_offset = last_offset + 1
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> List[int]:
+        """Forget producers whose last batch is ``expiration_ms`` or more older than ``now_ms`` (Kafka's
+        ``producer.id.expiration.ms``, KIP-854); returns their ids, ascending.
+
+        "Last write" is the last batch's max timestamp, as Kafka's ``ProducerStateEntry.lastTimestamp``
+        (the producer's clock with CreateTime). A forgotten producer that writes again is treated as a
+        new one: any sequence is accepted (see :meth:`check`). Later snapshots no longer list it.
+        Complexity: O(producers).
+        """
+        gone = sorted(pid for pid, e in self.producers.items()
+                      if e.batches and now_ms - e.batches[-1].timestamp >= expiration_ms)
+        for pid in gone:
+            del self.producers[pid]
+        self.expired_producers += len(gone)
+        return gone
 
     def update_from_infos(self, infos: Iterable[object]) -> None:
         """Record every idempotent batch in ``infos`` (:class:`BatchInfo`); advances ``map_end_offset``."""
@@ -317,5 +337,6 @@ class ProducerStateManager:
 
 __all__ = [
     "ProducerStateManager", "ProducerEntry", "BatchMetadata", "NUM_BATCHES_TO_RETAIN", "encode_snapshot",
-    "decode_snapshot", "snapshot_name", "in_sequence", "last_sequence",
+    "decode_snapshot", "snapshot_name", "in_sequence", "last_sequence", "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
+    "DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS",
 ]

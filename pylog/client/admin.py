@@ -1,0 +1,359 @@
+"""The consumer-group admin client: Kafka's ListGroups, DescribeGroups, OffsetFetch, DeleteGroups,
+OffsetDelete and alterConsumerGroupOffsets, as blocking calls.
+
+Reached through :class:`pylog.Cluster` (``cluster.list_groups()``, ...) and
+the shared queue (:mod:`pylog.shared`), which create one :class:`GroupAdmin`
+each on first use. Like the consumer, it talks to the brokers only with
+messages over ``cluster.transport`` (so it works from a second process over
+the shared queue's socket) and reads metadata only from ``cluster.store``:
+
+* a group call looks the coordinator up (FindCoordinator to the leader of the
+  group's ``__consumer_offsets`` partition, or the controller), sends the
+  request there, and retries retriable answers (coordinator moved, not
+  available, timeouts) after ``retry_backoff_ms`` until ``request_timeout_ms``;
+* :meth:`GroupAdmin.list_groups` asks every broker and merges the answers
+  once every ``__consumer_offsets`` partition is covered by its coordinator's
+  answer (a partition without a serving leader past the timeout raises
+  :class:`~pylog.errors.CoordinatorNotAvailableError` naming it).
+
+Complexity: one or two request round trips per call (plus retries).
+Durability: deletions and offset changes are acknowledged once they are in
+``__consumer_offsets`` on the offsets partition's ISR (acks=all).
+Thread-safety: every public method may be called from any thread but the
+cluster's loop thread (it blocks until the answer; a simulated cluster runs
+virtual time meanwhile).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
+
+from pylog.client._node import ClientFuture, ClientNode
+from pylog.client.consumer import OffsetAndMetadata
+from pylog.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    InvalidGroupIdError,
+    InvalidOffsetError,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    PylogError,
+    RequestTimedOutError,
+    UnknownMemberIdError,
+)
+from pylog.replication import group_messages as gm
+from pylog.replication import offsets_topic as ot
+from pylog.replication.messages import NO_LEADER
+
+TP = Tuple[str, int]
+
+_RETRIABLE = (NotCoordinatorError, CoordinatorNotAvailableError, CoordinatorLoadInProgressError,
+              RequestTimedOutError, NotEnoughReplicasError, NotEnoughReplicasAfterAppendError)
+
+
+class GroupListing(NamedTuple):
+    """One row of :meth:`GroupAdmin.list_groups`. ``protocol_type`` is ``""`` for a group that only
+    stores offsets (standalone ``assign()`` consumers, :meth:`GroupAdmin.alter_group_offsets`)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+class MemberDescription(NamedTuple):
+    """A member of a described group; ``assignment`` is empty unless the group is Stable."""
+
+    member_id: str
+    client_id: str
+    client_host: str
+    assignment: Tuple[TP, ...]
+
+
+class GroupDescription(NamedTuple):
+    """:meth:`GroupAdmin.describe_group`: Kafka's ConsumerGroupDescription."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation: int
+    leader: str
+    members: Tuple[MemberDescription, ...]
+
+
+class GroupAdmin:
+    """Blocking consumer-group admin calls over ``cluster``'s transport (see the module docstring)."""
+
+    def __init__(self, cluster: Any, *, request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100):
+        self.scheduler = cluster.scheduler
+        self.store = cluster.store
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._node: ClientNode = self.scheduler.run_sync(
+            lambda: ClientNode("admin", self.scheduler, cluster.transport))
+
+    # ------------------------------------------------------------ plumbing
+    def _now(self) -> int:
+        return self.scheduler.clock.now_ms()
+
+    def _wait(self, start: Callable[[ClientFuture, int], None]) -> Any:
+        """Run ``start(future, deadline)`` on the loop and block for the future's result."""
+        if self._node.closed:
+            raise PylogError("the group admin client is closed (its cluster was closed)")
+        fut = ClientFuture(self.scheduler)
+        self.scheduler.run_sync(lambda: start(fut, self._now() + self.request_timeout_ms))
+        return fut.result(self.request_timeout_ms / 1000 + 5)
+
+    def _later(self, fn: Callable[[], None]) -> None:
+        self.scheduler.call_later(self.retry_backoff_ms, fn)
+
+    def _group_call(self, group_id: str, make: Callable[[int], Any], answer: Callable[[Any, ClientFuture, bool], None],
+                    missing: Callable[[ClientFuture], None], fut: ClientFuture, deadline: int) -> None:
+        """FindCoordinator, then ``make(correlation_id)`` to it; ``answer(resp, fut, retried_unknown)`` gets a
+        response that is not a retriable error (``retried_unknown``: an earlier attempt of this call reached the
+        coordinator and its outcome is unknown). ``missing(fut)`` runs when ``__consumer_offsets`` does not exist."""
+        state = {"unknown": False, "last": None}
+
+        def retry(err: BaseException) -> None:
+            state["last"] = err
+            if fut.done() or self._node.closed:
+                fut.set_exception(err)
+                return
+            if self._now() + self.retry_backoff_ms >= deadline:
+                fut.set_exception(err)
+                return
+            self._later(attempt)
+
+        def attempt() -> None:
+            if fut.done():
+                return
+            cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
+            if cfg is None:
+                missing(fut)
+                return
+            st = self.store.partitions.get((ot.OFFSETS_TOPIC, ot.partition_for_group(group_id, cfg.partitions)))
+            target = st.leader if st is not None and st.leader != NO_LEADER else self.store.controller_id
+            if target is None:
+                return retry(CoordinatorNotAvailableError(f"group {group_id!r}: no broker to ask for its coordinator"))
+            timeout = max(1, min(self.request_timeout_ms, deadline - self._now()))
+
+            def found(resp: Any) -> None:
+                if resp is None:
+                    return retry(RequestTimedOutError(f"FindCoordinator for group {group_id!r} timed out"))
+                if resp.error is not None:
+                    return retry(resp.error(resp.message))
+                self._node.request(resp.node_id, make(self._node.next_corr()), timeout, done)
+
+            def done(resp: Any) -> None:
+                if resp is None:
+                    state["unknown"] = True
+                    return retry(RequestTimedOutError(f"request to the coordinator of group {group_id!r} timed out"))
+                if resp.error is not None and issubclass(resp.error, _RETRIABLE):
+                    state["unknown"] = True  # e.g. its append to the offsets partition failed: maybe written
+                    return retry(resp.error(resp.message))
+                try:
+                    answer(resp, fut, bool(state["unknown"]))
+                except BaseException as exc:  # a decoding error: the caller sees it
+                    fut.set_exception(exc)
+
+            self._node.request(target, gm.FindCoordinatorRequest(group_id, self._node.next_corr()), timeout, found)
+
+        attempt()
+
+    @staticmethod
+    def _check_group(group_id: Any) -> str:
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidGroupIdError(f"group_id must be a non-empty str, got {group_id!r}")
+        return group_id
+
+    # ----------------------------------------------------------------- API
+    def list_groups(self) -> List[GroupListing]:
+        """Every group of the cluster, sorted by id: each broker answers for the groups it coordinates.
+
+        Raises :class:`CoordinatorNotAvailableError` when some ``__consumer_offsets``
+        partition had no coordinator answering within ``request_timeout_ms``.
+        """
+        def start(fut: ClientFuture, deadline: int) -> None:
+            def attempt() -> None:
+                cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
+                if cfg is None:
+                    fut.set_result([])
+                    return
+                wanted = set(range(cfg.partitions))
+                owner: Dict[int, Any] = {}  # offsets partition -> the broker whose answer covers it
+                rows: Dict[Any, Tuple[Tuple[str, str, str], ...]] = {}
+                brokers = list(self.store.brokers)
+                left = {"n": len(brokers)}
+                timeout = max(1, min(self.request_timeout_ms, deadline - self._now()))
+
+                def finish() -> None:
+                    groups = [GroupListing(gid, state, ptype) for b, rs in rows.items() for gid, ptype, state in rs
+                              if owner.get(ot.partition_for_group(gid, cfg.partitions)) == b]
+                    fut.set_result(sorted(groups))
+
+                def answered(b: Any, resp: Any) -> None:
+                    left["n"] -= 1
+                    if fut.done():
+                        return
+                    if resp is not None and resp.error is None:
+                        rows[b] = resp.groups
+                        for p in resp.partitions:
+                            owner.setdefault(p, b)
+                    if wanted <= set(owner):
+                        finish()
+                    elif left["n"] == 0:
+                        missing = sorted(wanted - set(owner))
+                        if self._now() + self.retry_backoff_ms >= deadline:
+                            fut.set_exception(CoordinatorNotAvailableError(
+                                f"list_groups: no coordinator answered for {ot.OFFSETS_TOPIC} partitions {missing}"))
+                        else:
+                            self._later(attempt)
+
+                for b in brokers:
+                    self._node.request(b, gm.ListGroupsRequest(self._node.next_corr()), timeout,
+                                       lambda resp, b=b: answered(b, resp))
+
+            attempt()
+
+        return self._wait(start)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """State, protocol, generation, leader and members (client id, host, assigned partitions) of a group.
+
+        Raises :class:`GroupIdNotFoundError` for a group that does not exist.
+        """
+        group_id = self._check_group(group_id)
+
+        def answer(resp: Any, fut: ClientFuture, _: bool) -> None:
+            if resp.error is not None:
+                fut.set_exception(resp.error(resp.message))
+                return
+            consumer = resp.protocol_type == "consumer"
+            members = tuple(MemberDescription(mid, cid, host, tuple(ot.decode_assignment(a)) if consumer else ())
+                            for mid, cid, host, a in resp.members)
+            fut.set_result(GroupDescription(group_id, resp.state, resp.protocol_type, resp.protocol,
+                                            resp.generation_id, resp.leader, members))
+
+        def missing(fut: ClientFuture) -> None:
+            fut.set_exception(GroupIdNotFoundError(f"group {group_id!r} does not exist (no {ot.OFFSETS_TOPIC} yet)"))
+
+        return self._wait(lambda fut, dl: self._group_call(
+            group_id, lambda corr: gm.DescribeGroupsRequest(group_id, corr), answer, missing, fut, dl))
+
+    def list_group_offsets(self, group_id: str) -> Dict[TP, OffsetAndMetadata]:
+        """The group's committed offsets, per partition (empty for an unknown group, as Kafka)."""
+        group_id = self._check_group(group_id)
+
+        def answer(resp: Any, fut: ClientFuture, _: bool) -> None:
+            if resp.error is not None:
+                fut.set_exception(resp.error(resp.message))
+                return
+            fut.set_result({(t, p): OffsetAndMetadata(o, m, e) for t, p, o, e, m in resp.offsets if o >= 0})
+
+        return self._wait(lambda fut, dl: self._group_call(
+            group_id, lambda corr: gm.OffsetFetchRequest(group_id, corr, partitions=None), answer,
+            lambda fut: fut.set_result({}), fut, dl))
+
+    def delete_group(self, group_id: str) -> None:
+        """Kafka's DeleteGroups: delete an empty group (its offsets and metadata get tombstones).
+
+        Raises :class:`NonEmptyGroupError` when it has members, :class:`GroupIdNotFoundError` when it does
+        not exist. A retry after an attempt whose outcome was unknown counts "not found" as done.
+        """
+        group_id = self._check_group(group_id)
+
+        def answer(resp: Any, fut: ClientFuture, unknown: bool) -> None:
+            if resp.error is None or (resp.error is GroupIdNotFoundError and unknown):
+                fut.set_result(None)
+            else:
+                fut.set_exception(resp.error(resp.message))
+
+        def missing(fut: ClientFuture) -> None:
+            fut.set_exception(GroupIdNotFoundError(f"group {group_id!r} does not exist (no {ot.OFFSETS_TOPIC} yet)"))
+
+        self._wait(lambda fut, dl: self._group_call(
+            group_id, lambda corr: gm.DeleteGroupsRequest(group_id, corr), answer, missing, fut, dl))
+
+    def delete_group_offsets(self, group_id: str, partitions: Sequence[TP]) -> None:
+        """Kafka's OffsetDelete: drop the group's committed offsets of ``partitions``.
+
+        Refused with :class:`~pylog.errors.GroupSubscribedToTopicError` (naming the first such partition)
+        for partitions of topics a member of the group subscribes to; the other partitions are deleted.
+        A non-consumer group with members: :class:`NonEmptyGroupError`.
+        """
+        group_id = self._check_group(group_id)
+        tps = tuple(sorted({(str(t), int(p)) for t, p in partitions}))
+
+        def answer(resp: Any, fut: ClientFuture, _: bool) -> None:
+            if resp.error is not None:
+                fut.set_exception(resp.error(resp.message))
+                return
+            for _t, _p, error, message in resp.partition_errors:
+                if error is not None:
+                    fut.set_exception(error(message))
+                    return
+            fut.set_result(None)
+
+        def missing(fut: ClientFuture) -> None:
+            fut.set_exception(GroupIdNotFoundError(f"group {group_id!r} does not exist (no {ot.OFFSETS_TOPIC} yet)"))
+
+        self._wait(lambda fut, dl: self._group_call(
+            group_id, lambda corr: gm.OffsetDeleteRequest(group_id, corr, partitions=tps), answer, missing, fut, dl))
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TP, Any]) -> None:
+        """Set committed offsets of an empty (or new) group: Kafka's alterConsumerGroupOffsets, an
+        OffsetCommit without member or generation. ``offsets`` values: int or :class:`OffsetAndMetadata`.
+
+        Raises :class:`NonEmptyGroupError` when the group has members (Kafka answers UNKNOWN_MEMBER_ID).
+        The caller must make sure ``__consumer_offsets`` exists (the cluster's method does).
+        """
+        group_id = self._check_group(group_id)
+        rows = []
+        for (t, p), v in sorted(offsets.items()):
+            off, meta, epoch = (v.offset, v.metadata, v.leader_epoch) if isinstance(v, OffsetAndMetadata) else (int(v), "", -1)
+            if off < 0:
+                raise InvalidOffsetError(f"group {group_id!r}: offset {off} for {t}-{p} is negative")
+            rows.append((str(t), int(p), off, epoch, meta))
+        if not rows:
+            return
+
+        def answer(resp: Any, fut: ClientFuture, _: bool) -> None:
+            if resp.error is None:
+                fut.set_result(None)
+            elif resp.error is UnknownMemberIdError:
+                fut.set_exception(NonEmptyGroupError(
+                    f"group {group_id!r} has active members: its offsets can only be altered while it is empty "
+                    f"({resp.message})"))
+            else:
+                fut.set_exception(resp.error(resp.message))
+
+        def missing(fut: ClientFuture) -> None:
+            fut.set_exception(CoordinatorNotAvailableError(f"group {group_id!r}: {ot.OFFSETS_TOPIC} does not exist"))
+
+        self._wait(lambda fut, dl: self._group_call(
+            group_id, lambda corr: gm.OffsetCommitRequest(group_id, corr, offsets=tuple(rows)), answer, missing,
+            fut, dl))
+
+    def close(self) -> None:
+        self.scheduler.run_sync(self._node.close_node)
+
+
+_lock = threading.Lock()
+
+
+def admin_for(cluster: Any) -> GroupAdmin:
+    """The cluster's :class:`GroupAdmin`, created on first use and closed with the cluster's clients."""
+    with _lock:
+        admin = cluster.__dict__.get("_group_admin")
+        if admin is None or admin._node.closed:
+            admin = GroupAdmin(cluster, request_timeout_ms=getattr(cluster, "request_timeout_ms", None)
+                               or getattr(getattr(cluster, "config", None), "request_timeout_ms", 30_000))
+            cluster._group_admin = admin
+            cluster._clients.append(admin)
+        return admin
+
+
+__all__ = ["GroupAdmin", "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata", "admin_for"]
