@@ -7,7 +7,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from pylog import errors  # noqa: E402
-from pylog.client.consumer import Consumer, ConsumerRecord  # noqa: E402
+from pylog.client.admin import GroupDescription, GroupListing, MemberDescription  # noqa: E402
+from pylog.client.consumer import Consumer, ConsumerRecord, OffsetAndMetadata  # noqa: E402
 from pylog.client.producer import Producer, RecordMetadata  # noqa: E402
 from pylog.cluster import Cluster, PartitionInfo, open  # noqa: E402,A004
 from pylog.errors import PylogError  # noqa: E402
@@ -35,4 +36,8 @@ __all__ = [
     "RecordMetadata",
     "Consumer",
     "ConsumerRecord",
+    "OffsetAndMetadata",
+    "GroupListing",
+    "GroupDescription",
+    "MemberDescription",
 ]
