@@ -9,8 +9,9 @@ are resent on every retry, so the leader can recognise a retry.
 
 ``send`` returns a :class:`FutureRecordMetadata`: two references (batch,
 index). Completing a batch is O(1) whatever its size: the offset of record
-``i`` is computed when asked for (``base_offset + i``). There is one
-``threading.Event`` per batch (real time only), none per record.
+``i`` is computed when asked for (``base_offset + i``). A batch gets a
+``threading.Event`` only when a thread actually waits for it (real time), so
+a batch nobody waits for costs no lock or condition; none exist per record.
 
 Thread-safety: a batch's record list is appended to under the producer's
 lock until the batch is closed; after that only the producer's loop thread
@@ -44,8 +45,7 @@ class ProducerBatch:
         "attempts", "order",
     )
 
-    def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int,
-                 realtime: bool):
+    def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int):
         self.owner = owner
         self.topic = topic
         self.partition = partition
@@ -58,7 +58,7 @@ class ProducerBatch:
         self.base_offset = -1
         self.timestamp = -1
         self.error: Optional[BaseException] = None
-        self.event = threading.Event() if realtime else None
+        self.event: Optional[threading.Event] = None  # made by the first waiter (real time), see wait()
         self.callbacks: Optional[List[Callable[[], None]]] = None
         self.data: Optional[bytearray] = None  # encoded once, resent as is
         self.producer_id = -1
@@ -82,8 +82,9 @@ class ProducerBatch:
             self.error = error
             self.done = True
             cbs, self.callbacks = self.callbacks, None
-        if self.event is not None:
-            self.event.set()
+            event = self.event  # read under the lock: a waiter makes it under the lock while not done
+        if event is not None:
+            event.set()
         if cbs:
             for fn in cbs:
                 try:
@@ -92,6 +93,18 @@ class ProducerBatch:
                     import logging
 
                     logging.getLogger("pylog.client").exception("producer callback raised")
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        """Real time: block until the batch is completed; False if ``timeout`` seconds pass first."""
+        if self.done:
+            return True
+        with self.owner._lock:
+            if self.done:
+                return True
+            event = self.event
+            if event is None:
+                event = self.event = threading.Event()
+        return event.wait(timeout)
 
     def metadata(self, index: int) -> RecordMetadata:
         rec = self.records[index]
@@ -131,7 +144,7 @@ class FutureRecordMetadata:
             b.owner._wake()
             sched.wait_until(lambda: b.done, None if timeout is None else int(timeout * 1000))
         else:
-            b.event.wait(timeout)  # type: ignore[union-attr]
+            b.wait(timeout)
         if not b.done:
             raise RequestTimedOutError(
                 f"{b.topic}-{b.partition}: no acknowledgement within {timeout} s (the record may still be written)")
@@ -168,7 +181,7 @@ class FutureRecordMetadata:
 
 def failed_future(owner: Any, topic: str, partition: int, error: PylogError) -> FutureRecordMetadata:
     """A future that already failed with ``error`` (a send refused before it was queued)."""
-    b = ProducerBatch(owner, topic, partition, 0, 0, -1, False)
+    b = ProducerBatch(owner, topic, partition, 0, 0, -1)
     b.open = False
     b.records.append(None)
     b.error = error

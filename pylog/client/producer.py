@@ -305,7 +305,7 @@ class Producer:
         """Open a batch for ``ps`` (under the lock)."""
         now = self.scheduler.clock.now_ms()
         self._order += 1
-        b = ProducerBatch(self, ps.topic, ps.partition, now, now + self.delivery_timeout_ms, self._order, self._realtime)
+        b = ProducerBatch(self, ps.topic, ps.partition, now, now + self.delivery_timeout_ms, self._order)
         ps.open = b
         self._incomplete.add(b)
         if self.linger_ms > 0 and not self._flushing:
@@ -587,7 +587,7 @@ class Producer:
                 ok = True
                 for b in pending:
                     left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    if not b.event.wait(left):  # type: ignore[union-attr]
+                    if not b.wait(left):
                         ok = False
                         break
             if not ok:
