@@ -624,28 +624,44 @@ class Consumer:
         return out
 
     def _take_records(self, limit: int) -> List[ConsumerRecord]:
-        """Hand out up to ``limit`` buffered records and advance the positions (under the buffer lock)."""
-        out: List[ConsumerRecord] = []
+        """Hand out up to ``limit`` buffered records and advance the positions.
+
+        The buffer holds lists of records (from the per-batch decoder) and
+        :class:`RecordRun` columns (from the run decoder); a run's records are
+        built here, after the buffer lock is released.
+        """
+        pieces: List[Tuple[Any, int, int]] = []
+        taken = 0
         with self._lock:
             buf = self._buffer
-            while buf and len(out) < limit:
+            while buf and taken < limit:
                 chunk = buf[0]
                 tp, recs, i = chunk
-                j = min(len(recs), i + limit - len(out))
-                if i == 0 and j == len(recs):
-                    out.extend(recs)
-                else:
-                    out.extend(recs[i:j])
+                n = len(recs)
+                j = min(n, i + limit - taken)
+                pieces.append((recs, i, j))
+                taken += j - i
                 self._buffered[tp] -= j - i
-                self._positions[tp] = recs[j - 1].offset + 1
-                if j == len(recs):
+                self._positions[tp] = (recs[j - 1].offset if type(recs) is list else recs.offset_at(j - 1)) + 1
+                if j == n:
                     buf.popleft()
                 else:
                     chunk[2] = j
-            if out:
-                self.records_consumed += len(out)
+            if taken:
+                self.records_consumed += taken
             if not buf:
                 self._wake.clear()
+        if len(pieces) == 1:
+            recs, i, j = pieces[0]
+            if type(recs) is not list:
+                return recs.take(i, j)
+            return recs if i == 0 and j == len(recs) else recs[i:j]
+        out: List[ConsumerRecord] = []
+        for recs, i, j in pieces:
+            if type(recs) is not list:
+                out.extend(recs.take(i, j))
+            else:
+                out.extend(recs if i == 0 and j == len(recs) else recs[i:j])
         return out
 
     def _take(self, limit: int) -> List[ConsumerRecord]:

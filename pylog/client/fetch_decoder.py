@@ -9,8 +9,9 @@ at once - uncompressed v2, not control, no headers, no null value, one
 leader epoch and timestamp type, keys all null or all present (what a
 producer of plain values writes) - as columns: absolute offsets and
 timestamps, and Python ``struct`` formats that cut every key and value out
-of the fetched buffer in one ``unpack_from`` call. The records are then
-built with one ``map``/``zip`` over the run. Any other batch (compressed,
+of the fetched buffer in one ``unpack_from`` call. The run is handed over
+as a :class:`RecordRun`, whose records are built (one ``map``/``zip``) when
+they are taken. Any other batch (compressed,
 with headers or tombstones, legacy, reaching the high watermark) goes to the
 caller's general per-batch decoder, and the run resumes after it.
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from itertools import repeat
 from struct import Struct
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 from pylog import _native
 from pylog._native import ffi, lib
@@ -44,6 +45,61 @@ _new_tuple = tuple.__new__
 _MIN_RECORD = 7  # bytes: the smallest v2 record
 _FMT_PER_RECORD = 24  # "<gap>x<len>s": two numbers of at most 10 digits, and 'x', 's'
 _MAX_SCRATCH = 16384  # records per C call (about 1 MB of scratch); a longer run takes several calls
+
+
+class RecordRun:
+    """The records of one run, as columns; ``take`` builds them into record tuples.
+
+    The consumer buffers runs and builds records only when ``poll`` hands
+    them out, ``max_poll_records`` at a time: a record object then lives from
+    the ``poll`` that returns it until the application drops it, instead of
+    from the fetch (up to ``max_partition_fetch_bytes`` ahead). Record tuples
+    are NamedTuples, which CPython's collector never untracks, so each one
+    alive across collections is scanned again by every older-generation
+    collection; building late keeps most of them out of those (measured in
+    docs/benchmarks.md).
+
+    ``offsets`` is a range or a list; ``keys`` a tuple, or None when every key
+    is null; ``timestamps`` a list, or one int shared by every record.
+
+    Thread-safety: immutable; ``take`` may run on any thread.
+    """
+
+    __slots__ = ("record_cls", "topic", "partition", "offsets", "keys", "values", "timestamps",
+                 "timestamp_type", "leader_epoch")
+
+    def __init__(self, record_cls: Any, topic: str, partition: int, offsets: Any, keys: Optional[tuple],
+                 values: tuple, timestamps: Any, timestamp_type: int, leader_epoch: int):
+        self.record_cls = record_cls
+        self.topic = topic
+        self.partition = partition
+        self.offsets = offsets
+        self.keys = keys
+        self.values = values
+        self.timestamps = timestamps
+        self.timestamp_type = timestamp_type
+        self.leader_epoch = leader_epoch
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.take(0, len(self.values)))
+
+    def offset_at(self, i: int) -> int:
+        """The offset of record ``i`` (no record built)."""
+        return self.offsets[i]
+
+    def take(self, i: int, j: int) -> List[Any]:
+        """Records ``i`` to ``j - 1`` as record tuples. O(j - i)."""
+        whole = i == 0 and j >= len(self.values)
+        keys = repeat(None) if self.keys is None else (self.keys if whole else self.keys[i:j])
+        ts = self.timestamps
+        timestamps = repeat(ts) if type(ts) is int else (ts if whole else ts[i:j])
+        return list(map(_new_tuple, repeat(self.record_cls), zip(
+            repeat(self.topic), repeat(self.partition), self.offsets if whole else self.offsets[i:j], keys,
+            self.values if whole else self.values[i:j], timestamps, repeat(()), repeat(self.timestamp_type),
+            repeat(self.leader_epoch))))
 
 
 class FetchDecoder:
@@ -74,7 +130,7 @@ class FetchDecoder:
 
     def decode(self, data: Any, pos: int, hw: int, topic: str, partition: int,
                emit: Callable[[List[Any]], None], slow: Callable[[RecordBatch], None]) -> int:
-        """Hand the records of ``data`` with ``pos <= offset`` to ``emit`` (lists, in offset order).
+        """Hand the records of ``data`` with ``pos <= offset`` to ``emit`` (RecordRuns, in offset order).
 
         Batches the fast path does not take go to ``slow`` one by one, in
         order, between the lists given to ``emit``. Returns one past the last
@@ -107,14 +163,13 @@ class FetchDecoder:
                 first = self._offsets[0]
                 offsets: Any = (range(first, first + count) if run.offsets_contiguous
                                 else ffi.unpack(self._offsets, count))
-                timestamps: Any = (repeat(self._timestamps[0]) if run.timestamps_equal
+                timestamps: Any = (self._timestamps[0] if run.timestamps_equal
                                    else ffi.unpack(self._timestamps, count))
                 values = Struct(ffi.buffer(self._value_fmt, run.value_fmt_len)[:]).unpack_from(view, at)
-                keys: Any = (repeat(None) if run.keys_null
-                             else Struct(ffi.buffer(self._key_fmt, run.key_fmt_len)[:]).unpack_from(view, at))
-                emit(list(map(_new_tuple, repeat(record_cls), zip(
-                    repeat(topic), repeat(partition), offsets, keys, values, timestamps, repeat(()),
-                    repeat(run.timestamp_type), repeat(run.leader_epoch)))))
+                keys = (None if run.keys_null
+                        else Struct(ffi.buffer(self._key_fmt, run.key_fmt_len)[:]).unpack_from(view, at))
+                emit(RecordRun(record_cls, topic, partition, offsets, keys, values, timestamps,
+                               run.timestamp_type, run.leader_epoch))
             if run.next_offset > nxt:
                 nxt = run.next_offset
             at += run.consumed
@@ -150,4 +205,4 @@ class FetchDecoder:
         raise CorruptRecordError(f"invalid batch: {result.reason}", position=at + result.valid_bytes)
 
 
-__all__ = ["FetchDecoder"]
+__all__ = ["FetchDecoder", "RecordRun"]

@@ -206,7 +206,9 @@ def test_plain_batches_take_the_fast_path_in_one_run() -> None:
     nxt = FetchDecoder(ConsumerRecord).decode(data, 0, 10**9, TOPIC, PART, chunks.append, slow_batches.append)
     assert slow_batches == []
     assert len(chunks) == 1 and len(chunks[0]) == 200
-    assert chunks[0][57] == ConsumerRecord(TOPIC, PART, 57, None, b"v7", 5, (), CREATE_TIME, 4)
+    assert list(chunks[0])[57] == ConsumerRecord(TOPIC, PART, 57, None, b"v7", 5, (), CREATE_TIME, 4)
+    assert chunks[0].take(55, 58) == list(chunks[0])[55:58]
+    assert chunks[0].offset_at(199) == 199
     assert nxt == 200
 
 
@@ -280,3 +282,19 @@ def reseal(data: bytearray) -> None:
         lib.plg_batch_seal(buf + pos, size)
         ffi.release(buf)
         pos += size
+
+
+@given(fetch_payloads(), st.data())
+def test_a_runs_slices_are_the_slices_of_its_records(payload: Tuple[bytes, int, int], data: Any) -> None:
+    """What poll() takes from a run (any i..j) is exactly that slice of the run's records."""
+    raw, pos, hw = payload
+    runs: List[Any] = []
+    FetchDecoder(ConsumerRecord).decode(raw, pos, hw, TOPIC, PART, runs.append, lambda b: None)
+    for run in runs:
+        whole = list(run)
+        assert len(whole) == len(run)
+        i = data.draw(st.integers(0, len(run)))
+        j = data.draw(st.integers(i, len(run)))
+        assert run.take(i, j) == whole[i:j]
+        if j > i:
+            assert run.offset_at(j - 1) == whole[j - 1].offset
