@@ -267,6 +267,13 @@ class GroupSubscribedToTopicError(PylogError):
     kafka_name = "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
+class BufferExhaustedError(PylogError, TimeoutError):
+    """``send`` waited ``max_block_ms`` for room in the producer's ``buffer_memory`` (Kafka's
+    BufferExhaustedException): records are produced faster than the cluster acknowledges them."""
+
+    retriable = True
+
+
 # ---- the one table from C status codes to exceptions ------------------------
 
 #: C status code -> (exception class, description). Filled from the compiled

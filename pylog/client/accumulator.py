@@ -42,7 +42,7 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "records", "size", "created_ms", "deadline_ms", "open", "done", "base_offset",
         "timestamp", "error", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch", "sequence",
-        "attempts", "order",
+        "attempts", "order", "reserved",
     )
 
     def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int):
@@ -66,6 +66,7 @@ class ProducerBatch:
         self.sequence = -1
         self.attempts = 0
         self.order = order
+        self.reserved = 0  # bytes of the producer's buffer_memory this batch holds until completed
 
     def __repr__(self) -> str:
         state = "done" if self.done else ("open" if self.open else "closed")
@@ -82,6 +83,9 @@ class ProducerBatch:
             self.error = error
             self.done = True
             cbs, self.callbacks = self.callbacks, None
+            if self.reserved:
+                self.owner._give_back(self.reserved)
+                self.reserved = 0
             event = self.event  # read under the lock: a waiter makes it under the lock while not done
         if event is not None:
             event.set()

@@ -51,12 +51,14 @@ from pylog.client._node import ClientNode, error_from
 from pylog.client.accumulator import FutureRecordMetadata, ProducerBatch, RecordMetadata, failed_future
 from pylog.client.partitioner import StickyPartitioner, murmur2
 from pylog.errors import (
+    BufferExhaustedError,
     InvalidConfigurationError,
     InvalidRecordError,
     LeaderNotAvailableError,
     OutOfOrderSequenceError,
     ProducerClosedError,
     PylogError,
+    RecordTooLargeError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
@@ -99,7 +101,13 @@ class Producer:
     * ``max_in_flight`` - requests per partition (5; at most 5 with idempotence);
     * ``retry_backoff_ms`` (100), ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000),
       ``retries`` (2**31-1: in effect, retry until the delivery timeout);
-    * ``enable_idempotence`` - default True when ``acks="all"`` (Kafka 3); True with acks 0/1 is an error.
+    * ``enable_idempotence`` - default True when ``acks="all"`` (Kafka 3); True with acks 0/1 is an error;
+    * ``buffer_memory`` - bytes of records waiting to be acknowledged (33554432): each open or
+      unacknowledged batch holds ``batch_size`` of it (a larger record, its own size), as in Kafka's
+      BufferPool; ``max_block_ms`` (60000) - how long ``send`` blocks for room before it raises
+      :class:`~pylog.errors.BufferExhaustedError`. A record larger than ``buffer_memory`` raises
+      :class:`~pylog.errors.RecordTooLargeError` at once; ``send`` on the cluster's loop thread (in a
+      callback) never blocks: it raises at once when there is no room.
 
     Bad arguments raise :class:`InvalidConfigurationError` naming the parameter:
     an unknown keyword (listing the known ones), a wrong type (``bool`` is not
@@ -113,7 +121,8 @@ class Producer:
                  compression_type: Optional[str] = None, max_in_flight: int = 5, retry_backoff_ms: int = 100,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
-                 transactional_id: Optional[str] = None, retries: int = 2**31 - 1, **unknown: Any):
+                 transactional_id: Optional[str] = None, retries: int = 2**31 - 1,
+                 buffer_memory: int = 33_554_432, max_block_ms: int = 60_000, **unknown: Any):
         if unknown:
             raise InvalidConfigurationError(
                 f"unknown producer option(s) {sorted(unknown)}; known options: {sorted(_PRODUCER_OPTIONS)}")
@@ -123,7 +132,8 @@ class Producer:
             raise InvalidConfigurationError("transactional_id: transactions are not implemented yet")
         for name, v, lo in (("batch_size", batch_size, 1), ("linger_ms", linger_ms, 0), ("max_in_flight", max_in_flight, 1),
                             ("retry_backoff_ms", retry_backoff_ms, 0), ("request_timeout_ms", request_timeout_ms, 1),
-                            ("delivery_timeout_ms", delivery_timeout_ms, 1), ("retries", retries, 0)):
+                            ("delivery_timeout_ms", delivery_timeout_ms, 1), ("retries", retries, 0),
+                            ("buffer_memory", buffer_memory, 1), ("max_block_ms", max_block_ms, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise InvalidConfigurationError(f"{name} must be an int >= {lo}, got {v!r}")
         for name, flag in (("enable_idempotence", enable_idempotence), ("idempotence", idempotence)):
@@ -151,11 +161,15 @@ class Producer:
         self.request_timeout_ms = request_timeout_ms
         self.delivery_timeout_ms = delivery_timeout_ms
         self.max_retries = retries
+        self.buffer_memory = buffer_memory
+        self.max_block_ms = max_block_ms
         self.cluster = cluster
         self.scheduler = cluster.scheduler
         self._realtime = not self.scheduler.simulated
         self._store = cluster.store
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when a completed batch gives back buffer memory
+        self._reserved = 0  # bytes of buffer_memory held by open and unacknowledged batches (under _lock)
         self._node: ClientNode = self.scheduler.run_sync(
             lambda: ClientNode("producer", cluster.scheduler, cluster.transport))
         self._node.on_close.append(self._on_node_closed)
@@ -284,14 +298,24 @@ class Producer:
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + _RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + len(v or b"") + 2 for k, v in headers)
+        reserve = max(self.batch_size, size + 61)  # what a new batch for this record holds of buffer_memory
+        if reserve > self.buffer_memory:
+            raise RecordTooLargeError(f"a record of {size} bytes for topic {topic!r} is larger than the producer's "
+                                      f"buffer_memory={self.buffer_memory}")
+        deadline: Optional[float] = None
+        sticky = partition is None
         with self._lock:
-            sticky = partition is None
-            if sticky:
-                partition = self._sticky_part.partition(topic, n)
-            ps = parts[partition]  # type: ignore[index]
-            b = ps.open
+            while True:
+                if self._closed:
+                    raise ProducerClosedError("send() after the producer was closed")
+                part = self._sticky_part.partition(topic, n) if sticky else partition
+                ps = parts[part]  # type: ignore[index]
+                b = ps.open
+                if b is not None or self._reserved + reserve <= self.buffer_memory:
+                    break
+                deadline = self._wait_for_room(topic, part, reserve, deadline)  # type: ignore[arg-type]
             if b is None:
-                b = self._new_batch(ps)
+                b = self._new_batch(ps, reserve)
             if sticky:
                 self._sticky[topic] = b
             i = len(b.records)
@@ -301,11 +325,43 @@ class Producer:
                 self._batch_full(b)
             return FutureRecordMetadata(b, i)
 
-    def _new_batch(self, ps: _PartitionState) -> ProducerBatch:
-        """Open a batch for ``ps`` (under the lock)."""
+    def _wait_for_room(self, topic: str, partition: int, reserve: int, deadline: Optional[float]) -> float:
+        """Block (under the lock, which waiting releases) until completed batches give back memory,
+        or raise BufferExhaustedError after ``max_block_ms``. Returns the deadline, for the next wait."""
+        import time
+
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + self.max_block_ms / 1000.0
+        on_loop = self.scheduler.simulated is False and self.scheduler.on_loop()  # type: ignore[attr-defined]
+        if now >= deadline or on_loop or self._node.closed:
+            raise BufferExhaustedError(
+                f"{topic}-{partition}: no room for a new batch of {reserve} bytes in buffer_memory="
+                f"{self.buffer_memory} ({self._reserved} bytes held by {len(self._incomplete)} unacknowledged "
+                f"batches)" + (" after waiting max_block_ms=%d" % self.max_block_ms if not on_loop else
+                               "; send() in a producer callback cannot wait for room"))
+        if not self.scheduler.simulated:
+            self._room.wait(deadline - now)
+            return deadline
+        # Simulated: virtual time runs on this thread, so let go of the lock while it runs.
+        self._wake_locked()
+        self._lock.release()
+        try:
+            want = self.buffer_memory - reserve
+            done = self.scheduler.wait_until(lambda: self._reserved <= want or self._closed, self.max_block_ms)
+        finally:
+            self._lock.acquire()
+        if not done and self._reserved > want:
+            return now  # the next call raises (virtual time passed max_block_ms)
+        return deadline
+
+    def _new_batch(self, ps: _PartitionState, reserve: int) -> ProducerBatch:
+        """Open a batch for ``ps`` holding ``reserve`` bytes of buffer_memory (under the lock)."""
         now = self.scheduler.clock.now_ms()
         self._order += 1
         b = ProducerBatch(self, ps.topic, ps.partition, now, now + self.delivery_timeout_ms, self._order)
+        b.reserved = reserve
+        self._reserved += reserve
         ps.open = b
         self._incomplete.add(b)
         if self.linger_ms > 0 and not self._flushing:
@@ -314,6 +370,11 @@ class Producer:
             self._dirty[ps] = None
             self._wake_locked()
         return b
+
+    def _give_back(self, reserved: int) -> None:
+        """A batch completed: its share of buffer_memory is free again (under the lock)."""
+        self._reserved -= reserved
+        self._room.notify_all()
 
     def _batch_full(self, b: ProducerBatch) -> None:
         """Close a full batch (under the lock) and hand it to the loop."""
@@ -605,6 +666,8 @@ class Producer:
         if self._closed and self._node.closed:
             return
         self._closed = True
+        with self._lock:
+            self._room.notify_all()  # a send() waiting for buffer room raises ProducerClosedError
         try:
             if timeout is None or timeout > 0:
                 try:
@@ -628,6 +691,7 @@ class Producer:
                     ps.queue.clear()
                     ps.retry = []
                     ps.inflight = []
+            self._room.notify_all()
         err = self._closed_error()
         for b in pending:
             self._fail(b, err)
@@ -657,6 +721,9 @@ class Producer:
                    self.batches_sent, client_id=cid),
             metric("pylog_producer_buffered_batches", "gauge", "Batches not yet acknowledged.",
                    len(self._incomplete), client_id=cid),
+            metric("pylog_producer_buffer_available_bytes", "gauge",
+                   "buffer_memory not held by open or unacknowledged batches.",
+                   self.buffer_memory - self._reserved, client_id=cid),
         ]
 
 
