@@ -6,10 +6,15 @@
 * **Subscribe** (``subscribe(topics)`` or ``subscribe(pattern=...)``) with a
   ``group_id``: the consumer joins the group through its coordinator (the
   broker leading the group's ``__consumer_offsets`` partition), the leader
-  member runs the assignor (``range`` or ``roundrobin``) and every member
-  fetches only its share. Rebalances are *eager*: when one starts, every
-  member commits (with auto-commit) and gives up all its partitions, then
-  rejoins. Without a ``group_id`` a subscription simply reads every partition
+  member runs the assignor (``range``, ``roundrobin`` or
+  ``cooperative-sticky``) and every member fetches only its share. Rebalances
+  are *eager* by default: when one starts, every member commits (with
+  auto-commit) and gives up all its partitions, then rejoins. With only
+  ``cooperative-sticky`` they are *cooperative* (KIP-429): members keep
+  reading their partitions during a rebalance and give up only those that
+  move, which their new owner gets one generation later. A member that does
+  not ``poll`` within ``max_poll_interval_ms`` leaves the group until its next
+  ``poll``. Without a ``group_id`` a subscription simply reads every partition
   of the matching topics.
 * **Assign** (``assign([(topic, partition), ...])``): no group membership; a
   ``group_id`` is still used to look up and commit offsets (with generation
