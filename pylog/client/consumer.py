@@ -286,8 +286,9 @@ class Consumer:
         self.max_poll_interval_ms = max_poll_interval_ms
         self._listener = rebalance_listener
         self._listener_calls: Deque[Tuple[str, List[TP]]] = deque()
-        #: (sequence, time ms, (topic, partition), owned after) for every change of ownership (tests)
-        self.ownership_log: List[Tuple[int, int, TP, bool]] = []
+        #: (sequence, time ms, (topic, partition), owned after) for the last 10,000 changes of ownership
+        #: (tests check that no partition has two owners at once); sequence numbers order all consumers
+        self.ownership_log: Deque[Tuple[int, int, TP, bool]] = deque(maxlen=10_000)
         #: positions at the moment a poll timeout made this member leave; None while polling in time
         self._poll_expired: Optional[Dict[TP, int]] = None
         self._expired_detail = ""

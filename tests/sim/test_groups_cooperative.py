@@ -208,7 +208,7 @@ def test_joining_member_moves_only_what_balance_needs_and_others_keep_consuming(
             after = set(cons.assignment())
             assert len(before[id(cons)] - after) == 1 and after < before[id(cons)]
             # the partitions it kept were never released, only the one it gave up
-            released = [tp for _, _, tp, owned in cons.ownership_log[mark[id(cons)]:] if not owned]
+            released = [tp for _, _, tp, owned in list(cons.ownership_log)[mark[id(cons)]:] if not owned]
             assert released == sorted(before[id(cons)] - after)
         assert set(newcomer.assignment()) == (before[id(a)] | before[id(b)]) - set(a.assignment()) - set(b.assignment())
         assert newcomer.generation >= gen_before + 2  # the move took two generations (withheld, then given)
