@@ -1029,8 +1029,9 @@ class Consumer:
         if self._cooperative:
             # KIP-429: revoke only what this generation took away, then rejoin at once so the
             # next generation can hand it to its new owner; keep reading everything else.
-            revoked = [tp for tp in self._assignment if tp not in set(parts)]
-            added = [tp for tp in parts if tp not in set(self._assignment)]
+            new, old = set(parts), set(self._assignment)
+            revoked = [tp for tp in self._assignment if tp not in new]
+            added = [tp for tp in parts if tp not in old]
             if revoked:
                 if self.enable_auto_commit:
                     self._commit_internal({tp: self._positions[tp] for tp in revoked if tp in self._positions},
@@ -1164,10 +1165,10 @@ class Consumer:
                     self._coordinator_lost()
                     retry(err)
                     return
-                if resp.error in (IllegalGenerationError, UnknownMemberIdError) and generation == self.generation:
-                    self._handle_group_error(resp.error)
-                if resp.error in (IllegalGenerationError, UnknownMemberIdError) or (
-                        resp.error is RebalanceInProgressError and not self._cooperative):
+                if resp.error in (IllegalGenerationError, UnknownMemberIdError):
+                    if generation == self.generation:  # (not a late answer about an older generation)
+                        self._handle_group_error(resp.error)
+                elif resp.error is RebalanceInProgressError and not self._cooperative:
                     # (cooperative: the rebalance under way completes on its own; rejoining after
                     # it would only start another one)
                     self._rejoin = True

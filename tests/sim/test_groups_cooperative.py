@@ -266,3 +266,30 @@ def test_group_protocol_follows_kafkas_rule(tmp_path):
         check_never_shared([old, both, coop_only, fresh])
     finally:
         c.close()
+
+
+def test_eager_listener_hears_everything_revoked_then_the_new_assignment(tmp_path):
+    """The eager protocol's listener calls (kafka-python's): all owned partitions revoked before
+    rejoining, then the whole new assignment; the cooperative test above hears only increments."""
+    c = Cluster(tmp_path, brokers=1, seed=43)
+    try:
+        c.create_topic(TOPIC, partitions=4, replication_factor=1)
+        opts = dict(COOP, partition_assignment_strategy="range")
+        rec = Recorder()
+        a = c.consumer("g", [TOPIC], **opts)
+        a.subscribe([TOPIC], listener=rec)  # kafka-python's subscribe(topics, listener=...)
+        for _ in range(40):
+            a.poll(0.05)
+            if len(a.assignment()) == 4:
+                break
+        b = c.consumer("g", [TOPIC], **opts)
+        for _ in range(80):
+            a.poll(0.05)
+            b.poll(0.05)
+            if len(a.assignment()) == 2 and len(b.assignment()) == 2:
+                break
+        a.poll(0)
+        every = [(TOPIC, p) for p in range(4)]
+        assert rec.calls == [("assigned", every), ("revoked", every), ("assigned", sorted(a.assignment()))]
+    finally:
+        c.close()
