@@ -7,7 +7,7 @@ from typing import Dict, List, Set, Tuple
 import pytest
 
 from pylog.cluster import Cluster
-from pylog.errors import CommitFailedError, IllegalGenerationError
+from pylog.errors import CommitFailedError, IllegalGenerationError, InvalidConfigurationError
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 
 TOPIC = "jobs"
@@ -106,6 +106,9 @@ def test_default_is_kafkas_and_rebalance_timeout_follows_it(tmp_path):
         assert b.rebalance_timeout_ms == 10_000
         d = c.consumer("g", [TOPIC], max_poll_interval_ms=10_000, rebalance_timeout_ms=4_000)
         assert d.rebalance_timeout_ms == 4_000 and d.max_poll_interval_ms == 10_000
+        for bad in (0, -1, 1.5, True, "300000"):
+            with pytest.raises(InvalidConfigurationError, match="max_poll_interval_ms"):
+                c.consumer("g", [TOPIC], max_poll_interval_ms=bad)
     finally:
         c.close()
 
