@@ -218,6 +218,11 @@ class IllegalGenerationError(PylogError):
     kafka_name = "ILLEGAL_GENERATION"
 
 
+class CommitFailedError(IllegalGenerationError):
+    """Kafka's CommitFailedException: the commit cannot complete because this member left (a
+    ``max_poll_interval_ms`` poll timeout) or was fenced, and its partitions may be another member's."""
+
+
 class UnknownMemberIdError(PylogError):
     """The member id is not (or no longer) a member of the group."""
 

@@ -6,10 +6,15 @@
 * **Subscribe** (``subscribe(topics)`` or ``subscribe(pattern=...)``) with a
   ``group_id``: the consumer joins the group through its coordinator (the
   broker leading the group's ``__consumer_offsets`` partition), the leader
-  member runs the assignor (``range`` or ``roundrobin``) and every member
-  fetches only its share. Rebalances are *eager*: when one starts, every
-  member commits (with auto-commit) and gives up all its partitions, then
-  rejoins. Without a ``group_id`` a subscription simply reads every partition
+  member runs the assignor (``range``, ``roundrobin`` or
+  ``cooperative-sticky``) and every member fetches only its share. Rebalances
+  are *eager* by default: when one starts, every member commits (with
+  auto-commit) and gives up all its partitions, then rejoins. With only
+  ``cooperative-sticky`` they are *cooperative* (KIP-429): members keep
+  reading their partitions during a rebalance and give up only those that
+  move, which their new owner gets one generation later. A member that does
+  not ``poll`` within ``max_poll_interval_ms`` leaves the group until its next
+  ``poll``. Without a ``group_id`` a subscription simply reads every partition
   of the matching topics.
 * **Assign** (``assign([(topic, partition), ...])``): no group membership; a
   ``group_id`` is still used to look up and commit offsets (with generation
@@ -47,6 +52,7 @@ under the consumer's buffer lock (one loop round trip less per poll).
 from __future__ import annotations
 
 import inspect
+import itertools
 import re
 import threading
 from collections import deque
@@ -55,8 +61,11 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optio
 
 from pylog._native import ffi
 from pylog.client._node import ClientFuture, ClientNode
-from pylog.client.assignors import get_assignor
+from pylog.client.assignors import COOPERATIVE, get_assignor, rebalance_protocol
+from pylog.client.assignors import decode_subscription as decode_member_subscription
+from pylog.client.assignors import encode_subscription as encode_member_subscription
 from pylog.errors import (
+    CommitFailedError,
     CoordinatorNotAvailableError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -87,6 +96,8 @@ from pylog.storage import compression as codecs
 
 TP = Tuple[str, int]
 _new_tuple = tuple.__new__
+#: orders ownership changes of every consumer of the process (tests check no partition has two owners at once)
+_OWNERSHIP_SEQ = itertools.count()
 
 
 class ConsumerRecord(NamedTuple):
@@ -186,8 +197,15 @@ class Consumer:
     See the module docstring for the behaviour. Kafka's configuration names,
     in snake_case: ``group_id``, ``client_id``, ``auto_offset_reset``,
     ``enable_auto_commit``, ``auto_commit_interval_ms``, ``isolation_level``,
-    ``session_timeout_ms``, ``heartbeat_interval_ms``, ``rebalance_timeout_ms``
-    (Kafka's ``max.poll.interval.ms`` plays this role), ``partition_assignment_strategy``,
+    ``session_timeout_ms``, ``heartbeat_interval_ms``, ``max_poll_interval_ms``
+    (a member that does not call ``poll`` within it leaves the group; it is also
+    the JoinGroup rebalance timeout, as in Kafka), ``rebalance_timeout_ms`` (None:
+    ``max_poll_interval_ms``), ``partition_assignment_strategy`` (``"range"``,
+    ``"roundrobin"``, ``"cooperative-sticky"``; the consumer rebalances
+    cooperatively when every listed assignor supports it), ``rebalance_listener``
+    (an object with any of ``on_partitions_revoked``, ``on_partitions_assigned``,
+    ``on_partitions_lost``, called with lists of (topic, partition) on the
+    caller's thread at the next ``poll``/``commit``/``close``),
     ``fetch_max_wait_ms``, ``max_partition_fetch_bytes``, ``max_poll_records``,
     ``request_timeout_ms``, ``retry_backoff_ms``, ``consumer_timeout_ms``
     (iteration stops after this long without a record; None: never).
@@ -207,7 +225,8 @@ class Consumer:
                  auto_offset_reset: str = "earliest", enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, isolation_level: str = "read_uncommitted",
                  session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 3_000,
-                 rebalance_timeout_ms: int = 300_000,
+                 rebalance_timeout_ms: Optional[int] = None, max_poll_interval_ms: int = 300_000,
+                 rebalance_listener: Any = None,
                  partition_assignment_strategy: Sequence[str] = ("range", "roundrobin"),
                  fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1 << 20,
                  request_timeout_ms: int = 30_000, max_poll_records: int = 500, retry_backoff_ms: int = 100,
@@ -222,6 +241,9 @@ class Consumer:
             raise InvalidConfigurationError(f"client_id must be a str or None, got {client_id!r}")
         if not isinstance(enable_auto_commit, bool):
             raise InvalidConfigurationError(f"enable_auto_commit must be a bool, got {enable_auto_commit!r}")
+        _need_int("max_poll_interval_ms", max_poll_interval_ms, 1)
+        if rebalance_timeout_ms is None:
+            rebalance_timeout_ms = max_poll_interval_ms  # Kafka: max.poll.interval.ms is the rebalance timeout
         for name, value, low in (("auto_commit_interval_ms", auto_commit_interval_ms, 0),
                                  ("session_timeout_ms", session_timeout_ms, 1),
                                  ("heartbeat_interval_ms", heartbeat_interval_ms, 1),
@@ -248,6 +270,8 @@ class Consumer:
         self._assignors = [get_assignor(n) for n in partition_assignment_strategy]
         if not self._assignors:
             raise InvalidConfigurationError("partition_assignment_strategy needs at least one assignor")
+        #: KIP-429: keep partitions across a rebalance, give up only those that move
+        self._cooperative = rebalance_protocol(self._assignors) == COOPERATIVE
         self.cluster = cluster
         self.store = cluster.store
         self.scheduler = cluster.scheduler
@@ -259,6 +283,15 @@ class Consumer:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self._listener = rebalance_listener
+        self._listener_calls: Deque[Tuple[str, List[TP]]] = deque()
+        #: (sequence, time ms, (topic, partition), owned after) for the last 10,000 changes of ownership
+        #: (tests check that no partition has two owners at once); sequence numbers order all consumers
+        self.ownership_log: Deque[Tuple[int, int, TP, bool]] = deque(maxlen=10_000)
+        #: positions at the moment a poll timeout made this member leave; None while polling in time
+        self._poll_expired: Optional[Dict[TP, int]] = None
+        self._expired_detail = ""
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.request_timeout_ms = request_timeout_ms
@@ -316,6 +349,7 @@ class Consumer:
         self._node.on_close.append(self._on_node_closed)
         self.scheduler.run_sync(self._start_tick)
         self._next_auto_commit = self._now() + auto_commit_interval_ms
+        self._last_poll_ms = self._now()
         if topics or pattern is not None:
             self.subscribe(topics or None, pattern=pattern)
 
@@ -328,6 +362,7 @@ class Consumer:
 
     def _on_node_closed(self) -> None:
         self._closed = True
+        self._note_ownership(self._assignment, ())
         if self._tick_timer is not None:
             self._tick_timer.cancel()
         self._wake.set()
@@ -353,13 +388,18 @@ class Consumer:
         return {t: self.store.topics[t].partitions for t in topics if t in self.store.topics}
 
     # ========================================================== subscription
-    def subscribe(self, topics: Optional[Sequence[str]] = None, *, pattern: Union[None, str, Pattern[str]] = None) -> None:
+    def subscribe(self, topics: Optional[Sequence[str]] = None, *, pattern: Union[None, str, Pattern[str]] = None,
+                  listener: Any = None) -> None:
         """Subscribe to ``topics`` (a list; a single ``str`` is one topic name) or to every topic matching ``pattern`` (a regex, full match).
 
         With a ``group_id`` the consumer joins (or rejoins) its group; without one it
         reads every partition of the matching topics. Replaces any earlier
-        subscription or assignment.
+        subscription or assignment. ``listener`` (kafka-python's
+        ConsumerRebalanceListener: ``on_partitions_revoked``, ``on_partitions_assigned``,
+        and ``on_partitions_lost``) replaces ``rebalance_listener``.
         """
+        if listener is not None:
+            self._listener = listener
         if isinstance(topics, re.Pattern) and pattern is None:
             topics, pattern = None, topics  # subscribe(re.compile(...))
         if topics is not None:
@@ -369,7 +409,7 @@ class Consumer:
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
 
         def run() -> None:
-            self._revoke_all()
+            self._revoke_all("revoked")
             self._manual = False
             self._topics = list(topics) if topics is not None else None
             self._pattern = compiled
@@ -389,7 +429,7 @@ class Consumer:
         def run() -> None:
             if self._state != "unjoined" and self.member_id:
                 self._leave_group()
-            self._revoke_all()
+            self._revoke_all("revoked")
             self._topics, self._pattern, self._manual = None, None, True
             self._set_assignment(parts)
 
@@ -399,7 +439,7 @@ class Consumer:
         def run() -> None:
             if self.member_id:
                 self._leave_group()
-            self._revoke_all()
+            self._revoke_all("revoked")
             self._topics, self._pattern, self._manual = None, None, False
 
         self._call(run)
@@ -412,9 +452,42 @@ class Consumer:
         return sorted(self._call(lambda: list(self._assignment)))
 
     # ---------------------------------------------------------- assignment
-    def _revoke_all(self) -> None:
+    def _note_ownership(self, before: Sequence[TP], after: Sequence[TP]) -> None:
+        now, b, a = self._now(), set(before), set(after)
+        for tp in sorted(b - a):
+            self.ownership_log.append((next(_OWNERSHIP_SEQ), now, tp, False))
+        for tp in sorted(a - b):
+            self.ownership_log.append((next(_OWNERSHIP_SEQ), now, tp, True))
+
+    def _tell_listener(self, what: str, parts: Sequence[TP]) -> None:
+        """Queue ``on_partitions_<what>(parts)`` for the caller's thread (run in poll/commit/close)."""
+        if self._listener is not None and (parts or what == "assigned"):
+            self._listener_calls.append((what, sorted(parts)))
+
+    def _revoke(self, parts: Sequence[TP]) -> None:
+        """Stop reading ``parts`` (cooperative: only what moves to another member); keep the rest."""
+        gone = set(parts)
+        if not gone:
+            return
+        for tp in gone:
+            self._token[tp] = self._token.get(tp, 0) + 1
+            self._fetch_pos.pop(tp, None)
+            self._resetting.discard(tp)
+        keep = [tp for tp in self._assignment if tp not in gone]
+        self._note_ownership(self._assignment, keep)
+        self._assignment = keep
+        with self._lock:
+            for tp in gone:
+                self._positions.pop(tp, None)
+                self._drop_buffered(tp)
+
+    def _revoke_all(self, why: Optional[str] = None) -> None:
+        """Give up every partition; ``why`` ("revoked" or "lost") tells the rebalance listener."""
+        if why is not None:
+            self._tell_listener(why, self._assignment)
         for tp in self._assignment:
             self._token[tp] = self._token.get(tp, 0) + 1
+        self._note_ownership(self._assignment, ())
         self._assignment = []
         self._positions.clear()
         self._fetch_pos.clear()
@@ -425,7 +498,9 @@ class Consumer:
 
     def _set_assignment(self, parts: Sequence[TP]) -> None:
         """Take ``parts``; positions come from committed offsets (with a group) or the reset policy."""
-        self._assignment = list(dict.fromkeys(parts))
+        new = list(dict.fromkeys(parts))
+        self._note_ownership(self._assignment, new)
+        self._assignment = new
         todo = [tp for tp in self._assignment if tp not in self._positions]
         if not todo:
             return
@@ -581,6 +656,9 @@ class Consumer:
         with ``auto_offset_reset="none"``; retriable errors are retried inside.
         """
         limit = max_records or self.max_poll_records
+        self._last_poll_ms = self._now()
+        if self._poll_expired is not None:
+            self._call(self._resume_after_poll_timeout)
         self._run_callbacks()
         if self.enable_auto_commit and self._now() >= self._next_auto_commit:
             self._next_auto_commit = self._now() + self.auto_commit_interval_ms
@@ -800,6 +878,11 @@ class Consumer:
         if self._topics is None and self._pattern is None:
             return
         now = self._now()
+        if self._poll_expired is not None:
+            return  # left the group after a poll timeout: the next poll() rejoins
+        if (self.member_id or self._state != "unjoined") and now - self._last_poll_ms > self.max_poll_interval_ms:
+            self._on_poll_timeout(now)
+            return
         if self._state == "stable":
             topics = tuple(self._matched_topics())
             if topics != self._joined_topics or self._partition_counts(topics) != self._joined_counts:
@@ -814,6 +897,29 @@ class Consumer:
             return
         if self._state == "stable" and not self._hb_inflight and now - self._last_heartbeat >= self.heartbeat_interval_ms:
             self._heartbeat()
+
+    def _on_poll_timeout(self, now: int) -> None:
+        """``poll`` was not called within ``max_poll_interval_ms``: leave the group (Kafka's heartbeat
+        thread does the same), so the coordinator gives the partitions to the other members at once.
+
+        The partitions are dropped here (this consumer fetches on the loop, so it would keep reading
+        them); the listener hears ``on_partitions_lost`` and a commit fails with
+        :class:`CommitFailedError` until the next ``poll`` rejoins.
+        """
+        self._poll_expired = {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
+        self._expired_detail = (f"member {self.member_id!r} of group {self.group_id!r} (generation "
+                                f"{self.generation}) left the group: {now - self._last_poll_ms} ms since the last "
+                                f"poll() exceeds max_poll_interval_ms={self.max_poll_interval_ms}")
+        self._leave_group()
+        self._rejoin = False
+        self._revoke_all("lost")
+
+    def _resume_after_poll_timeout(self) -> None:
+        """The first ``poll`` after a poll timeout: rejoin as a new member."""
+        if self._poll_expired is not None:
+            self._poll_expired = None
+            self._rejoin = True
+            self._coordinate()
 
     def _coordinator_lost(self, why: str = "") -> None:
         self._coordinator = None
@@ -860,23 +966,41 @@ class Consumer:
             self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
         elif error is IllegalGenerationError:
             self.generation = gm.NO_GENERATION
+        if self._cooperative and error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
+            # fenced: the group may have given these partitions to others already (KIP-429: "lost")
+            self._revoke_all("lost")
         self._next_attempt = self._now() + self.retry_backoff_ms
         if self._state != "unjoined":
             self._state = "unjoined"
         self._rejoin = True
 
     def _join(self) -> None:
-        """Eager rebalance: commit (auto-commit), give up every partition, send JoinGroup."""
+        """Send JoinGroup. Eager: commit (auto-commit) and give up every partition first.
+        Cooperative: give up only partitions no longer subscribed; the rest are kept (and keep
+        being fetched) and listed as owned in the subscription, with the generation."""
         assert self.group_id is not None and self._coordinator is not None
-        if self._assignment and self.enable_auto_commit and self.generation >= 0:
-            self._commit_internal(None, None, auto=True)
-        self._revoke_all()
+        topics = tuple(self._matched_topics())
+        counts = self._partition_counts(topics)
+        if self._assignment and (self.generation < 0 or not self.member_id):
+            self._revoke_all("lost")  # fenced or left: whatever it held may belong to others now
+        if self._cooperative:
+            gone = [tp for tp in self._assignment if tp[1] >= counts.get(tp[0], 0)]
+            if gone:
+                if self.enable_auto_commit:
+                    self._commit_internal({tp: self._positions[tp] for tp in gone if tp in self._positions}, None,
+                                          auto=True)
+                self._tell_listener("revoked", gone)
+                self._revoke(gone)
+            sub = encode_member_subscription(list(topics), sorted(self._assignment), self.generation)
+        else:
+            if self._assignment and self.enable_auto_commit and self.generation >= 0:
+                self._commit_internal(None, None, auto=True)
+            self._revoke_all("revoked")
+            sub = ot.encode_subscription(list(topics))
         self._state = "joining"
         self._rejoin = False
-        topics = tuple(self._matched_topics())
         self._joined_topics = topics
-        self._joined_counts = self._partition_counts(topics)
-        sub = ot.encode_subscription(list(topics))
+        self._joined_counts = counts
         req = gm.JoinGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id,
                                   session_timeout_ms=self.session_timeout_ms,
                                   rebalance_timeout_ms=self.rebalance_timeout_ms, protocol_type="consumer",
@@ -905,10 +1029,10 @@ class Consumer:
         self.generation = resp.generation_id
         assignments: Tuple[Tuple[str, bytes], ...] = ()
         if resp.leader == resp.member_id:
-            subs = {mid: ot.decode_subscription(meta)[0] for mid, meta in resp.members}
-            topics = sorted({t for ts in subs.values() for t in ts})
+            subs = {mid: decode_member_subscription(meta) for mid, meta in resp.members}
+            topics = sorted({t for s in subs.values() for t in s.topics})
             assignor = get_assignor(resp.protocol_name)
-            plan = assignor.assign(self._partition_counts(topics), subs)
+            plan = assignor.assign_members(self._partition_counts(topics), subs)
             assignments = tuple((mid, ot.encode_assignment(parts)) for mid, parts in plan.items())
         self._state = "syncing"
         req = gm.SyncGroupRequest(self.group_id, self._node.next_corr(), generation_id=self.generation,  # type: ignore[arg-type]
@@ -930,6 +1054,22 @@ class Consumer:
         self._last_heartbeat = self._now()
         self.rebalances += 1
         self.assignment_history.append((self.generation, self.member_id, tuple(sorted(parts))))
+        if self._cooperative:
+            # KIP-429: revoke only what this generation took away, then rejoin at once so the
+            # next generation can hand it to its new owner; keep reading everything else.
+            new, old = set(parts), set(self._assignment)
+            revoked = [tp for tp in self._assignment if tp not in new]
+            added = [tp for tp in parts if tp not in old]
+            if revoked:
+                if self.enable_auto_commit:
+                    self._commit_internal({tp: self._positions[tp] for tp in revoked if tp in self._positions},
+                                          None, auto=True)
+                self._tell_listener("revoked", revoked)
+                self._revoke(revoked)
+                self._rejoin = True
+            self._tell_listener("assigned", added)
+        else:
+            self._tell_listener("assigned", parts)
         self._set_assignment(parts)
         self._changed.set()
         self._send_fetches()
@@ -999,6 +1139,14 @@ class Consumer:
             if future is not None:
                 future.set_exception(InvalidGroupIdError("commit needs a group_id (this consumer has none)"))
             return
+        if self._poll_expired is not None and not self._manual:
+            what = sorted(offsets if offsets is not None else self._poll_expired)
+            if future is not None:
+                future.set_exception(CommitFailedError(
+                    f"commit of {', '.join(f'{t}-{p}' for t, p in what) or 'no partitions'} refused: "
+                    f"{self._expired_detail}; the group may have given them to another member. Call poll() "
+                    f"to rejoin, or raise max_poll_interval_ms / lower max_poll_records"))
+            return
         if offsets is None:
             offsets = {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
         rows = []
@@ -1045,8 +1193,12 @@ class Consumer:
                     self._coordinator_lost()
                     retry(err)
                     return
-                if resp.error in (IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError):
-                    self._handle_group_error(resp.error) if resp.error is not RebalanceInProgressError else None
+                if resp.error in (IllegalGenerationError, UnknownMemberIdError):
+                    if generation == self.generation:  # (not a late answer about an older generation)
+                        self._handle_group_error(resp.error)
+                elif resp.error is RebalanceInProgressError and not self._cooperative:
+                    # (cooperative: the rebalance under way completes on its own; rejoining after
+                    # it would only start another one)
                     self._rejoin = True
                 if future is not None:
                     future.set_exception(err)
@@ -1084,6 +1236,13 @@ class Consumer:
         return fut
 
     def _run_callbacks(self) -> None:
+        while self._listener_calls:
+            what, parts = self._listener_calls.popleft()
+            fn = getattr(self._listener, f"on_partitions_{what}", None)
+            if fn is None and what == "lost":  # Kafka's default onPartitionsLost calls onPartitionsRevoked
+                fn = getattr(self._listener, "on_partitions_revoked", None)
+            if fn is not None:
+                fn(parts)
         while self._commit_callbacks:
             cb, offsets, exc = self._commit_callbacks.popleft()
             cb(offsets, exc)
