@@ -2,7 +2,9 @@
 
 One :class:`GroupCoordinator` runs on every broker and serves the groups whose
 ``__consumer_offsets`` partition (:func:`~pylog.replication.offsets_topic.partition_for_group`)
-that broker leads. It follows Kafka's classic (eager) group protocol:
+that broker leads. It follows Kafka's classic group protocol (incremental
+cooperative rebalancing, KIP-429, is client-side: the coordinator runs the same
+rounds, see :mod:`pylog.client.assignors`):
 
 * **Join.** A member sends JoinGroup; a new member gets a member id. A join
   that changes the group moves it to *PreparingRebalance*; the rebalance
