@@ -204,9 +204,11 @@ class Producer:
              timestamp: Optional[int] = None) -> FutureRecordMetadata:
         """Queue one record; returns a future of its :class:`RecordMetadata`.
 
-        Does not wait (unless the producer is closed: then it raises
-        ProducerClosedError). Errors found later - unknown topic or partition,
-        a record too large, delivery timeout - are raised by ``result()``.
+        Does not wait unless ``buffer_memory`` is full: then it blocks up to
+        ``max_block_ms`` for room and raises BufferExhaustedError. Raises
+        ProducerClosedError after close(). Errors found later - unknown topic
+        or partition, a record too large, delivery timeout - are raised by
+        ``result()``.
         A record without ``timestamp`` gets the time its batch is sent.
         """
         return self._send_slow(topic, value, key, partition, headers, timestamp)
