@@ -536,7 +536,37 @@ class Log:
                         f"append to {self.topic}-{self.partition}: batch offset {found.batches[0].base_offset} "
                         f"is below the log end offset {self.log_end_offset}"
                     )
+                if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
+                    return self._append_across_segments(buf, found.batches)
             return self._append_validated(buf, found.batches)
+
+    def _append_across_segments(self, buf: bytearray, batches: List[BatchInfo]) -> AppendResult:
+        """A follower's fetch can hold more than ``segment_bytes``: append it in runs of whole
+        batches that each fit in one segment (rolling between them), as if fetched in pieces.
+
+        A single batch larger than ``segment_bytes`` still raises RecordTooLargeError. A run
+        appended before a later run fails stays (it is a valid prefix of the leader's log).
+        """
+        view = memoryview(buf)
+        limit = self.config.segment_bytes
+        first: Optional[AppendResult] = None
+        last: Optional[AppendResult] = None
+        max_ts = -1
+        i = 0
+        while i < len(batches):
+            j, size = i, 0
+            while j < len(batches) and (j == i or size + batches[j].size <= limit):
+                size += batches[j].size
+                j += 1
+            start = batches[i].position
+            res = self._append_validated(view[start : start + size], batches[i:j])
+            first = first or res
+            last = res
+            max_ts = max(max_ts, res.max_timestamp)
+            i = j
+        assert first is not None and last is not None
+        return AppendResult(first.base_offset, last.last_offset, max_ts, first.position,
+                            last.last_offset - first.base_offset + 1)
 
     def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo]) -> AppendResult:
         size = len(data)
