@@ -9,7 +9,9 @@
   when the topic config ``retention_protect_groups`` names consumer groups,
   never a segment holding an offset at or above the slowest named group's
   committed offset (a named group without a committed offset for the
-  partition protects the whole log);
+  partition protects the whole log); on a replica, never a segment holding
+  an offset at or above its high watermark (the log's
+  ``retention_high_watermark``, which the replica manager sets);
 * **compaction** (``cleanup_policy`` with ``compact``): :meth:`Cleaner.clean`
   bounded by ``upper_bound(topic, partition)`` - the broker passes the
   partition's high watermark (or last stable offset), so nothing that could

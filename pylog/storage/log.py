@@ -303,6 +303,9 @@ class Log:
         self.cleaner_stats = CleanerStats()
         # Consumer-aware retention: no segment holding an offset >= this is deleted.
         self.retention_protect_from: Optional[int] = None
+        # Replicated logs: the replica's high watermark (set by its replica manager); retention
+        # never deletes a segment holding an offset at or above it (Kafka's deletableSegments).
+        self.retention_high_watermark: Optional[Callable[[], int]] = None
         self.last_maintenance_ms: Optional[int] = None  # pylog.runtime.log_maintenance's schedule
         self._cleaner_next_horizon: object = "unknown"  # earliest tombstone delete horizon (cleaner)
         parent = os.path.dirname(self.dir)
@@ -977,11 +980,18 @@ class Log:
         ``now_ms`` (default: the log's clock); size retention deletes a
         segment when what stays is still at least ``retention_bytes``.
 
-        Never deleted: the active segment, and - consumer-aware retention - a
-        segment holding any offset >= ``protect_from`` (default
-        :attr:`retention_protect_from`, which the maintenance task sets to the
-        slowest protected group's committed offset); the lower of the two wins.
-        Returns the deleted base offsets.
+        Never deleted: the active segment; a segment holding any offset at
+        or above the replica's high watermark, when
+        :attr:`retention_high_watermark` is set (a replicated log: Kafka's
+        ``deletableSegments`` deletes a segment only when ``highWatermark >=``
+        the next segment's base offset, so the log start never passes the
+        HW and no record a leader change could still truncate, or that
+        consumers have not been allowed to read, is removed); and -
+        consumer-aware retention - a segment holding any offset >=
+        ``protect_from`` or :attr:`retention_protect_from` (which the
+        maintenance task sets to the slowest protected group's committed
+        offset). The lowest of these bounds wins. Returns the deleted base
+        offsets.
 
         Complexity: O(segments). Durability: the files are removed and the
         log-start checkpoint rewritten before return.
@@ -993,6 +1003,8 @@ class Log:
                 return []
             now = self.clock_ms() if now_ms is None else now_ms
             floors = [p for p in (protect_from, self.retention_protect_from) if p is not None]
+            if self.retention_high_watermark is not None:
+                floors.append(self.retention_high_watermark())
             floor = min(floors) if floors else None
             doomed: List[int] = []
             keys = self.segments.keys()
@@ -1000,7 +1012,7 @@ class Log:
             for i in range(len(keys) - 1):  # never the active (last) segment
                 seg = self.segments[keys[i]]
                 if floor is not None and keys[i + 1] > floor:
-                    break  # this segment holds offsets a protected group has not consumed
+                    break  # this segment holds offsets at or above the HW, or a protected group's position
                 ts = seg.max_timestamp_so_far
                 # An empty non-active segment (compaction removed all it held) has nothing to keep.
                 too_old = cfg.retention_ms >= 0 and (seg.size == 0 or (ts >= 0 and now - ts > cfg.retention_ms))
