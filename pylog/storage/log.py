@@ -22,7 +22,9 @@ Durability (see docs/durability.md):
 * after :meth:`flush` returns (or an append under ``flush_messages=1``),
   everything up to :attr:`log_end_offset` survives power loss;
 * ``flush_messages=N`` / ``flush_ms=T`` flush after N records / T ms, so a
-  power loss can cost at most the records since the last flush;
+  power loss can cost at most the records since the last flush (``flush_ms``
+  is checked on append and by :meth:`flush_if_due`, which a cluster's
+  periodic maintenance calls, so an idle log's tail is flushed too);
 * a clean :meth:`close` flushes, checkpoints and writes the clean-shutdown
   marker, so reopening scans nothing; after a crash, reopening validates the
   segments past the recovery point and truncates a torn tail.
@@ -673,6 +675,32 @@ class Log:
             self.flush()
         elif cfg.flush_ms is not None and self.clock_ms() - self._last_flush_ms >= cfg.flush_ms:
             self.flush()
+
+    def flush_if_due(self, now_ms: Optional[int] = None) -> bool:
+        """Flush when ``flush_ms`` is set, some data is unflushed and ``flush_ms`` has passed
+        since the last flush; returns True when it flushed.
+
+        The timer side of ``flush_ms`` (Kafka's ``LogManager.flushDirtyLogs``,
+        run every ``log.flush.scheduler.interval.ms``): the append-time check
+        alone never flushes a log that stopped receiving appends. The
+        cluster's periodic maintenance calls this for every log
+        (:mod:`pylog.runtime.log_maintenance`). A closed or read-only log is
+        never due. ``now_ms`` defaults to the log's clock.
+
+        Complexity: O(1) when not due, else :meth:`flush`. Durability: as
+        :meth:`flush`. Thread-safety: takes the log's lock.
+        """
+        with self._lock:
+            ms = self.config.flush_ms
+            if ms is None or self._closed or self.read_only:
+                return False
+            if self.recovery_point >= self.log_end_offset and not self._unflushed_messages:
+                return False  # nothing to flush
+            now = self.clock_ms() if now_ms is None else now_ms
+            if now - self._last_flush_ms < ms:
+                return False
+            self.flush()
+            return True
 
     def flush(self) -> None:
         """fsync every segment with unflushed data and move the recovery point to the log end.
