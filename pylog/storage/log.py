@@ -764,12 +764,18 @@ class Log:
                 f"log start {self.log_start_offset}, log end {self.log_end_offset}"
             )
 
-    def read_batches(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> List[RecordBatch]:
+    def read_batches(
+        self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None, verify_crc: bool = True
+    ) -> List[RecordBatch]:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch).
 
         ``max_offset`` (exclusive, e.g. the high watermark) stops before any
         batch starting at or after it. Batches are CRC-checked; a bad one
         raises :class:`CorruptRecordError` naming the file and position.
+        ``verify_crc=False`` skips only the CRC (the framing - lengths, magic,
+        increasing offsets - is still checked, so nothing past a batch's end
+        is ever read): for :meth:`fetch`, whose receiver checks the CRC
+        itself. Every other reader keeps the default.
 
         Complexity: O(log segments + log index entries + bytes read).
         """
@@ -793,14 +799,14 @@ class Log:
                 position = found[0]
                 chunk = seg.read(position, max(remaining, 1))
                 view = memoryview(chunk)
-                res = scan(view, verify_crc=True)
+                res = scan(view, verify_crc=verify_crc)
                 if not res.batches and res.status == _native.ETRUNCATED and not out:
                     # The first batch is larger than max_bytes: return it whole (Kafka).
                     head = seg.read(position, 12)
                     if len(head) == 12:
                         whole = seg.read(position, int.from_bytes(head[8:12], "big", signed=True) + 12)
                         view = memoryview(whole)
-                        res = scan(view, verify_crc=True, max_batches=1)
+                        res = scan(view, verify_crc=verify_crc, max_batches=1)
                 if res.status not in (_native.OK, _native.ETRUNCATED) and not res.batches:
                     if self.read_only and position + res.valid_bytes >= seg.size - 0 and idx == len(bases) - 1:
                         break  # a batch still being written by the writer process
@@ -875,8 +881,20 @@ class Log:
             )
 
     def fetch(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> bytes:
-        """Raw bytes of whole batches from ``offset`` (what a follower's fetch returns)."""
-        return b"".join(bytes(b.buffer) for b in self.read_batches(offset, max_bytes, max_offset=max_offset))
+        """Raw bytes of whole batches from ``offset``: what a leader serves a follower's or a
+        consumer's fetch.
+
+        As in Kafka, the CRC is checked on append and by the receiver, not
+        again when serving: the follower's :meth:`append_batches` and the
+        consumer's decoding validate every batch, so a byte damaged on this
+        disk is caught there (:class:`CorruptRecordError`) and never taken
+        for data. The framing is still checked here; a damaged length or
+        magic raises :class:`CorruptRecordError`.
+        """
+        batches = self.read_batches(offset, max_bytes, max_offset=max_offset, verify_crc=False)
+        if len(batches) == 1:
+            return bytes(batches[0].buffer)
+        return b"".join([b.buffer for b in batches])
 
     def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
         """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.
