@@ -378,6 +378,7 @@ class Log:
         if not self.segments:
             self.segments[checkpointed_start] = self._new_segment(checkpointed_start)
             io.fsync_dir(self.dir)  # as roll() does for every later segment file
+        self.active_segment.map_limit = self.config.segment_bytes
         self.log_end_offset = self.active_segment.next_offset()
         self.log_start_offset = max(ld.log_start_offsets.get(tp, 0), self.segments.keys()[0])
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -454,9 +455,11 @@ class Log:
             raise KafkaStorageError(f"log {self.dir} was opened read_only")
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(
+        seg = LogSegment(
             self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms()
         )
+        seg.map_limit = self.config.segment_bytes  # the writer's map never needs more room
+        return seg
 
     # ---------------------------------------------------------------- append
     def append(
