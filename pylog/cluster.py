@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.client.admin import GroupDescription, GroupListing, admin_for
@@ -308,14 +309,21 @@ class Cluster:
         With a ``group_id``, the ``__consumer_offsets`` topic is created first if it
         does not exist (compacted, ``offsets_topic_partitions`` partitions,
         replication factor min(3, brokers)), as Kafka's brokers create it on the
-        first FindCoordinator.
+        first FindCoordinator. The options are checked before that: a bad one
+        raises and leaves no topic behind.
         """
         self._ensure_open()
-        if group_id is not None:
+        if group_id is not None and not self._has_offsets_topic():
+            _validate_consumer_options(group_id, topics, kwargs)  # a bad option leaves nothing behind
             self._ensure_offsets_topic()
         c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
         self._clients.append(c)
         return c
+
+    def _has_offsets_topic(self) -> bool:
+        from pylog.replication.offsets_topic import OFFSETS_TOPIC
+
+        return OFFSETS_TOPIC in self.store.topics
 
     def _ensure_offsets_topic(self) -> None:
         from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
@@ -599,6 +607,33 @@ class Cluster:
                     )
 
         self.scheduler.run_sync(run)
+
+
+class _OptionsChecked(Exception):
+    """Raised by :class:`_ValidationProbe` once Consumer.__init__ has checked every option."""
+
+
+class _ValidationProbe:
+    """Stands in for the cluster while ``Consumer.__init__`` checks its options.
+
+    The constructor validates every argument before it reads anything from
+    the cluster; the first attribute it reads here stops it, so nothing is
+    started, registered or created.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        raise _OptionsChecked(name)
+
+
+def _validate_consumer_options(group_id: Optional[str], topics: Sequence[str], kwargs: Dict[str, Any]) -> None:
+    """Raise what ``Consumer(...)`` would raise for these options, with no side effect."""
+    try:
+        Consumer(_ValidationProbe(), group_id=group_id, topics=topics, **kwargs)
+    except _OptionsChecked:
+        pass
+    pattern = kwargs.get("pattern")
+    if isinstance(pattern, str):
+        re.compile(pattern)  # subscribe() compiles it: a bad regex raises re.error there too
 
 
 def open(path: "str | os.PathLike[str]", *, shared: bool = True, **kwargs: Any) -> Any:  # noqa: A001 - pylog.open

@@ -158,6 +158,7 @@ class ReplicaManager:
                 self.broker_id, log, high_watermark=self._hw_at_start.get(tp, 0),
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             )
+            log.retention_high_watermark = lambda p=p: p.high_watermark  # retention stays below the HW
             self.partitions[tp] = p
         return p
 

@@ -1,4 +1,9 @@
-"""Periodic log maintenance a broker runs from its tick: retention and compaction.
+"""Periodic log maintenance a broker runs from its tick: time-based flush, retention and compaction.
+
+On every call, each log whose ``flush_ms`` has passed since its last flush
+with data still unflushed is flushed (:meth:`Log.flush_if_due`; Kafka's
+``log.flush.scheduler.interval.ms`` is how often the caller runs this), so a
+log that stops receiving appends still gets its tail fsynced.
 
 :func:`run_maintenance` goes over a broker's logs and, for each one whose
 ``log_cleanup_interval_ms`` has passed since its last run (Kafka's
@@ -9,7 +14,9 @@
   when the topic config ``retention_protect_groups`` names consumer groups,
   never a segment holding an offset at or above the slowest named group's
   committed offset (a named group without a committed offset for the
-  partition protects the whole log);
+  partition protects the whole log); on a replica, never a segment holding
+  an offset at or above its high watermark (the log's
+  ``retention_high_watermark``, which the replica manager sets);
 * **compaction** (``cleanup_policy`` with ``compact``): :meth:`Cleaner.clean`
   bounded by ``upper_bound(topic, partition)`` - the broker passes the
   partition's high watermark (or last stable offset), so nothing that could
@@ -53,6 +60,7 @@ class MaintenanceSummary(NamedTuple):
     protected_from: Dict[TopicPartition, int]  # consumer-aware retention floor applied
     cleaned: Dict[TopicPartition, CleanResult]  # compactions that ran
     errors: Dict[TopicPartition, str]
+    flushed: List[TopicPartition]  # logs flushed because their flush_ms had passed
 
 
 def protected_offset(
@@ -95,7 +103,8 @@ def run_maintenance(
     default_interval_ms: int = DEFAULT_CLEANUP_INTERVAL_MS,
     force: bool = False,
 ) -> MaintenanceSummary:
-    """Run retention and compaction on every log that is due; see the module docstring.
+    """Flush the logs whose ``flush_ms`` passed; run retention and compaction on every log that
+    is due; see the module docstring.
 
     ``topic_configs[topic]`` may hold ``retention_protect_groups`` (list of
     group ids) and ``log_cleanup_interval_ms``; ``committed_offset(group,
@@ -108,13 +117,15 @@ def run_maintenance(
     Complexity: O(logs) when nothing is due; a clean costs O(bytes cleaned).
     """
     cleaner = cleaner or _default_cleaner
-    summary = MaintenanceSummary([], {}, {}, {}, {})
+    summary = MaintenanceSummary([], {}, {}, {}, {}, [])
     for tp, log in sorted(logs.items()):
         topic, partition = tp
         if log.closed or log.read_only:
             continue
         cfg = topic_configs.get(topic, {})
         try:
+            if log.flush_if_due(now_ms):  # every call, whatever the cleanup interval
+                summary.flushed.append(tp)
             interval = cfg.get(INTERVAL_CONFIG, default_interval_ms)
             if not isinstance(interval, int) or isinstance(interval, bool) or interval < 0:
                 raise InvalidConfigurationError(f"topic {topic!r}: {INTERVAL_CONFIG} must be an int >= 0, got {interval!r}")

@@ -40,17 +40,32 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; returns True if the cache changed.
 
-        An epoch not above the latest is ignored, as is a start offset below the
-        latest entry's (Kafka's LeaderEpochFileCache.assign drops conflicting
-        entries at the end so both columns stay increasing).
+        Kafka's LeaderEpochFileCache.assign:
+
+        * nothing changes when ``epoch`` is the latest epoch and
+          ``start_offset`` is not below its start (a later batch of the same
+          epoch), and nothing when the cache already ends with this entry;
+        * otherwise every entry at the end whose epoch is >= ``epoch`` or
+          whose start offset is >= ``start_offset`` is removed (walking back
+          from the latest, stopping at the first that conflicts in neither
+          column), and ``(epoch, start_offset)`` becomes the latest entry.
+          So a lower epoch, or the same epoch at a lower offset, replaces the
+          conflicting entries instead of being ignored; both columns stay
+          strictly increasing.
+
+        Deviation: Kafka rejects a negative epoch or offset; here they are
+        ignored (False), as batches written without a leader epoch carry -1.
         """
-        if epoch < 0:
+        if epoch < 0 or start_offset < 0:
             return False
-        if self._entries and epoch <= self._entries[-1][0]:
-            return False
-        while self._entries and self._entries[-1][1] >= start_offset:
-            self._entries.pop()
-        self._entries.append((epoch, start_offset))
+        entries = self._entries
+        if entries:
+            last_epoch, last_start = entries[-1]
+            if epoch == last_epoch and start_offset >= last_start:
+                return False
+        while entries and (entries[-1][0] >= epoch or entries[-1][1] >= start_offset):
+            entries.pop()
+        entries.append((epoch, start_offset))
         return True
 
     def start_offset_of(self, epoch: int) -> int:

@@ -22,7 +22,9 @@ Durability (see docs/durability.md):
 * after :meth:`flush` returns (or an append under ``flush_messages=1``),
   everything up to :attr:`log_end_offset` survives power loss;
 * ``flush_messages=N`` / ``flush_ms=T`` flush after N records / T ms, so a
-  power loss can cost at most the records since the last flush;
+  power loss can cost at most the records since the last flush (``flush_ms``
+  is checked on append and by :meth:`flush_if_due`, which a cluster's
+  periodic maintenance calls, so an idle log's tail is flushed too);
 * a clean :meth:`close` flushes, checkpoints and writes the clean-shutdown
   marker, so reopening scans nothing; after a crash, reopening validates the
   segments past the recovery point and truncates a torn tail.
@@ -303,6 +305,9 @@ class Log:
         self.cleaner_stats = CleanerStats()
         # Consumer-aware retention: no segment holding an offset >= this is deleted.
         self.retention_protect_from: Optional[int] = None
+        # Replicated logs: the replica's high watermark (set by its replica manager); retention
+        # never deletes a segment holding an offset at or above it (Kafka's deletableSegments).
+        self.retention_high_watermark: Optional[Callable[[], int]] = None
         self.last_maintenance_ms: Optional[int] = None  # pylog.runtime.log_maintenance's schedule
         self._cleaner_next_horizon: object = "unknown"  # earliest tombstone delete horizon (cleaner)
         parent = os.path.dirname(self.dir)
@@ -373,6 +378,7 @@ class Log:
         if not self.segments:
             self.segments[checkpointed_start] = self._new_segment(checkpointed_start)
             io.fsync_dir(self.dir)  # as roll() does for every later segment file
+        self.active_segment.map_limit = self.config.segment_bytes
         self.log_end_offset = self.active_segment.next_offset()
         self.log_start_offset = max(ld.log_start_offsets.get(tp, 0), self.segments.keys()[0])
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -449,9 +455,11 @@ class Log:
             raise KafkaStorageError(f"log {self.dir} was opened read_only")
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(
+        seg = LogSegment(
             self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms()
         )
+        seg.map_limit = self.config.segment_bytes  # the writer's map never needs more room
+        return seg
 
     # ---------------------------------------------------------------- append
     def append(
@@ -536,7 +544,37 @@ class Log:
                         f"append to {self.topic}-{self.partition}: batch offset {found.batches[0].base_offset} "
                         f"is below the log end offset {self.log_end_offset}"
                     )
+                if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
+                    return self._append_across_segments(buf, found.batches)
             return self._append_validated(buf, found.batches)
+
+    def _append_across_segments(self, buf: bytearray, batches: List[BatchInfo]) -> AppendResult:
+        """A follower's fetch can hold more than ``segment_bytes``: append it in runs of whole
+        batches that each fit in one segment (rolling between them), as if fetched in pieces.
+
+        A single batch larger than ``segment_bytes`` still raises RecordTooLargeError. A run
+        appended before a later run fails stays (it is a valid prefix of the leader's log).
+        """
+        view = memoryview(buf)
+        limit = self.config.segment_bytes
+        first: Optional[AppendResult] = None
+        last: Optional[AppendResult] = None
+        max_ts = -1
+        i = 0
+        while i < len(batches):
+            j, size = i, 0
+            while j < len(batches) and (j == i or size + batches[j].size <= limit):
+                size += batches[j].size
+                j += 1
+            start = batches[i].position
+            res = self._append_validated(view[start : start + size], batches[i:j])
+            first = first or res
+            last = res
+            max_ts = max(max_ts, res.max_timestamp)
+            i = j
+        assert first is not None and last is not None
+        return AppendResult(first.base_offset, last.last_offset, max_ts, first.position,
+                            last.last_offset - first.base_offset + 1)
 
     def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo]) -> AppendResult:
         size = len(data)
@@ -641,6 +679,32 @@ class Log:
         elif cfg.flush_ms is not None and self.clock_ms() - self._last_flush_ms >= cfg.flush_ms:
             self.flush()
 
+    def flush_if_due(self, now_ms: Optional[int] = None) -> bool:
+        """Flush when ``flush_ms`` is set, some data is unflushed and ``flush_ms`` has passed
+        since the last flush; returns True when it flushed.
+
+        The timer side of ``flush_ms`` (Kafka's ``LogManager.flushDirtyLogs``,
+        run every ``log.flush.scheduler.interval.ms``): the append-time check
+        alone never flushes a log that stopped receiving appends. The
+        cluster's periodic maintenance calls this for every log
+        (:mod:`pylog.runtime.log_maintenance`). A closed or read-only log is
+        never due. ``now_ms`` defaults to the log's clock.
+
+        Complexity: O(1) when not due, else :meth:`flush`. Durability: as
+        :meth:`flush`. Thread-safety: takes the log's lock.
+        """
+        with self._lock:
+            ms = self.config.flush_ms
+            if ms is None or self._closed or self.read_only:
+                return False
+            if self.recovery_point >= self.log_end_offset and not self._unflushed_messages:
+                return False  # nothing to flush
+            now = self.clock_ms() if now_ms is None else now_ms
+            if now - self._last_flush_ms < ms:
+                return False
+            self.flush()
+            return True
+
     def flush(self) -> None:
         """fsync every segment with unflushed data and move the recovery point to the log end.
 
@@ -703,12 +767,18 @@ class Log:
                 f"log start {self.log_start_offset}, log end {self.log_end_offset}"
             )
 
-    def read_batches(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> List[RecordBatch]:
+    def read_batches(
+        self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None, verify_crc: bool = True
+    ) -> List[RecordBatch]:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch).
 
         ``max_offset`` (exclusive, e.g. the high watermark) stops before any
         batch starting at or after it. Batches are CRC-checked; a bad one
         raises :class:`CorruptRecordError` naming the file and position.
+        ``verify_crc=False`` skips only the CRC (the framing - lengths, magic,
+        increasing offsets - is still checked, so nothing past a batch's end
+        is ever read): for :meth:`fetch`, whose receiver checks the CRC
+        itself. Every other reader keeps the default.
 
         Complexity: O(log segments + log index entries + bytes read).
         """
@@ -732,14 +802,14 @@ class Log:
                 position = found[0]
                 chunk = seg.read(position, max(remaining, 1))
                 view = memoryview(chunk)
-                res = scan(view, verify_crc=True)
+                res = scan(view, verify_crc=verify_crc)
                 if not res.batches and res.status == _native.ETRUNCATED and not out:
                     # The first batch is larger than max_bytes: return it whole (Kafka).
                     head = seg.read(position, 12)
                     if len(head) == 12:
                         whole = seg.read(position, int.from_bytes(head[8:12], "big", signed=True) + 12)
                         view = memoryview(whole)
-                        res = scan(view, verify_crc=True, max_batches=1)
+                        res = scan(view, verify_crc=verify_crc, max_batches=1)
                 if res.status not in (_native.OK, _native.ETRUNCATED) and not res.batches:
                     if self.read_only and position + res.valid_bytes >= seg.size - 0 and idx == len(bases) - 1:
                         break  # a batch still being written by the writer process
@@ -814,8 +884,20 @@ class Log:
             )
 
     def fetch(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> bytes:
-        """Raw bytes of whole batches from ``offset`` (what a follower's fetch returns)."""
-        return b"".join(bytes(b.buffer) for b in self.read_batches(offset, max_bytes, max_offset=max_offset))
+        """Raw bytes of whole batches from ``offset``: what a leader serves a follower's or a
+        consumer's fetch.
+
+        As in Kafka, the CRC is checked on append and by the receiver, not
+        again when serving: the follower's :meth:`append_batches` and the
+        consumer's decoding validate every batch, so a byte damaged on this
+        disk is caught there (:class:`CorruptRecordError`) and never taken
+        for data. The framing is still checked here; a damaged length or
+        magic raises :class:`CorruptRecordError`.
+        """
+        batches = self.read_batches(offset, max_bytes, max_offset=max_offset, verify_crc=False)
+        if len(batches) == 1:
+            return bytes(batches[0].buffer)
+        return b"".join([b.buffer for b in batches])
 
     def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
         """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.
@@ -947,11 +1029,18 @@ class Log:
         ``now_ms`` (default: the log's clock); size retention deletes a
         segment when what stays is still at least ``retention_bytes``.
 
-        Never deleted: the active segment, and - consumer-aware retention - a
-        segment holding any offset >= ``protect_from`` (default
-        :attr:`retention_protect_from`, which the maintenance task sets to the
-        slowest protected group's committed offset); the lower of the two wins.
-        Returns the deleted base offsets.
+        Never deleted: the active segment; a segment holding any offset at
+        or above the replica's high watermark, when
+        :attr:`retention_high_watermark` is set (a replicated log: Kafka's
+        ``deletableSegments`` deletes a segment only when ``highWatermark >=``
+        the next segment's base offset, so the log start never passes the
+        HW and no record a leader change could still truncate, or that
+        consumers have not been allowed to read, is removed); and -
+        consumer-aware retention - a segment holding any offset >=
+        ``protect_from`` or :attr:`retention_protect_from` (which the
+        maintenance task sets to the slowest protected group's committed
+        offset). The lowest of these bounds wins. Returns the deleted base
+        offsets.
 
         Complexity: O(segments). Durability: the files are removed and the
         log-start checkpoint rewritten before return.
@@ -963,6 +1052,8 @@ class Log:
                 return []
             now = self.clock_ms() if now_ms is None else now_ms
             floors = [p for p in (protect_from, self.retention_protect_from) if p is not None]
+            if self.retention_high_watermark is not None:
+                floors.append(self.retention_high_watermark())
             floor = min(floors) if floors else None
             doomed: List[int] = []
             keys = self.segments.keys()
@@ -970,7 +1061,7 @@ class Log:
             for i in range(len(keys) - 1):  # never the active (last) segment
                 seg = self.segments[keys[i]]
                 if floor is not None and keys[i + 1] > floor:
-                    break  # this segment holds offsets a protected group has not consumed
+                    break  # this segment holds offsets at or above the HW, or a protected group's position
                 ts = seg.max_timestamp_so_far
                 # An empty non-active segment (compaction removed all it held) has nothing to keep.
                 too_old = cfg.retention_ms >= 0 and (seg.size == 0 or (ts >= 0 and now - ts > cfg.retention_ms))

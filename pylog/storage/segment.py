@@ -12,10 +12,12 @@ Thread-safety: none; :class:`pylog.storage.log.Log` serialises access.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import os
 import struct
+import weakref
 from typing import List, NamedTuple, Optional, Tuple
 
 from pylog import _native
@@ -28,6 +30,33 @@ from pylog.storage.record import BatchInfo, Record, scan
 log = logging.getLogger("pylog.storage")
 READ_CHUNK = 64 * 1024
 _new_tuple = tuple.__new__
+#: A writer's segment is mapped with room to grow: at least this much (or the segment's
+#: ``map_limit``, if smaller), and twice the file's size when it outgrows the map.
+MAP_MIN_BYTES = 1 << 20
+
+
+def _libc_mmap() -> Tuple[object, object]:
+    """libc's ``mmap``/``munmap`` through ctypes (None, None where unavailable).
+
+    Python's :class:`mmap.mmap` refuses to map past the end of a file; the
+    writer's map needs headroom so that it is not redone on every append.
+    """
+    if ctypes.sizeof(ctypes.c_void_p) != 8:  # off_t below is 64-bit
+        return None, None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mm, mu = libc.mmap, libc.munmap
+    except (OSError, AttributeError):
+        return None, None
+    mm.restype = ctypes.c_void_p
+    mm.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+    mu.restype = ctypes.c_int
+    mu.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return mm, mu
+
+
+_mmap, _munmap = _libc_mmap()
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def _headers(data: bytes, count: int, path: str, position: int) -> Tuple[Tuple[str, Optional[bytes]], ...]:
@@ -106,8 +135,16 @@ class LogSegment:
         # Bytes known to hold CRC-valid batches (written or recovered by this
         # process); point lookups re-check the CRC of anything past it.
         self.verified_bytes = 0
+        # The writer's read-only map of the .log (see _mapped): a raw mapping with headroom
+        # (_map_finalizer unmaps it), or, where libc's mmap is unavailable, an mmap.mmap.
         self._map: Optional[mmap.mmap] = None
         self._map_ptr: object = None
+        self._map_len = 0
+        self._map_finalizer: Optional[weakref.finalize] = None
+        #: largest useful map (the log's segment_bytes; None: unbounded doubling)
+        self.map_limit: Optional[int] = None
+        #: how many times the .log was mapped (tests check that appends do not remap each time)
+        self.maps_made = 0
         self._ref = ffi.new("plg_record_ref_t *")  # reused by lookup_record (the log's lock serialises it)
 
     # ---- properties ---------------------------------------------------------
@@ -233,8 +270,9 @@ class LogSegment:
         n = max(0, min(max_bytes, end - position))
         if not n:
             return b""
-        if self._mapped() is not None:  # the writer's own segment: one copy, no system call
-            return self._map[position : position + n]  # type: ignore[index]
+        ptr = self._mapped()
+        if ptr is not None:  # the writer's own segment: one copy, no system call
+            return ffi.buffer(ptr + position, n)[:]
         return self.io.pread(self.fd, n, position)
 
     def translate_offset(
@@ -397,23 +435,55 @@ class LogSegment:
 
     # ---- point lookup --------------------------------------------------------
     def _mapped(self) -> object:
-        """A cffi pointer to a read-only map of the whole .log, remapped when the
-        file has grown; None for an empty or read-only segment.
+        """A cffi ``uint8_t *`` to a read-only map of the .log; None for an empty or read-only segment.
+
+        The map is made with headroom past the end of the file (at least
+        :data:`MAP_MIN_BYTES`, bounded by :attr:`map_limit`), and made again
+        only when the file outgrows it, then at twice the file's size: an
+        append does not cost an unmap and a map. Bytes appended after the
+        map was made are visible through it (a shared mapping of the page
+        cache). Callers never touch the map past :attr:`size`, the logical
+        end, so the pages past the end of the file are never read (which
+        would raise SIGBUS).
 
         Never used for read-only segments: another process could truncate the
-        file under the map (SIGBUS). The map is never exported to callers.
+        file under the map (SIGBUS). The map is never exported to callers
+        (reads copy out), and it is dropped before this process truncates
+        the file (:meth:`truncate_to`, :meth:`recover`) and on close.
         """
         size = self._state.size
         if size == 0 or self.read_only:
             return None
-        if self._map is None or len(self._map) < size:
-            self._drop_map()
-            self._map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
-            self._map_ptr = ffi.from_buffer(self._map)
+        if self._map_ptr is None or self._map_len < size:
+            self._remap(size)
         return self._map_ptr
 
+    def _remap(self, size: int) -> None:
+        self._drop_map()
+        self.maps_made += 1
+        if _mmap is not None:
+            want = max(2 * size, MAP_MIN_BYTES)
+            if self.map_limit is not None:
+                want = min(want, self.map_limit)
+            page = mmap.PAGESIZE
+            length = (max(want, size) + page - 1) // page * page
+            addr = _mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, self.fd, 0)  # type: ignore[operator]
+            if addr is not None and addr != _MAP_FAILED:
+                self._map_ptr = ffi.cast("uint8_t *", addr)
+                self._map_len = length
+                self._map_finalizer = weakref.finalize(self, _munmap, addr, length)  # type: ignore[arg-type]
+                return
+        # No libc mmap (or it failed): map exactly the file, as mmap.mmap allows.
+        self._map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
+        self._map_ptr = ffi.from_buffer(self._map)
+        self._map_len = size
+
     def _drop_map(self) -> None:
-        if self._map is not None:
+        if self._map_finalizer is not None:
+            self._map_ptr = None
+            self._map_finalizer()  # munmap, once
+            self._map_finalizer = None
+        elif self._map is not None:
             ffi.release(self._map_ptr)
             self._map_ptr = None
             try:
@@ -421,6 +491,7 @@ class LogSegment:
             except BufferError:  # a slice is being taken in another thread; the GC unmaps it later
                 pass
             self._map = None
+        self._map_len = 0
 
     def lookup_record(self, offset: int) -> Optional[Record]:
         """The record at ``offset`` by one C call over the mapped file; None when
@@ -449,7 +520,7 @@ class LogSegment:
         attributes = ref.attributes
         if attributes & 0x20:  # control batch: not an application record
             return None
-        mm = self._map
+        mm = ffi.buffer(ptr, self._state.size)  # slices copy out, never past the logical end
         end = ref.batch_position + ref.batch_size
         if end > self.verified_bytes and ref.batch_position == self.verified_bytes:
             self.verified_bytes = end
