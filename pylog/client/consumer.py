@@ -67,6 +67,7 @@ from pylog.client.assignors import encode_subscription as encode_member_subscrip
 from pylog.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,
+    CorruptRecordError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidConfigurationError,
@@ -338,6 +339,9 @@ class Consumer:
         self.rebalances = 0
         self.violations: List[Tuple[TP, int, int]] = []
         self._decoder = FetchDecoder(ConsumerRecord)  # loop thread only
+        #: partitions whose fetched data was corrupt: not fetched again, and poll() raises the
+        #: error (once their good records are handed out) until seek() moves past it
+        self._corrupt: Dict[TP, CorruptRecordError] = {}
         #: guards _buffer, _buffered and _positions: the loop fills the buffer, a real-time
         #: poll() takes from it on the caller's thread
         self._lock = threading.RLock()
@@ -501,6 +505,8 @@ class Consumer:
         new = list(dict.fromkeys(parts))
         self._note_ownership(self._assignment, new)
         self._assignment = new
+        for tp in [tp for tp in self._corrupt if tp not in new]:
+            del self._corrupt[tp]
         todo = [tp for tp in self._assignment if tp not in self._positions]
         if not todo:
             return
@@ -528,6 +534,7 @@ class Consumer:
 
     def _set_position(self, tp: TP, offset: int) -> None:
         self._resetting.discard(tp)
+        self._corrupt.pop(tp, None)
         self._token[tp] = self._token.get(tp, 0) + 1
         with self._lock:
             self._positions[tp] = offset
@@ -689,7 +696,7 @@ class Consumer:
             out = self._take_fast(limit)
             if out:
                 return out
-            if self._error is not None or self._closed:
+            if self._error is not None or self._closed or self._corrupt:
                 return self._call(lambda: self._take(limit))
 
     def _take_fast(self, limit: int) -> List[ConsumerRecord]:
@@ -749,14 +756,23 @@ class Consumer:
             raise err
         self._coordinate()
         out = self._take_records(limit)
+        if not out:
+            self._raise_corrupt()
         self._send_fetches()
         return out
+
+    def _raise_corrupt(self) -> None:
+        """Raise the error of a corrupt partition whose good records were all handed out (Kafka's
+        consumer does the same on every poll until the application seeks past the bad batch)."""
+        for tp, err in self._corrupt.items():
+            if not self._buffered.get(tp, 0):
+                raise CorruptRecordError(str(err))
 
     def _send_fetches(self) -> None:
         if self._closed:
             return
         for tp in self._assignment:
-            if tp in self._inflight or tp in self._resetting or tp not in self._fetch_pos:
+            if tp in self._inflight or tp in self._resetting or tp not in self._fetch_pos or tp in self._corrupt:
                 continue
             if self._buffered.get(tp, 0) >= self.max_poll_records:
                 continue
@@ -832,7 +848,17 @@ class Consumer:
                 if last < hw:
                     nxt = max(nxt, last + 1)
 
-            fast_nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, slow)  # slow() moves nxt
+            try:
+                fast_nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, slow)  # slow() moves nxt
+            except CorruptRecordError as exc:
+                # Keep the records before the damage; stop fetching this partition and let poll()
+                # raise once they are handed out, naming where (the application may seek past it).
+                fast_nxt = max([pos] + [(c[1][-1].offset if type(c[1]) is list else c[1].offset_at(len(c[1]) - 1)) + 1
+                                        for c in chunks])
+                self._corrupt[tp] = CorruptRecordError(
+                    f"{topic}-{partition}: the batch fetched at offset {max(nxt, fast_nxt)} is corrupt "
+                    f"({exc}); records before it were delivered; seek past it to go on")
+                self._signal()
             nxt = max(nxt, fast_nxt)
             self.bytes_consumed += len(resp.records)
             self._fetch_pos[tp] = nxt
