@@ -139,6 +139,9 @@ class Partition:
         self.producer_state.load(log.log_start_offset, log.log_end_offset, self._read_infos)
         self._active_base = log.active_segment.base_offset
         self.duplicates = 0
+        #: fetch responses whose bytes failed the follower's check (CRC, framing); the replica
+        #: manager backs off after one, as Kafka's fetcher does for a partition in error
+        self.corrupt_fetches = 0
 
     # ------------------------------------------------------------ properties
     @property
@@ -580,8 +583,15 @@ class Partition:
         if resp.records:
             try:
                 res = self.log.append_batches(resp.records, assign_offsets=False)
-            except (InvalidOffsetError, CorruptRecordError):
+            except (InvalidOffsetError, CorruptRecordError) as exc:
                 # Not contiguous with our log (or damaged in transit): find the divergence point again.
+                if isinstance(exc, CorruptRecordError):
+                    self.corrupt_fetches += 1
+                    import logging
+
+                    logging.getLogger("pylog.replication").error(
+                        "%s-%d: broker %d fetched invalid data from leader %d at offset %d: %s",
+                        self.topic, self.partition, self.broker_id, self.leader, req.fetch_offset, exc)
                 self.follower_state = TRUNCATING
                 return 0
             appended = res.count

@@ -373,8 +373,9 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if req is None or p is None or not isinstance(req, FetchRequest):
             return
+        corrupt_before = p.corrupt_fetches
         p.on_fetch_response(req, resp, now_ms)
-        if resp.error is not None:
+        if resp.error is not None or p.corrupt_fetches != corrupt_before:
             self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
         self._maybe_send_follower(tp, now_ms, out)
 

@@ -111,12 +111,41 @@ def test_a_follower_never_appends_a_damaged_batch(tmp_path) -> None:
         assert fp.log.log_end_offset == 3
         _damage_value_of(lp.log, 5)
         c.heal_network()
-        c.advance(5_000)  # the follower fetches the damaged bytes again and again; it never takes them
+        c.advance(40_000)  # > request_timeout_ms: the follower fetches the damaged bytes again; never takes them
         flog = fp.log
+        assert fp.corrupt_fetches >= 1  # it did fetch the damaged batch
         assert flog.log_end_offset <= 5
         recs = [(r.offset, r.value) for r in flog.read(0, 1 << 30)]  # CRC-checked read: all intact
         assert recs == [(i, b"value-%d" % i) for i in range(flog.log_end_offset)]
         assert lp.high_watermark <= 5  # the damaged record never counted as replicated
         c._check()
+    finally:
+        c.close()
+
+
+def test_a_follower_backs_off_after_fetching_damaged_data(tmp_path, caplog) -> None:
+    """Kafka's fetcher delays a partition in error by replica.fetch.backoff.ms; without that the
+    follower refetched the damaged bytes in a tight loop (a busy loop in real time)."""
+    c = Cluster(tmp_path, brokers=3, seed=33, replica_lag_time_max_ms=10**9)
+    try:
+        ctl = c.store.controller_id
+        c.create_topic("t", partitions=1, replication_factor=2, min_insync_replicas=1,
+                       start_index=(ctl + 1) % 3, shift=0)
+        leader = c.leader_of("t")
+        (follower,) = [r for r in c.store.partitions[("t", 0)].replicas if r != leader]
+        c.partition_network([follower], [leader])
+        p = c.producer(acks=1)
+        for i in range(6):
+            p.send("t", b"value-%d" % i).result()
+        lp = c.brokers[leader].rm.partitions[("t", 0)]
+        fp = c.brokers[follower].rm.partitions[("t", 0)]
+        _damage_value_of(lp.log, 0)
+        c.heal_network()
+        backoff = c.brokers[follower].rm.config.replica_fetch_backoff_ms
+        with caplog.at_level("ERROR", logger="pylog.replication"):
+            c.advance(40_000)  # > request_timeout_ms: the fetch the partition swallowed is sent again
+        assert fp.log.log_end_offset == 0  # never took the damaged batch
+        assert 1 <= fp.corrupt_fetches <= 40_000 // backoff + 2  # one try per backoff, not a tight loop
+        assert any("t-0" in r.getMessage() and "offset 0" in r.getMessage() for r in caplog.records)
     finally:
         c.close()
