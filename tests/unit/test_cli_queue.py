@@ -36,7 +36,8 @@ def test_produce_and_group_consume_through_a_running_owner(tmp_path):
                 "--print-key", "--key-separator", "=")
         assert r.returncode == 0, r.stderr
         assert r.stdout == b"k1=a\nk2=b\n"
-        r = run("consume", d, "--topic", "jobs", "--group", "g", "--timeout-ms", "1500")
+        # (--max-messages ends the run; the long timeout only covers a slow group join on a loaded machine)
+        r = run("consume", d, "--topic", "jobs", "--group", "g", "--max-messages", "2", "--timeout-ms", "30000")
         assert r.returncode == 0, r.stderr
         assert r.stdout == b"c\nd\n"
         r = run("consume", d, "--topic", "jobs", "--group", "g", "--timeout-ms", "500")
@@ -55,7 +56,7 @@ def test_queue_commands_without_a_running_owner(tmp_path):
         q.create_topic("t")
     r = run("produce", d, "--topic", "t", "--acks", "1", stdin=b"x\ny\n")
     assert r.returncode == 0, r.stderr
-    r = run("consume", d, "--topic", "t", "--from-beginning", "--timeout-ms", "1500")
+    r = run("consume", d, "--topic", "t", "--from-beginning", "--max-messages", "2", "--timeout-ms", "30000")
     assert r.returncode == 0, r.stderr
     assert r.stdout == b"x\ny\n"
     # An unknown topic is a named error and a non-zero exit.
