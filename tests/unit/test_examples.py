@@ -43,3 +43,7 @@ def test_example_runs(path: str, tmp_path) -> None:
         assert "acknowledged records are present" in res.stdout
         line = next(line for line in res.stdout.splitlines() if "acknowledged records are present" in line)
         assert line.startswith("all ")
+    if path.endswith("consumer_groups.py"):
+        assert res.stdout.rstrip().endswith("0 missing")
+        # a joining member takes partitions only from others' revocations (cooperative-sticky)
+        assert "bob: assigned [3, 4, 5]" in res.stdout and "alice: revoked  [3, 4, 5]" in res.stdout
