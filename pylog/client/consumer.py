@@ -398,7 +398,9 @@ class Consumer:
 
         With a ``group_id`` the consumer joins (or rejoins) its group; without one it
         reads every partition of the matching topics. Replaces any earlier
-        subscription or assignment. ``listener`` (kafka-python's
+        subscription or assignment; a cooperative-sticky member (KIP-429) keeps
+        reading the partitions of topics it still subscribes to and gives up only
+        the others (the listener hears just those). ``listener`` (kafka-python's
         ConsumerRebalanceListener: ``on_partitions_revoked``, ``on_partitions_assigned``,
         and ``on_partitions_lost``) replaces ``rebalance_listener``.
         """
@@ -413,6 +415,22 @@ class Consumer:
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
 
         def run() -> None:
+            if self._cooperative and self.group_id is not None and not self._manual:
+                # KIP-429: a cooperative member keeps (and keeps reading) the partitions of topics it
+                # still subscribes to, gives up only the others, and rejoins with the rest as owned.
+                self._topics = list(topics) if topics is not None else None
+                self._pattern = compiled
+                matched = set(self._matched_topics())
+                gone = [tp for tp in self._assignment if tp[0] not in matched]
+                if gone:
+                    if self.enable_auto_commit:
+                        self._commit_internal({tp: self._positions[tp] for tp in gone if tp in self._positions},
+                                              None, auto=True)
+                    self._tell_listener("revoked", gone)
+                    self._revoke(gone)
+                self._rejoin = True
+                self._coordinate()
+                return
             self._revoke_all("revoked")
             self._manual = False
             self._topics = list(topics) if topics is not None else None

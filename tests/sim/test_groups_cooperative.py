@@ -298,3 +298,60 @@ def test_eager_listener_hears_everything_revoked_then_the_new_assignment(tmp_pat
         assert rec.calls == [("assigned", every), ("revoked", every), ("assigned", sorted(a.assignment()))]
     finally:
         c.close()
+
+
+def test_cooperative_subscribe_keeps_the_topics_still_subscribed(tmp_path):
+    """subscribe() on a cooperative member gives up only the partitions of topics it drops: adding a
+    topic keeps every partition it had (no revocation, no re-read), dropping one revokes just that
+    topic's partitions. An eager member revokes everything, as before."""
+    c = Cluster(tmp_path, brokers=3, seed=43)
+    try:
+        c.create_topic("a", partitions=2, replication_factor=3)
+        c.create_topic("b", partitions=2, replication_factor=3)
+        producer = c.producer(acks="all")
+
+        def produce() -> None:
+            for t in ("a", "b"):
+                for p in range(2):
+                    producer.send(t, b"x", partition=p)
+
+        rec = Recorder()
+        cons = c.consumer("g", ["a"], rebalance_listener=rec, **COOP)
+        seen: List[Tuple[str, int, int]] = []
+
+        def run(rounds: int) -> None:
+            for _ in range(rounds):
+                produce()
+                seen.extend((r.topic, r.partition, r.offset) for r in cons.poll(0.05))
+
+        run(60)
+        assert sorted(cons.assignment()) == [("a", 0), ("a", 1)]
+        mark = len(rec.calls)
+        cons.subscribe(["a", "b"])
+        run(60)
+        assert sorted(cons.assignment()) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+        assert not [parts for what, parts in rec.calls[mark:] if what in ("revoked", "lost") and parts], rec.calls
+        assert len(seen) == len(set(seen)), "a kept partition was read again from the committed offset"
+        for p in range(2):
+            offsets = sorted(o for t, pp, o in seen if (t, pp) == ("a", p))
+            assert offsets == list(range(len(offsets)))  # no gap either
+        mark = len(rec.calls)
+        cons.subscribe(["b"])
+        run(60)
+        assert sorted(cons.assignment()) == [("b", 0), ("b", 1)]
+        revoked = [parts for what, parts in rec.calls[mark:] if what == "revoked" and parts]
+        assert revoked == [[("a", 0), ("a", 1)]]
+        check_never_shared([cons])
+
+        eager_rec = Recorder()
+        eager = c.consumer("g2", ["a"], rebalance_listener=eager_rec, **dict(COOP, partition_assignment_strategy="range"))
+        for _ in range(60):
+            produce()
+            eager.poll(0.05)
+        assert sorted(eager.assignment()) == [("a", 0), ("a", 1)]
+        mark = len(eager_rec.calls)
+        eager.subscribe(["a", "b"])
+        eager.poll(0.05)
+        assert ("revoked", [("a", 0), ("a", 1)]) in eager_rec.calls[mark:]
+    finally:
+        c.close()
