@@ -120,7 +120,12 @@ class ReplicaManager:
         self.delayed_fetch: Dict[TP, List[_DelayedFetch]] = {}
         self.inflight: Dict[TP, Tuple[int, object, int]] = {}
         self.next_fetch_at: Dict[TP, int] = {}
-        self._corr = 0
+        # Correlation ids are unique across this broker's incarnations: a response to a request the
+        # previous incarnation sent (still in flight when it crashed) must never match a request of
+        # this one. With per-incarnation counters from 0 it did (soak seed 31140): a pre-crash fetch
+        # response at offset 13 was taken for the restarted follower's fetch at 10, and appended,
+        # leaving a hole at 10-12 below the HW. Kafka gets this from per-connection correlation ids.
+        self._corr = incarnation << 32
         now = clock_ms()
         self._last_isr_check = now
         self._last_hw_checkpoint = now

@@ -42,7 +42,7 @@ def test_random_simulation(tmp_path, first):
 #: seeds the 10,000-seed soak found failing, each fixed (a committed write lost after a lost
 #: AlterPartition reply; a restarted follower added to the ISR on a fetch from its previous life;
 #: a consumer whose coordinator was lost in the middle of a JoinGroup)
-SOAK_FINDINGS = (2427, 9032, 7562)
+SOAK_FINDINGS = (2427, 9032, 7562, 31140)
 
 
 @pytest.mark.parametrize("seed", SOAK_FINDINGS)
