@@ -137,7 +137,8 @@ class GroupCoordinator:
     ``request_timeout_ms`` bounds the appends to the offsets partition.
     """
 
-    def __init__(self, broker_id: int, *, request_timeout_ms: int = 30_000, initial_rebalance_delay_ms: int = 0):
+    def __init__(self, broker_id: int, *, request_timeout_ms: int = 30_000, initial_rebalance_delay_ms: int = 0,
+                 incarnation: int = 0):
         self.broker_id = broker_id
         self.request_timeout_ms = request_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -146,7 +147,9 @@ class GroupCoordinator:
         self.num_partitions = ot.DEFAULT_OFFSETS_PARTITIONS
         self.groups: Dict[str, Group] = {}
         self._pending: Dict[int, Callable[[ProduceResponse, Outbox, int], None]] = {}
-        self._corr = 1 << 40  # apart from any other correlation ids this broker uses
+        # Apart from the replica manager's ids (bit 62), and unique across the broker's incarnations:
+        # an append answered after a crash must not complete a request of the restarted coordinator.
+        self._corr = (1 << 62) | (incarnation << 32)
         self._ids = 0
         self.rebalances = 0
         self._delay_until: Dict[str, int] = {}  # group.initial.rebalance.delay.ms per group

@@ -125,7 +125,7 @@ class ReplicaManager:
         # this one. With per-incarnation counters from 0 it did (soak seed 31140): a pre-crash fetch
         # response at offset 13 was taken for the restarted follower's fetch at 10, and appended,
         # leaving a hole at 10-12 below the HW. Kafka gets this from per-connection correlation ids.
-        self._corr = incarnation << 32
+        self._corr = incarnation << 32  # below bit 62, which the group coordinator's ids carry
         now = clock_ms()
         self._last_isr_check = now
         self._last_hw_checkpoint = now

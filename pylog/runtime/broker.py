@@ -129,7 +129,8 @@ class Broker:
         self.incarnation = max(self.incarnation, self.store.broker_incarnations.get(self.broker_id, 0)) + 1
         self.rm = ReplicaManager(self.broker_id, self.log_dir, file_io=self.disk, clock_ms=self.scheduler.clock.now_ms,
                                  config=self.config, log_config=self.log_config, incarnation=self.incarnation)
-        self.coordinator = GroupCoordinator(self.broker_id, request_timeout_ms=self.config.request_timeout_ms)
+        self.coordinator = GroupCoordinator(self.broker_id, request_timeout_ms=self.config.request_timeout_ms,
+                                            incarnation=self.incarnation)
         for key in ("offsets_retention_ms", "offsets_retention_check_interval_ms"):
             if key in self.expiry_config:
                 setattr(self.coordinator, key, int(self.expiry_config[key]))
