@@ -136,6 +136,9 @@ class Producer:
                             ("buffer_memory", buffer_memory, 1), ("max_block_ms", max_block_ms, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise InvalidConfigurationError(f"{name} must be an int >= {lo}, got {v!r}")
+        if batch_size > buffer_memory:
+            raise InvalidConfigurationError(f"batch_size ({batch_size}) must not exceed buffer_memory ({buffer_memory}): "
+                                            "every batch holds batch_size bytes of the buffer")
         for name, flag in (("enable_idempotence", enable_idempotence), ("idempotence", idempotence)):
             if flag is not None and not isinstance(flag, bool):
                 raise InvalidConfigurationError(f"{name} must be a bool or None, got {flag!r}")

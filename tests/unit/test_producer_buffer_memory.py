@@ -74,10 +74,10 @@ def test_a_record_larger_than_the_buffer_is_refused_at_once(sim):
 
 
 @pytest.mark.parametrize("kw", [{"buffer_memory": 0}, {"buffer_memory": True}, {"max_block_ms": -1},
-                                {"max_block_ms": 1.5}])
+                                {"max_block_ms": 1.5}, {"buffer_memory": 1000, "batch_size": 1001}])
 def test_bad_buffer_settings_are_refused(sim, kw):
     with pytest.raises(InvalidConfigurationError, match=next(iter(kw))):
-        sim.producer(**kw)
+        sim.producer(**kw)  # the message names the setting (for the last case, both)
 
 
 def _wait_for_blocked_sender(p, thread: threading.Thread) -> None:
