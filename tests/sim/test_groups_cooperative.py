@@ -51,7 +51,7 @@ class Recorder:
 
 @pytest.mark.parametrize("seed,failover,auto_commit", [(31, False, False), (32, False, False), (33, False, False),
                                                       (34, True, False), (35, True, False), (36, False, True),
-                                                      (37, True, True)])
+                                                      (37, True, True), (1058, False, False)])
 def test_cooperative_churn_never_shares_a_partition_and_delivers_everything(tmp_path, seed, failover, auto_commit):
     """Seeded churn: members join, leave (close) and crash at random moments (and, with
     ``failover``, the group coordinator's broker crashes and restarts); every member processes
