@@ -939,7 +939,11 @@ class Consumer:
             if now >= self._next_attempt:
                 self._join()
             return
-        if self._state == "stable" and not self._hb_inflight and now - self._last_heartbeat >= self.heartbeat_interval_ms:
+        # Heartbeats go on while the SyncGroup answer is awaited (Kafka's heartbeat thread runs in
+        # COMPLETING_REBALANCE too): the coordinator expires a member whose session lapses while it
+        # waits there (e.g. for a leader that died), while this member still reads its partitions.
+        if self._state in ("stable", "syncing") and not self._hb_inflight and \
+                now - self._last_heartbeat >= self.heartbeat_interval_ms:
             self._heartbeat()
 
     def _on_poll_timeout(self, now: int) -> None:
@@ -1079,6 +1083,7 @@ class Consumer:
             plan = assignor.assign_members(self._partition_counts(topics), subs)
             assignments = tuple((mid, ot.encode_assignment(parts)) for mid, parts in plan.items())
         self._state = "syncing"
+        self._last_heartbeat = self._now()  # the JoinGroup answer restarted the session on the coordinator
         req = gm.SyncGroupRequest(self.group_id, self._node.next_corr(), generation_id=self.generation,  # type: ignore[arg-type]
                                   member_id=self.member_id, assignments=assignments)
         assert self._coordinator is not None
@@ -1127,15 +1132,16 @@ class Consumer:
 
         def done(resp: Any) -> None:
             self._hb_inflight = False
-            if self._closed or self._state != "stable" or self.generation != generation:
+            if self._closed or self._state not in ("stable", "syncing") or self.generation != generation:
                 return
             if resp is None:
                 self._coordinator_lost()
                 return
             if resp.error is not None:
                 if resp.error is RebalanceInProgressError:
-                    self._rejoin = True
-                    self._coordinate()
+                    if self._state == "stable":  # while syncing, the SyncGroup answer says so too
+                        self._rejoin = True
+                        self._coordinate()
                 else:
                     self._handle_group_error(resp.error)
 

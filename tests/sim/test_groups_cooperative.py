@@ -51,7 +51,7 @@ class Recorder:
 
 @pytest.mark.parametrize("seed,failover,auto_commit", [(31, False, False), (32, False, False), (33, False, False),
                                                       (34, True, False), (35, True, False), (36, False, True),
-                                                      (37, True, True)])
+                                                      (37, True, True), (1058, False, False)])
 def test_cooperative_churn_never_shares_a_partition_and_delivers_everything(tmp_path, seed, failover, auto_commit):
     """Seeded churn: members join, leave (close) and crash at random moments (and, with
     ``failover``, the group coordinator's broker crashes and restarts); every member processes
@@ -353,5 +353,56 @@ def test_cooperative_subscribe_keeps_the_topics_still_subscribed(tmp_path):
         eager.subscribe(["a", "b"])
         eager.poll(0.05)
         assert ("revoked", [("a", 0), ("a", 1)]) in eager_rec.calls[mark:]
+    finally:
+        c.close()
+
+
+def test_seed_1058_members_awaiting_a_dead_leaders_sync_keep_their_session(tmp_path):
+    """Churn seed 1058: the leader crashed with its JoinGroup pending, so the next generation
+    completed with a dead leader and the others waited in SyncGroup until its session lapsed. They
+    sent no heartbeats there, so the coordinator expired them at the same moment and a newcomer got
+    their partitions while they still read them (two owners). Kafka's members heartbeat while
+    awaiting SyncGroup: the survivor stays a member, keeps its partitions (never lost nor revoked)
+    and the group settles without the dead leader."""
+    c = Cluster(tmp_path, brokers=3, seed=1058)
+    try:
+        c.create_topic(TOPIC, partitions=PARTS, replication_factor=3)
+        leader = c.consumer("g", [TOPIC], **COOP)
+        for _ in range(60):
+            leader.poll(0.05)
+            if len(leader.assignment()) == PARTS:
+                break
+        rec = Recorder()
+        survivor = c.consumer("g", [TOPIC], rebalance_listener=rec, **COOP)
+        members = [leader, survivor]
+        for _ in range(200):
+            for cons in members:
+                cons.poll(0.05)
+            if len(leader.assignment()) == len(survivor.assignment()) == PARTS // 2:
+                break
+        kept = set(survivor.assignment())
+        assert len(kept) == PARTS // 2 and survivor.member_id
+        member_id, mark = survivor.member_id, len(survivor.ownership_log)
+        newcomer = c.consumer("g", [TOPIC], **COOP)  # a rebalance: the leader rejoins...
+        for _ in range(2_000):
+            c.advance(1)
+            if leader._state == "joining":
+                break
+        assert leader._state == "joining"
+        c.advance(2)  # ...its JoinGroup reaches the coordinator, and it dies
+        leader._crash()
+        members = [survivor, newcomer]
+        for _ in range(400):
+            for cons in members:
+                cons.poll(0.05)
+            if len(survivor.assignment()) == len(newcomer.assignment()) == PARTS // 2:
+                break
+        survivor.poll(0)
+        assert survivor.member_id == member_id, "the survivor was expired from the group"
+        assert not [parts for what, parts in rec.calls if what == "lost"], rec.calls
+        assert set(survivor.assignment()) == kept
+        assert not [tp for _, _, tp, owned in list(survivor.ownership_log)[mark:] if not owned]
+        assert sorted(survivor.assignment() + newcomer.assignment()) == [(TOPIC, p) for p in range(PARTS)]
+        check_never_shared([leader, survivor, newcomer])
     finally:
         c.close()
