@@ -56,10 +56,8 @@ import itertools
 import re
 import threading
 from collections import deque
-from itertools import repeat
 from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Pattern, Sequence, Set, Tuple, Union
 
-from pylog._native import ffi
 from pylog.client._node import ClientFuture, ClientNode
 from pylog.client.assignors import COOPERATIVE, get_assignor, rebalance_protocol
 from pylog.client.assignors import decode_subscription as decode_member_subscription
@@ -84,19 +82,9 @@ from pylog.client.fetch_decoder import FetchDecoder
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER, FetchRequest
-from pylog.storage.record import (
-    BATCH_OVERHEAD,
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    _decode_columns,
-    _decode_header_columns,
-    _is_sequence,
-    _spans,
-)
-from pylog.storage import compression as codecs
+from pylog.storage.record import CREATE_TIME
 
 TP = Tuple[str, int]
-_new_tuple = tuple.__new__
 #: orders ownership changes of every consumer of the process (tests check no partition has two owners at once)
 _OWNERSHIP_SEQ = itertools.count()
 
@@ -121,52 +109,6 @@ class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""
     leader_epoch: int = -1
-
-
-def _batch_records(batch: Any, topic: str, partition: int) -> List[ConsumerRecord]:
-    """All records of a batch as ConsumerRecords, decoded columnwise (one C call, tuples built by map/zip)."""
-    info = batch.info
-    if info.magic != 2:
-        return [ConsumerRecord(topic, partition, r.offset, r.key, r.value, r.timestamp, r.headers, r.timestamp_type)
-                for r in batch.records()]
-    count = info.records_count
-    if count == 0:
-        return []
-    if batch.compression == codecs.NONE:
-        data = bytes(batch.buffer[BATCH_OVERHEAD:])
-    else:
-        data = batch._records_section()
-    cols = _decode_columns(data, count, batch.path, info.position)
-    up = ffi.unpack
-    raw = ffi.buffer
-    n4 = 4 * count
-    base = info.base_offset
-    if _is_sequence(raw(cols.offset_delta, n4)[:], count):
-        offsets: Any = range(base, base + count)
-    else:
-        offsets = [base + d for d in up(cols.offset_delta, count)]
-    tst = batch.timestamp_type
-    if tst == LOG_APPEND_TIME:
-        timestamps: Any = repeat(info.max_timestamp)
-    else:
-        tsd = raw(cols.timestamp_delta, 8 * count)[:]
-        if tsd == tsd[:8] * count:
-            timestamps = repeat(info.base_timestamp + cols.timestamp_delta[0])
-        else:
-            bt = info.base_timestamp
-            timestamps = [bt + d for d in up(cols.timestamp_delta, count)]
-    values = _spans(data, up(cols.value_pos, count), up(cols.value_len, count))
-    if raw(cols.key_len, n4)[:] == b"\xff" * n4:
-        keys: Any = repeat(None)
-    else:
-        keys = _spans(data, up(cols.key_pos, count), up(cols.key_len, count))
-    if raw(cols.header_count, n4)[:] == bytes(n4):
-        headers: Any = repeat(())
-    else:
-        headers = _decode_header_columns(data, cols, count, batch.path, info.position)
-    return list(map(_new_tuple, repeat(ConsumerRecord), zip(
-        repeat(topic), repeat(partition), offsets, keys, values, timestamps, headers, repeat(tst),
-        repeat(info.partition_leader_epoch))))
 
 
 def _need_int(name: str, value: Any, low: int) -> None:
@@ -835,49 +777,24 @@ class Consumer:
             chunks: List[List[Any]] = []
             topic, partition = tp
 
-            def emit(recs: List[ConsumerRecord]) -> None:
+            def emit(recs: Any) -> None:
                 nonlocal got
                 chunks.append([tp, recs, 0])
                 got += len(recs)
 
-            def slow(batch: Any) -> None:
-                # A batch the run decoder leaves to the general path (compressed, headers,
-                # tombstones, legacy, control or at the HW).
-                nonlocal nxt
-                last = batch.last_offset
-                if last < pos:
-                    return
-                if batch.is_control:
-                    nxt = max(nxt, last + 1)
-                    return
-                recs = _batch_records(batch, topic, partition)
-                if recs and (recs[0].offset < pos or last >= hw):
-                    for r in recs:
-                        if r.offset >= hw:
-                            self.violations.append((tp, r.offset, hw))
-                    recs = [r for r in recs if pos <= r.offset < hw]
-                if recs:
-                    emit(recs)
-                    nxt = max(nxt, recs[-1].offset + 1)
-                # A batch below the HW moves the position past its last offset even when it
-                # yields no record (an empty batch the cleaner keeps for its producer, or one
-                # whose remaining records are all below the position): otherwise a response
-                # ending with it is refetched forever.
-                if last < hw:
-                    nxt = max(nxt, last + 1)
+            def above_hw(offset: int) -> None:
+                self.violations.append((tp, offset, hw))
 
             try:
-                fast_nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, slow)  # slow() moves nxt
+                nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, above_hw)
             except CorruptRecordError as exc:
                 # Keep the records before the damage; stop fetching this partition and let poll()
                 # raise once they are handed out, naming where (the application may seek past it).
-                fast_nxt = max([pos] + [(c[1][-1].offset if type(c[1]) is list else c[1].offset_at(len(c[1]) - 1)) + 1
-                                        for c in chunks])
+                nxt = self._decoder.next_offset
                 self._corrupt[tp] = CorruptRecordError(
-                    f"{topic}-{partition}: the batch fetched at offset {max(nxt, fast_nxt)} is corrupt "
+                    f"{topic}-{partition}: the batch fetched at offset {nxt} is corrupt "
                     f"({exc}); records before it were delivered; seek past it to go on")
                 self._signal()
-            nxt = max(nxt, fast_nxt)
             self.bytes_consumed += len(resp.records)
             self._fetch_pos[tp] = nxt
             if got:

@@ -36,7 +36,17 @@ from typing import Any, Callable, Iterator, List, Optional
 from pylog import _native
 from pylog._native import ffi, lib
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import RecordBatch, scan
+from pylog.storage import compression as codecs
+from pylog.storage.record import (
+    BATCH_OVERHEAD,
+    LOG_APPEND_TIME,
+    RecordBatch,
+    _decode_columns,
+    _decode_header_columns,
+    _is_sequence,
+    _spans,
+    scan,
+)
 
 _RUN_END = lib.PLG_RUN_END
 _RUN_SLOW = lib.PLG_RUN_SLOW
@@ -45,6 +55,54 @@ _new_tuple = tuple.__new__
 _MIN_RECORD = 7  # bytes: the smallest v2 record
 _FMT_PER_RECORD = 24  # "<gap>x<len>s": two numbers of at most 10 digits, and 'x', 's'
 _MAX_SCRATCH = 16384  # records per C call (about 1 MB of scratch); a longer run takes several calls
+
+
+def batch_records(batch: RecordBatch, topic: str, partition: int, record_cls: Any) -> List[Any]:
+    """All records of one batch as ``record_cls`` tuples (the general path: any codec, headers,
+    tombstones, legacy magic), decoded columnwise (one C call; tuples built by map/zip)."""
+    info = batch.info
+    if info.magic != 2:
+        return [record_cls(topic, partition, r.offset, r.key, r.value, r.timestamp, r.headers, r.timestamp_type)
+                for r in batch.records()]
+    count = info.records_count
+    if count == 0:
+        return []
+    if batch.compression == codecs.NONE:
+        data = bytes(batch.buffer[BATCH_OVERHEAD:])
+    else:
+        data = batch._records_section()
+    cols = _decode_columns(data, count, batch.path, info.position)
+    up = ffi.unpack
+    raw = ffi.buffer
+    n4 = 4 * count
+    base = info.base_offset
+    if _is_sequence(raw(cols.offset_delta, n4)[:], count):
+        offsets: Any = range(base, base + count)
+    else:
+        offsets = [base + d for d in up(cols.offset_delta, count)]
+    tst = batch.timestamp_type
+    if tst == LOG_APPEND_TIME:
+        timestamps: Any = repeat(info.max_timestamp)
+    else:
+        tsd = raw(cols.timestamp_delta, 8 * count)[:]
+        if tsd == tsd[:8] * count:
+            timestamps = repeat(info.base_timestamp + cols.timestamp_delta[0])
+        else:
+            bt = info.base_timestamp
+            timestamps = [bt + d for d in up(cols.timestamp_delta, count)]
+    values = _spans(data, up(cols.value_pos, count), up(cols.value_len, count))
+    if raw(cols.key_len, n4)[:] == b"\xff" * n4:
+        keys: Any = repeat(None)
+    else:
+        keys = _spans(data, up(cols.key_pos, count), up(cols.key_len, count))
+    if raw(cols.header_count, n4)[:] == bytes(n4):
+        headers: Any = repeat(())
+    else:
+        headers = _decode_header_columns(data, cols, count, batch.path, info.position)
+    return list(map(_new_tuple, repeat(record_cls), zip(
+        repeat(topic), repeat(partition), offsets, keys, values, timestamps, headers, repeat(tst),
+        repeat(info.partition_leader_epoch))))
+
 
 
 class RecordRun:
@@ -109,10 +167,11 @@ class FetchDecoder:
     key, value, timestamp, headers, timestamp_type, leader_epoch).
     """
 
-    __slots__ = ("record_cls", "_cap", "_offsets", "_timestamps", "_key_fmt", "_value_fmt", "_run")
+    __slots__ = ("record_cls", "next_offset", "_cap", "_offsets", "_timestamps", "_key_fmt", "_value_fmt", "_run")
 
     def __init__(self, record_cls: Any):
         self.record_cls = record_cls
+        self.next_offset = -1  # during decode(): the next fetch offset for what was handed over so far
         self._cap = 0
         self._run: Any = None
         self._grow(1024)
@@ -128,22 +187,25 @@ class FetchDecoder:
             "offsets": self._offsets, "timestamps": self._timestamps, "key_fmt": self._key_fmt,
             "value_fmt": self._value_fmt, "cap": cap, "fmt_cap": cap * _FMT_PER_RECORD})
 
-    def decode(self, data: Any, pos: int, hw: int, topic: str, partition: int,
-               emit: Callable[[List[Any]], None], slow: Callable[[RecordBatch], None]) -> int:
-        """Hand the records of ``data`` with ``pos <= offset`` to ``emit`` (RecordRuns, in offset order).
+    def decode(self, data: Any, pos: int, hw: int, topic: str, partition: int, emit: Callable[[Any], None],
+               above_hw: Optional[Callable[[int], None]] = None) -> int:
+        """Hand the records of ``data`` with ``pos <= offset < hw`` to ``emit``, in offset order.
 
-        Batches the fast path does not take go to ``slow`` one by one, in
-        order, between the lists given to ``emit``. Returns one past the last
-        offset of the batches the fast path took below ``hw`` (control and
-        skipped batches included), or ``pos`` when it took none; the caller
-        merges that with what ``slow`` saw. Raises CorruptRecordError for
-        malformed bytes (after emitting what came before them); stops
-        silently at a torn tail.
+        ``emit`` gets a :class:`RecordRun` for each run of plain batches and a
+        list of records for each batch decoded by the general path
+        (:func:`batch_records`). A record at or above ``hw`` is never handed
+        out; ``above_hw(offset)`` hears of it (a leader must not serve one).
+        Returns the next fetch offset: one past the last offset of every batch
+        below ``hw`` (control batches and empty ones included, so a response
+        ending with such a batch is not fetched forever), or ``pos``; while
+        decoding, :attr:`next_offset` holds the same for what was handed over
+        so far. Raises CorruptRecordError for malformed bytes, after emitting
+        what came before them; stops silently at a torn tail.
         """
         view = memoryview(data)
         total = len(view)
         at = 0
-        nxt = pos
+        self.next_offset = nxt = pos
         run = self._run
         record_cls = self.record_cls
         last = -1  # offsets must increase from batch to batch, across runs and general batches too
@@ -171,7 +233,7 @@ class FetchDecoder:
                 emit(RecordRun(record_cls, topic, partition, offsets, keys, values, timestamps,
                                run.timestamp_type, run.leader_epoch))
             if run.next_offset > nxt:
-                nxt = run.next_offset
+                self.next_offset = nxt = run.next_offset
             at += run.consumed
             last = run.last_offset
             stop = run.stop
@@ -184,9 +246,37 @@ class FetchDecoder:
             batch = self._one_batch(view, at, last)
             if batch is None:
                 break
-            slow(batch)
+            self.next_offset = nxt = max(nxt, self._general(batch, pos, hw, topic, partition, emit, above_hw))
             at += batch.info.size
             last = batch.info.last_offset
+        return nxt
+
+    def _general(self, batch: RecordBatch, pos: int, hw: int, topic: str, partition: int,
+                 emit: Callable[[Any], None], above_hw: Optional[Callable[[int], None]]) -> int:
+        """One batch the run decoder leaves to the general path (compressed, headers, tombstones,
+        legacy, control, or reaching the HW); returns the next fetch offset it allows."""
+        nxt = pos
+        last = batch.last_offset
+        if last < pos:
+            return nxt
+        if batch.is_control:
+            return last + 1
+        recs = batch_records(batch, topic, partition, self.record_cls)
+        if recs and (recs[0].offset < pos or last >= hw):
+            if above_hw is not None:
+                for r in recs:
+                    if r.offset >= hw:
+                        above_hw(r.offset)
+            recs = [r for r in recs if pos <= r.offset < hw]
+        if recs:
+            emit(recs)
+            nxt = recs[-1].offset + 1
+        # A batch below the HW moves the position past its last offset even when it yields no
+        # record (an empty batch the cleaner keeps for its producer, or one whose remaining
+        # records are all below the position): otherwise a response ending with it is refetched
+        # forever.
+        if last < hw:
+            nxt = max(nxt, last + 1)
         return nxt
 
     @staticmethod
@@ -205,4 +295,4 @@ class FetchDecoder:
         raise CorruptRecordError(f"invalid batch: {result.reason}", position=at + result.valid_bytes)
 
 
-__all__ = ["FetchDecoder", "RecordRun"]
+__all__ = ["FetchDecoder", "RecordRun", "batch_records"]

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 
 from pylog._native import ffi, lib
-from pylog.client.consumer import ConsumerRecord, _batch_records
-from pylog.client.fetch_decoder import FetchDecoder
+from pylog.client.consumer import ConsumerRecord
+from pylog.client.fetch_decoder import FetchDecoder, RecordRun, batch_records
 from pylog.errors import CorruptRecordError
 from pylog.storage.record import (
     CREATE_TIME,
@@ -113,8 +113,9 @@ def fetch_payloads(draw: Any) -> Tuple[bytes, int, int]:
 # ---------------------------------------------------------------------------
 
 
-def model(data: bytes, pos: int, hw: int) -> Tuple[List[ConsumerRecord], int]:
-    """What the consumer must hand out, from the pure-Python decoder and Kafka's rules."""
+def model(data: bytes, pos: int, hw: int, above: Optional[List[int]] = None) -> Tuple[List[ConsumerRecord], int]:
+    """What the consumer must hand out, from the pure-Python decoder and Kafka's rules (and, in
+    ``above``, the offsets at or above the HW it must report instead)."""
     out: List[ConsumerRecord] = []
     nxt = pos
     at = 0
@@ -140,6 +141,8 @@ def model(data: bytes, pos: int, hw: int) -> Tuple[List[ConsumerRecord], int]:
                                 header["max_timestamp"] if tst == LOG_APPEND_TIME else r.timestamp,
                                 tuple(r.headers), tst, epoch)
                  for r in recs if pos <= r.offset < hw]
+        if above is not None:
+            above.extend(r.offset for r in recs if r.offset >= hw)
         out.extend(taken)
         if taken:
             nxt = max(nxt, taken[-1].offset + 1)
@@ -150,27 +153,10 @@ def model(data: bytes, pos: int, hw: int) -> Tuple[List[ConsumerRecord], int]:
 
 def consume(decoder: FetchDecoder, data: bytes, pos: int, hw: int,
             seen: Optional[List[ConsumerRecord]] = None) -> Tuple[List[ConsumerRecord], int]:
-    """Run the decoder as Consumer._on_fetch does (the same general path for the batches it leaves)."""
+    """Run the decoder as Consumer._on_fetch does; the records in order, and the next fetch offset."""
     out: List[ConsumerRecord] = [] if seen is None else seen
-    nxt = pos
-
-    def slow(batch: Any) -> None:
-        nonlocal nxt
-        last = batch.last_offset
-        if last < pos:
-            return
-        if batch.is_control:
-            nxt = max(nxt, last + 1)
-            return
-        recs = [r for r in _batch_records(batch, TOPIC, PART) if pos <= r.offset < hw]
-        out.extend(recs)
-        if recs:
-            nxt = max(nxt, recs[-1].offset + 1)
-        if last < hw:
-            nxt = max(nxt, last + 1)
-
-    fast = decoder.decode(data, pos, hw, TOPIC, PART, out.extend, slow)
-    return out, max(nxt, fast)
+    nxt = decoder.decode(data, pos, hw, TOPIC, PART, out.extend)
+    return out, nxt
 
 
 def general(data: bytes, pos: int, hw: int, seen: List[ConsumerRecord]) -> None:
@@ -179,7 +165,7 @@ def general(data: bytes, pos: int, hw: int, seen: List[ConsumerRecord]) -> None:
         last = batch.last_offset
         if last < pos or batch.is_control:
             continue
-        seen.extend(r for r in _batch_records(batch, TOPIC, PART) if pos <= r.offset < hw)
+        seen.extend(r for r in batch_records(batch, TOPIC, PART, ConsumerRecord) if pos <= r.offset < hw)
 
 
 # ---------------------------------------------------------------------------
@@ -190,9 +176,13 @@ def general(data: bytes, pos: int, hw: int, seen: List[ConsumerRecord]) -> None:
 @given(fetch_payloads())
 def test_run_decoder_hands_out_exactly_the_models_records(payload: Tuple[bytes, int, int]) -> None:
     data, pos, hw = payload
-    got, nxt = consume(FetchDecoder(ConsumerRecord), data, pos, hw)
-    want, want_nxt = model(data, pos, hw)
+    got: List[ConsumerRecord] = []
+    reported: List[int] = []
+    nxt = FetchDecoder(ConsumerRecord).decode(data, pos, hw, TOPIC, PART, got.extend, reported.append)
+    above: List[int] = []
+    want, want_nxt = model(data, pos, hw, above)
     assert got == want
+    assert reported == above  # records at or above the HW are reported, never handed out
     assert [type(r) for r in got] == [ConsumerRecord] * len(got)
     assert nxt == want_nxt
 
@@ -201,11 +191,9 @@ def test_plain_batches_take_the_fast_path_in_one_run() -> None:
     """Keyless plain batches of one epoch come back from one C call, not batch by batch."""
     data = b"".join(bytes(encode_batch([b"v%d" % i for i in range(10)], now_ms=5, base_offset=b * 10,
                                        partition_leader_epoch=4)) for b in range(20))
-    slow_batches: List[Any] = []
-    chunks: List[List[ConsumerRecord]] = []
-    nxt = FetchDecoder(ConsumerRecord).decode(data, 0, 10**9, TOPIC, PART, chunks.append, slow_batches.append)
-    assert slow_batches == []
-    assert len(chunks) == 1 and len(chunks[0]) == 200
+    chunks: List[Any] = []
+    nxt = FetchDecoder(ConsumerRecord).decode(data, 0, 10**9, TOPIC, PART, chunks.append)
+    assert len(chunks) == 1 and isinstance(chunks[0], RecordRun) and len(chunks[0]) == 200  # no general path
     assert list(chunks[0])[57] == ConsumerRecord(TOPIC, PART, 57, None, b"v7", 5, (), CREATE_TIME, 4)
     assert chunks[0].take(55, 58) == list(chunks[0])[55:58]
     assert chunks[0].offset_at(199) == 199
@@ -262,12 +250,14 @@ def test_corrupt_crc_raises_with_the_position_in_the_response() -> None:
     first = bytes(encode_batch([b"a", b"b"], now_ms=1, base_offset=0))
     second = bytearray(encode_batch([b"c"], now_ms=1, base_offset=2))
     second[-1] ^= 0x01  # a value byte: the CRC no longer matches
-    got: List[ConsumerRecord] = []
+    chunks: List[Any] = []
+    decoder = FetchDecoder(ConsumerRecord)
     with pytest.raises(CorruptRecordError) as info:
-        FetchDecoder(ConsumerRecord).decode(first + bytes(second), 0, 100, TOPIC, PART, got.extend,
-                                            lambda b: pytest.fail("no batch should need the general path"))
-    assert [r.value for r in got] == [b"a", b"b"]  # what came before the damage was handed out
+        decoder.decode(first + bytes(second), 0, 100, TOPIC, PART, chunks.append)
+    assert len(chunks) == 1 and isinstance(chunks[0], RecordRun)  # the fast path, up to the damage
+    assert [r.value for r in chunks[0]] == [b"a", b"b"]  # what came before the damage was handed out
     assert info.value.position == len(first)
+    assert decoder.next_offset == 2  # where the consumer stops (and names in its error)
 
 
 def reseal(data: bytearray) -> None:
@@ -288,9 +278,9 @@ def reseal(data: bytearray) -> None:
 def test_a_runs_slices_are_the_slices_of_its_records(payload: Tuple[bytes, int, int], data: Any) -> None:
     """What poll() takes from a run (any i..j) is exactly that slice of the run's records."""
     raw, pos, hw = payload
-    runs: List[Any] = []
-    FetchDecoder(ConsumerRecord).decode(raw, pos, hw, TOPIC, PART, runs.append, lambda b: None)
-    for run in runs:
+    chunks: List[Any] = []
+    FetchDecoder(ConsumerRecord).decode(raw, pos, hw, TOPIC, PART, chunks.append)
+    for run in [c for c in chunks if isinstance(c, RecordRun)]:
         whole = list(run)
         assert len(whole) == len(run)
         i = data.draw(st.integers(0, len(run)))
