@@ -23,9 +23,10 @@ from pylog.errors import (
 )
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
-from pylog.replication.group_coordinator import EMPTY, STABLE, GroupCoordinator
-from pylog.replication.messages import ProduceRequest, ProduceResponse
+from pylog.replication.group_coordinator import EMPTY, STABLE
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
+
+from coordinator_harness import GROUP, Harness
 
 
 TOPIC = "events"
@@ -187,51 +188,6 @@ def test_bad_group_ids_are_refused(tmp_path):
 
 
 # ------------------------------------------------------- the coordinator by hand
-GROUP = "g"
-
-
-class Harness:
-    """One coordinator leading the only offsets partition; appends succeed and are kept as its log."""
-
-    def __init__(self) -> None:
-        self.co = GroupCoordinator(0)
-        self.co.num_partitions = 1
-        self.co.load(0, 0, [], 0)
-        self.now = 0
-        self.log: list = []
-        self.inbox: dict = {}
-        self.corr = 0
-
-    def deliver(self, out) -> None:
-        for dst, msg in out.items:
-            if isinstance(msg, ProduceRequest):
-                self.log.extend((r.key, r.value) for r in msg.records)
-                self.deliver(self.co.on_produce_response(
-                    ProduceResponse(msg.topic, msg.partition, msg.correlation_id, base_offset=0), self.now))
-            else:
-                self.inbox.setdefault(dst, []).append(msg)
-
-    def send(self, client: str, msg) -> None:
-        self.deliver(self.co.handle(client, msg, self.now))
-        self.co._check()
-
-    def take(self, client: str) -> list:
-        return self.inbox.pop(client, [])
-
-    def next(self) -> int:
-        self.corr += 1
-        return self.corr
-
-    def join(self, client: str, member: str = "", protocols=(("range", b"r"),)) -> None:
-        self.send(client, gm.JoinGroupRequest(GROUP, self.next(), member_id=member, session_timeout_ms=10_000,
-                                              rebalance_timeout_ms=1_000, protocols=protocols, client_id=client))
-
-    def tick(self, ms: int) -> None:
-        self.now += ms
-        self.deliver(self.co.tick(self.now))
-        self.co._check()
-
-
 def _stable_member(h: Harness, topics=("t",), assignment=(("t", 0),)) -> str:
     sub = ot.encode_subscription(list(topics))
     h.join("a", protocols=(("range", sub),))
