@@ -585,6 +585,66 @@ int plg_decode_legacy(const uint8_t *buf, uint64_t len, plg_legacy_message_t *ou
     return pos == len ? PLG_OK : PLG_ECORRUPT;
 }
 
+
+/* The producer's common case: encodes `count` records with no key, no headers
+ * and non-null values (values concatenated, value_lens[i] >= 0), every record
+ * at `timestamp`, as one uncompressed v2 batch at base offset 0 with no
+ * partition leader epoch. The header fields are scalars, so a caller needs no
+ * structs. Same results as plg_batch_encode with those columns. */
+int plg_batch_encode_values(const uint8_t *values, const int32_t *value_lens, uint32_t count,
+                            int64_t timestamp, int64_t producer_id, int16_t producer_epoch,
+                            int32_t base_sequence, int16_t attributes,
+                            uint8_t *out, uint64_t cap, uint64_t *len_out) {
+    if (!values || !value_lens || count == 0) return PLG_EINVAL;
+    for (uint32_t i = 0; i < count; i++)
+        if (value_lens[i] < 0) return PLG_EINVAL;
+    plg_batch_header_t hdr;
+    memset(&hdr, 0, sizeof hdr);
+    hdr.base_offset = 0;
+    hdr.partition_leader_epoch = -1;
+    hdr.attributes = attributes;
+    hdr.base_timestamp = timestamp;
+    hdr.max_timestamp = timestamp;
+    hdr.producer_id = producer_id;
+    hdr.producer_epoch = producer_epoch;
+    hdr.base_sequence = base_sequence;
+    plg_record_columns_t cols;
+    memset(&cols, 0, sizeof cols);
+    cols.count = count;
+    cols.values = values;
+    cols.value_lens = value_lens;
+    cols.keys = values; /* unused: key_lens NULL means every key is null */
+    cols.header_keys = values;
+    cols.header_values = values;
+    return plg_batch_encode(&hdr, &cols, out, cap, len_out);
+}
+
+/* A leader appending a producer's request: checks that buf[0, len) is exactly
+ * one v2 batch with a valid CRC, then stamps base_offset and the partition
+ * leader epoch (neither is under the CRC) and fills *info_out with the
+ * stamped batch's header. Nothing is written unless every check passes.
+ * Returns PLG_OK, or the framing error (PLG_ETRUNCATED / PLG_ECORRUPT /
+ * PLG_ECRC / PLG_EMAGIC), or PLG_EINVAL when bytes follow the batch or the
+ * offsets would pass INT64_MAX. */
+int plg_batch_stamp_one(uint8_t *buf, uint64_t len, int64_t base_offset, int32_t partition_leader_epoch,
+                        plg_batch_info_t *info_out) {
+    plg_batch_info_t info;
+    if (!buf || !info_out || base_offset < 0) return PLG_EINVAL;
+    int rc = parse_entry(buf, len, 0, 1, &info);
+    if (rc != PLG_OK) return rc;
+    if (info.magic != 2) return PLG_EMAGIC;
+    if ((uint64_t)info.size != len) return PLG_EINVAL;
+    int64_t span = info.last_offset - info.base_offset;
+    if (span < 0 || span > INT64_MAX - base_offset) return PLG_EINVAL;
+    put64(buf, (uint64_t)base_offset);
+    put32(buf + 12, (uint32_t)partition_leader_epoch);
+    info.base_offset = base_offset;
+    info.last_offset = base_offset + span;
+    info.partition_leader_epoch = partition_leader_epoch;
+    *info_out = info;
+    return PLG_OK;
+}
+
 /* Re-stamps baseOffset and partitionLeaderEpoch of every v2 batch in
  * buf[0, len) with consecutive offsets starting at base_offset (neither field
  * is covered by the CRC). The framing of every batch is checked first, so on

@@ -165,6 +165,12 @@ int plg_batch_size(const plg_record_columns_t *cols, int64_t base_timestamp, uin
 int plg_batch_encode(const plg_batch_header_t *hdr, const plg_record_columns_t *cols,
                      uint8_t *out, uint64_t cap, uint64_t *len_out);
 int plg_batch_seal(uint8_t *batch, uint64_t len);
+int plg_batch_encode_values(const uint8_t *values, const int32_t *value_lens, uint32_t count,
+                            int64_t timestamp, int64_t producer_id, int16_t producer_epoch,
+                            int32_t base_sequence, int16_t attributes,
+                            uint8_t *out, uint64_t cap, uint64_t *len_out);
+int plg_batch_stamp_one(uint8_t *buf, uint64_t len, int64_t base_offset, int32_t partition_leader_epoch,
+                        plg_batch_info_t *info_out);
 int plg_batch_set_offsets(uint8_t *buf, uint64_t len, int64_t base_offset,
                           int32_t partition_leader_epoch, uint64_t *n_batches_out,
                           int64_t *next_offset_out);

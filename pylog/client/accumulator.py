@@ -42,7 +42,7 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "records", "size", "created_ms", "deadline_ms", "open", "done", "base_offset",
         "timestamp", "error", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch", "sequence",
-        "attempts", "order", "reserved",
+        "attempts", "order", "reserved", "plain",
     )
 
     def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int):
@@ -67,6 +67,7 @@ class ProducerBatch:
         self.attempts = 0
         self.order = order
         self.reserved = 0  # bytes of the producer's buffer_memory this batch holds until completed
+        self.plain = True  # every record a bytes value (no key, headers, timestamp or null): the encoder's fast path
 
     def __repr__(self) -> str:
         state = "done" if self.done else ("open" if self.open else "closed")

@@ -325,6 +325,8 @@ class Producer:
                 self._sticky[topic] = b
             i = len(b.records)
             b.records.append(item)
+            if type(item) is not bytes:
+                b.plain = False
             b.size += size
             if b.size >= self.batch_size:
                 self._batch_full(b)
@@ -492,7 +494,7 @@ class Producer:
         if b.data is None:
             try:
                 b.data = encode_batch(b.records, now_ms=now, compression=self.compression, producer_id=b.producer_id,
-                                      producer_epoch=b.producer_epoch, base_sequence=b.sequence)
+                                      producer_epoch=b.producer_epoch, base_sequence=b.sequence, plain=b.plain)
             except PylogError as exc:
                 self._settle(ps, b)
                 self._fail(b, exc)

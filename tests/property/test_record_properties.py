@@ -145,6 +145,35 @@ def test_c_encode_plain_values_equals_oracle(values, now):
     assert bytes(c) == py_encode_batch([Record(v, timestamp=now) for v in values], base_offset=7)
 
 
+@given(values=st.lists(st.binary(max_size=300), min_size=1, max_size=60), now=st.integers(*INT64),
+       pid=st.integers(-1, 2**63 - 1), epoch=st.integers(-1, 2**15 - 1), seq=st.integers(-1, 2**31 - 1),
+       transactional=st.booleans(), hint=st.sampled_from([True, None]))
+def test_producer_fast_path_equals_oracle(values, now, pid, epoch, seq, transactional, hint):
+    # base offset 0 and no leader epoch: the scalar C entry point (plg_batch_encode_values), into a
+    # buffer sized by an upper bound and cut to size; whatever the hint, the bytes are the oracle's
+    c = encode_batch(values, now_ms=now, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                     transactional=transactional, plain=hint)
+    py = py_encode_batch([Record(v, timestamp=now) for v in values], producer_id=pid, producer_epoch=epoch,
+                         base_sequence=seq, attributes=0x10 if transactional else 0)
+    assert bytes(c) == py
+    assert [r.value for r in only_batch(c).records()] == values
+
+
+def test_producer_fast_path_refuses_what_the_general_path_refuses():
+    from pylog.errors import InvalidRecordError
+
+    with pytest.raises(InvalidRecordError):
+        encode_batch([], now_ms=0, plain=True)
+    # the C entry point checks its own inputs too: no records, a negative (null) length
+    used = ffi.new("uint64_t *")
+    out = bytearray(100)
+    lens = ffi.new("int32_t[]", [-1])
+    assert lib.plg_batch_encode_values(b"", lens, 1, 0, -1, -1, -1, 0, ffi.from_buffer(out), 100, used) == lib.PLG_EINVAL
+    assert lib.plg_batch_encode_values(b"", lens, 0, 0, -1, -1, -1, 0, ffi.from_buffer(out), 100, used) == lib.PLG_EINVAL
+    ok = ffi.new("int32_t[]", [3])
+    assert lib.plg_batch_encode_values(b"abc", ok, 1, 0, -1, -1, -1, 0, ffi.from_buffer(out), 10, used) == lib.PLG_EOVERFLOW
+
+
 @given(records=record_lists(), h=batch_header)
 def test_c_decode_equals_python_oracle(records, h):
     data = py_encode_batch(records, **_py_kwargs(h))
