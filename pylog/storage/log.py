@@ -39,14 +39,16 @@ from __future__ import annotations
 import functools
 import os
 import re
+import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union
 
 from sortedcontainers import SortedDict
 
 from pylog import _native
+from pylog._native import ffi, lib
 from pylog.errors import (
     CorruptCheckpointError,
     CorruptRecordError,
@@ -66,6 +68,7 @@ from pylog.storage.fileio import FileIO
 from pylog.storage.loader import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, load_segments, recover
 from pylog.storage.logdir import LogDir, parse_partition_dir
 from pylog.storage.record import (
+    BATCH_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     BatchInfo,
     Record,
@@ -84,6 +87,7 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _DAY_MS = 24 * 3600 * 1000
+_LEADER_EPOCH_FIELD = struct.Struct(">i")  # partitionLeaderEpoch, bytes 12-15 of a v2 batch
 T = TypeVar("T")
 
 
@@ -293,6 +297,7 @@ class Log:
         self.io = io
         self.clock_ms = clock
         self._lock = threading.RLock()
+        self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one_as_leader's output, used under the lock
         self._closed = False
         self._logdir: Optional[LogDir] = None
         self.recovery: Optional[RecoveryResult] = None
@@ -516,6 +521,10 @@ class Log:
         nothing is written.
         """
         buf = bytearray(data)
+        if assign_offsets and not self.config.compact:
+            one = self._append_one_as_leader(buf, leader_epoch)
+            if one is not None:
+                return one
         found = scan(buf, verify_crc=True)
         if found.status != _native.OK or found.valid_bytes != len(buf) or not found.batches:
             raise CorruptRecordError(
@@ -576,33 +585,59 @@ class Log:
         return AppendResult(first.base_offset, last.last_offset, max_ts, first.position,
                             last.last_offset - first.base_offset + 1)
 
+    def _append_one_as_leader(self, buf: bytearray, leader_epoch: Optional[int]) -> Optional[AppendResult]:
+        """A leader's usual append: ``buf`` is exactly one v2 batch. One C call checks its framing
+        and CRC and stamps the next offset and the epoch; returns None (nothing done) when ``buf``
+        is anything else, for the general path to handle or refuse."""
+        if len(buf) < BATCH_OVERHEAD:
+            return None
+        info = self._stamp_info
+        with self._lock:
+            self._ensure_writable()
+            nxt = self.log_end_offset
+            epoch = leader_epoch if leader_epoch is not None else _LEADER_EPOCH_FIELD.unpack_from(buf, 12)[0]
+            if lib.plg_batch_stamp_one(ffi.from_buffer(buf), len(buf), nxt, epoch, info) != _native.OK:
+                return None
+            return self._write_validated(buf, nxt, info.last_offset, info.max_timestamp, info.last_offset,
+                                         info.records_count, ((epoch, nxt),), info.size)
+
     def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo]) -> AppendResult:
+        first, last = batches[0], batches[-1]
+        max_ts = max(b.max_timestamp for b in batches)
+        offset_of_max = next(b.last_offset for b in batches if b.max_timestamp == max_ts)
+        return self._write_validated(data, first.base_offset, last.last_offset, max_ts, offset_of_max,
+                                     sum(b.records_count for b in batches),
+                                     [(b.partition_leader_epoch, b.base_offset) for b in batches],
+                                     max(b.size for b in batches))
+
+    def _write_validated(self, data: Union[bytes, bytearray], first_offset: int, last_offset: int, max_ts: int,
+                         offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
+                         largest_batch: int) -> AppendResult:
+        """Write validated, offset-stamped batches ``[first_offset, last_offset]`` at the log end
+        (under the lock): size limits, roll, segment append, epoch cache, flush policy, counters.
+        All-or-nothing: a failure after the bytes are written cuts them off again."""
         size = len(data)
-        for b in batches:
-            if b.size > self.config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch at offset {b.base_offset} for {self.topic}-{self.partition} is {b.size} bytes, "
-                    f"over max_message_bytes={self.config.max_message_bytes}"
-                )
+        if largest_batch > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch at offset {first_offset} for {self.topic}-{self.partition} is {largest_batch} bytes, "
+                f"over max_message_bytes={self.config.max_message_bytes}"
+            )
         if size > self.config.segment_bytes:
             raise RecordTooLargeError(
                 f"append of {size} bytes to {self.topic}-{self.partition} exceeds segment_bytes={self.config.segment_bytes}"
             )
-        first, last = batches[0], batches[-1]
-        max_ts = max(b.max_timestamp for b in batches)
-        offset_of_max = next(b.last_offset for b in batches if b.max_timestamp == max_ts)
         try:
-            seg = self._maybe_roll(size, first.base_offset, last.last_offset)
+            seg = self._maybe_roll(size, first_offset, last_offset)
         except OSError as exc:
-            self._raise_storage_error(exc, f"roll before the append at offset {first.base_offset}")
-        position = seg.append(data, last.last_offset, max_ts, offset_of_max)
+            self._raise_storage_error(exc, f"roll before the append at offset {first_offset}")
+        position = seg.append(data, last_offset, max_ts, offset_of_max)
         prev_end, prev_epochs = self.log_end_offset, self.epochs.entries
-        self.log_end_offset = last.last_offset + 1
-        count = self.log_end_offset - first.base_offset
+        self.log_end_offset = last_offset + 1
+        count = self.log_end_offset - first_offset
         try:
             changed = False
-            for b in batches:
-                changed |= self.epochs.assign(b.partition_leader_epoch, b.base_offset)
+            for epoch, base in epoch_starts:
+                changed |= self.epochs.assign(epoch, base)
             if changed:
                 self._write_epochs()
             self._unflushed_messages += count
@@ -611,19 +646,18 @@ class Log:
             # Not acknowledged, so not kept: cut the batch off again (all-or-nothing).
             self._unflushed_messages = max(0, self._unflushed_messages - count)
             try:
-                seg.truncate_to(first.base_offset)
+                seg.truncate_to(first_offset)
             except OSError:
                 pass
             self.log_end_offset = prev_end
             self.epochs = LeaderEpochCache(prev_epochs)
-            self._raise_storage_error(exc, f"append at offset {first.base_offset}")
-        n = sum(b.records_count for b in batches)
-        self.appended_records_total += n
+            self._raise_storage_error(exc, f"append at offset {first_offset}")
+        self.appended_records_total += n_records
         self.appended_bytes_total += size
         now = self.clock_ms()
-        self._append_records_rate.record(now, n)
+        self._append_records_rate.record(now, n_records)
         self._append_bytes_rate.record(now, size)
-        return AppendResult(first.base_offset, last.last_offset, max_ts, position, count)
+        return AppendResult(first_offset, last_offset, max_ts, position, count)
 
     def _raise_storage_error(self, exc: OSError, what: str) -> NoReturn:
         if isinstance(exc, KafkaStorageError):

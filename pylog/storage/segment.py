@@ -18,7 +18,7 @@ import mmap
 import os
 import struct
 import weakref
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 from pylog import _native
 from pylog._native import ffi, lib
@@ -57,6 +57,7 @@ def _libc_mmap() -> Tuple[object, object]:
 
 _mmap, _munmap = _libc_mmap()
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_STATE_SIZE = ffi.sizeof("plg_segment_state_t")
 
 
 def _headers(data: bytes, count: int, path: str, position: int) -> Tuple[Tuple[str, Optional[bytes]], ...]:
@@ -120,6 +121,7 @@ class LogSegment:
                     io.close(io.open(index.path))
         self.created_ms = created_ms
         self._state = ffi.new("plg_segment_state_t *")
+        self._append_scratch: Optional[Tuple[Any, Any, Any, Any]] = None  # see append()
         st = self._state
         st.base_offset = base_offset
         st.size = io.size(self._fd)
@@ -226,11 +228,12 @@ class LogSegment:
             except OSError:
                 pass
             raise KafkaStorageError(exc.errno, f"append to {self.log_path} at byte {position} failed: {exc.strerror}") from exc
-        idx = ffi.new("uint8_t[8]")
-        tidx = ffi.new("uint8_t[12]")
-        flags = ffi.new("uint32_t *")
-        saved = ffi.new("plg_segment_state_t *")
-        ffi.memmove(saved, st, ffi.sizeof("plg_segment_state_t"))
+        scratch = self._append_scratch
+        if scratch is None:  # the writer's buffers, made once per segment (appends hold the log's lock)
+            scratch = self._append_scratch = (ffi.new("uint8_t[8]"), ffi.new("uint8_t[12]"), ffi.new("uint32_t *"),
+                                              ffi.new("plg_segment_state_t *"))
+        idx, tidx, flags, saved = scratch
+        ffi.memmove(saved, st, _STATE_SIZE)
         n_index, n_time = len(self.offset_index), len(self.time_index)
         _native.check(
             lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags),
@@ -244,7 +247,7 @@ class LogSegment:
         except OSError as exc:
             # The batch is in the .log but its index entry is not: undo both,
             # so a failed append leaves nothing behind.
-            ffi.memmove(st, saved, ffi.sizeof("plg_segment_state_t"))
+            ffi.memmove(st, saved, _STATE_SIZE)
             for index, keep in ((self.offset_index, n_index), (self.time_index, n_time)):
                 try:
                     index._truncate_entries(keep)
