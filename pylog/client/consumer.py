@@ -931,8 +931,9 @@ class Consumer:
             self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
         elif error is IllegalGenerationError:
             self.generation = gm.NO_GENERATION
-        if self._cooperative and error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
-            # fenced: the group may have given these partitions to others already (KIP-429: "lost")
+        if error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
+            # Fenced: the group may have given these partitions to others already. Eager or cooperative,
+            # they are lost at once (Kafka's onPartitionsLost), not kept and fetched until the JoinGroup.
             self._revoke_all("lost")
         self._next_attempt = self._now() + self.retry_backoff_ms
         if self._state != "unjoined":
