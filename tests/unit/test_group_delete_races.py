@@ -6,12 +6,17 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
+from pylog.client._node import ClientNode
+from pylog.cluster import Cluster
 from pylog.errors import CoordinatorNotAvailableError, GroupIdNotFoundError, NotEnoughReplicasError
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.group_coordinator import DEAD, EMPTY, GroupCoordinator
+from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 
 from coordinator_harness import GROUP, Harness
+
+TOPIC = "events"
 
 
 def commit(h: Harness, client: str, offsets: Dict[Tuple[str, int], int]) -> None:
@@ -113,3 +118,53 @@ def test_offset_delete_removes_a_commit_still_in_flight_and_keeps_a_later_one():
                                                                                           ("u", 2): None}
     assert offsets_of(h.co) == {("u", 1): 1, ("u", 2): 4}
     assert after_failover(h, compacted=False) == offsets_of(h.co) == after_failover(h, compacted=True)
+
+
+def test_simulated_commit_during_a_slow_delete_does_not_come_back_after_failover(tmp_path):
+    """A follower of the group's offsets partition is slow, so DeleteGroups waits for its tombstones; a
+    standalone commit arriving meanwhile is refused retriably (before the fix: answered OK, missing from
+    the coordinator's memory, and back after a failover). Retried, it lands after the deletion, and a
+    failover changes nothing the admin API shows."""
+    c = Cluster(tmp_path, brokers=3, seed=71)
+    try:
+        c.create_topic(TOPIC, partitions=2, replication_factor=3)
+        c.alter_group_offsets(GROUP, {(TOPIC, 0): 3})
+        p = partition_for_group(GROUP, c.store.topics[OFFSETS_TOPIC].partitions)
+        (row,) = [r for r in c.describe(OFFSETS_TOPIC) if r.partition == p]
+        follower = next(b for b in row.isr if b != row.leader)
+        c.transport.slow(follower, 1_000)  # acks=all appends to the offsets partition now take seconds
+        node = c.scheduler.run_sync(lambda: ClientNode("committer", c.scheduler, c.transport))
+        answers: list = []
+
+        def send_commit() -> None:
+            req = gm.OffsetCommitRequest(GROUP, node.next_corr(), offsets=((TOPIC, 1, 7, -1, ""),))
+            node.request(row.leader, req, 10_000, answers.append)
+
+        c.scheduler.call_later(300, send_commit)  # while the DeleteGroups below waits for its tombstones
+        start = c.now_ms
+        c.delete_group(GROUP)
+        assert c.now_ms - start > 300  # the commit came while the deletion was in flight
+        c.advance(5_000)
+        assert len(answers) == 1
+        assert c.list_group_offsets(GROUP) == {}
+        fail_over(c, row.leader)
+        assert c.list_group_offsets(GROUP) == {}  # the deletion held
+        assert answers[0].error is CoordinatorNotAvailableError and repr(GROUP) in answers[0].message
+        # the committer retries (as commit() and the admin client do): the group comes back with that offset
+        c.transport.slow(follower, 0)
+        c.alter_group_offsets(GROUP, {(TOPIC, 1): 7})
+        before = {tp: v.offset for tp, v in c.list_group_offsets(GROUP).items()}
+        assert before == {(TOPIC, 1): 7}
+        fail_over(c, c.leader_of(OFFSETS_TOPIC, p))
+        assert {tp: v.offset for tp, v in c.list_group_offsets(GROUP).items()} == before
+        c._check()
+    finally:
+        c.close()
+
+
+def fail_over(c: Cluster, broker: int) -> None:
+    """Crash ``broker`` (the group's coordinator) so another broker loads the offsets partition; restart it."""
+    c.stop_broker(broker, clean=False)
+    c.advance(5_000)
+    c.start_broker(broker)
+    c.advance(2_000)
