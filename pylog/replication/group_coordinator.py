@@ -34,7 +34,10 @@ rounds, see :mod:`pylog.client.assignors`):
 
 * **Admin.** ListGroups, DescribeGroups, OffsetDelete (and DeleteGroups, an
   OffsetCommit with generation -1 for altering offsets) serve
-  :mod:`pylog.client.admin`.
+  :mod:`pylog.client.admin`. A deletion wins over commits started before it
+  (their partitions are tombstoned too) and the group is *Dead* while
+  DeleteGroups' tombstones are written (requests get the retriable
+  ``CoordinatorNotAvailableError``), as in Kafka; see docs/consumer-groups.md.
 * **Offset expiry** (KIP-211): every ``offsets_retention_check_interval_ms``
   :meth:`tick` tombstones offsets older than ``offsets_retention_ms`` (from
   when an Empty group became empty, or from the commit), and removes Empty
