@@ -13,8 +13,11 @@
   ``cooperative-sticky`` they are *cooperative* (KIP-429): members keep
   reading their partitions during a rebalance and give up only those that
   move, which their new owner gets one generation later. A member that does
-  not ``poll`` within ``max_poll_interval_ms`` leaves the group until its next
-  ``poll``. Without a ``group_id`` a subscription simply reads every partition
+  not ``poll`` within ``max_poll_interval_ms`` (counted from its first
+  ``poll``) leaves the group until its next ``poll``. A fenced member (its
+  heartbeat or commit answered ``UnknownMemberIdError`` /
+  ``IllegalGenerationError``) drops its partitions at once
+  (``on_partitions_lost``) and rejoins. Without a ``group_id`` a subscription simply reads every partition
   of the matching topics.
 * **Assign** (``assign([(topic, partition), ...])``): no group membership; a
   ``group_id`` is still used to look up and commit offsets (with generation
@@ -141,8 +144,8 @@ class Consumer:
     in snake_case: ``group_id``, ``client_id``, ``auto_offset_reset``,
     ``enable_auto_commit``, ``auto_commit_interval_ms``, ``isolation_level``,
     ``session_timeout_ms``, ``heartbeat_interval_ms``, ``max_poll_interval_ms``
-    (a member that does not call ``poll`` within it leaves the group; it is also
-    the JoinGroup rebalance timeout, as in Kafka), ``rebalance_timeout_ms`` (None:
+    (a member that does not call ``poll`` within it, once it has called ``poll``,
+    leaves the group; it is also the JoinGroup rebalance timeout, as in Kafka), ``rebalance_timeout_ms`` (None:
     ``max_poll_interval_ms``), ``partition_assignment_strategy`` (``"range"``,
     ``"roundrobin"``, ``"cooperative-sticky"``; the consumer rebalances
     cooperatively when every listed assignor supports it), ``rebalance_listener``
@@ -295,7 +298,10 @@ class Consumer:
         self._node.on_close.append(self._on_node_closed)
         self.scheduler.run_sync(self._start_tick)
         self._next_auto_commit = self._now() + auto_commit_interval_ms
-        self._last_poll_ms = self._now()
+        #: when poll() was last called; None before the first poll, whose time alone starts the poll timer
+        #: (pylog joins at construction; Kafka's consumer joins inside its first poll and resets the timer
+        #: when the join completes, so an application that builds consumers long before polling keeps them)
+        self._last_poll_ms: Optional[int] = None
         if topics or pattern is not None:
             self.subscribe(topics or None, pattern=pattern)
 
@@ -841,7 +847,8 @@ class Consumer:
         now = self._now()
         if self._poll_expired is not None:
             return  # left the group after a poll timeout: the next poll() rejoins
-        if (self.member_id or self._state != "unjoined") and now - self._last_poll_ms > self.max_poll_interval_ms:
+        if self._last_poll_ms is not None and (self.member_id or self._state != "unjoined") and \
+                now - self._last_poll_ms > self.max_poll_interval_ms:
             self._on_poll_timeout(now)
             return
         if self._state == "stable":
@@ -873,7 +880,7 @@ class Consumer:
         """
         self._poll_expired = {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
         self._expired_detail = (f"member {self.member_id!r} of group {self.group_id!r} (generation "
-                                f"{self.generation}) left the group: {now - self._last_poll_ms} ms since the last "
+                                f"{self.generation}) left the group: {now - (self._last_poll_ms or 0)} ms since the last "
                                 f"poll() exceeds max_poll_interval_ms={self.max_poll_interval_ms}")
         self._leave_group()
         self._rejoin = False
@@ -931,8 +938,9 @@ class Consumer:
             self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
         elif error is IllegalGenerationError:
             self.generation = gm.NO_GENERATION
-        if self._cooperative and error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
-            # fenced: the group may have given these partitions to others already (KIP-429: "lost")
+        if error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
+            # Fenced: the group may have given these partitions to others already. Eager or cooperative,
+            # they are lost at once (Kafka's onPartitionsLost), not kept and fetched until the JoinGroup.
             self._revoke_all("lost")
         self._next_attempt = self._now() + self.retry_backoff_ms
         if self._state != "unjoined":

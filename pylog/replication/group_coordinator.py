@@ -34,7 +34,10 @@ rounds, see :mod:`pylog.client.assignors`):
 
 * **Admin.** ListGroups, DescribeGroups, OffsetDelete (and DeleteGroups, an
   OffsetCommit with generation -1 for altering offsets) serve
-  :mod:`pylog.client.admin`.
+  :mod:`pylog.client.admin`. A deletion wins over commits started before it
+  (their partitions are tombstoned too) and the group is *Dead* while
+  DeleteGroups' tombstones are written (requests get the retriable
+  ``CoordinatorNotAvailableError``), as in Kafka; see docs/consumer-groups.md.
 * **Offset expiry** (KIP-211): every ``offsets_retention_check_interval_ms``
   :meth:`tick` tombstones offsets older than ``offsets_retention_ms`` (from
   when an Empty group became empty, or from the commit), and removes Empty
@@ -120,12 +123,16 @@ class Group:
     empty_since_ms: int = -1
     #: partitions with an OffsetCommit append in flight (count per partition): offset expiry skips them
     pending_commits: Dict[TP, int] = field(default_factory=dict)
+    #: OffsetCommits started so far, and which of them wrote each in-memory offset (0: loaded from the
+    #: log): an OffsetDelete removes the values of commits started before it, never of later ones
+    commits_started: int = 0
+    written_by: Dict[TP, int] = field(default_factory=dict)
 
     def _check(self) -> None:
         assert self.state in (EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD), self.state
         if self.state in (COMPLETING_REBALANCE, STABLE):
             assert self.members and self.leader in self.members, (self.group_id, self.leader)
-        if self.state == EMPTY:
+        if self.state in (EMPTY, DEAD):
             assert not self.members, self.group_id
         assert self.generation >= 0
         assert all(n > 0 for n in self.pending_commits.values()), self.pending_commits
@@ -239,6 +246,8 @@ class GroupCoordinator:
         if not req.protocols:
             return fail(InconsistentGroupProtocolError, f"group {req.group_id!r}: JoinGroup without protocols")
         g = self.groups.get(req.group_id)
+        if g is not None and g.state == DEAD:
+            return fail(*self._being_deleted(g))
         if g is None:
             if req.member_id:
                 return fail(UnknownMemberIdError, f"member {req.member_id!r} is unknown to group {req.group_id!r}")
@@ -446,6 +455,8 @@ class GroupCoordinator:
         if err is not None:
             return fail(*err)
         g = self.groups.get(req.group_id)
+        if g is not None and g.state == DEAD:
+            return fail(*self._being_deleted(g))
         if req.generation_id < 0 and not req.member_id:
             if g is not None and g.members:
                 return fail(UnknownMemberIdError, f"group {req.group_id!r} has members (generation "
@@ -477,8 +488,12 @@ class GroupCoordinator:
                 return
             if self.groups.get(group.group_id) is group:
                 group.offsets.update(values)
+                for tp in values:
+                    group.written_by[tp] = seq
             o.send(src, gm.OffsetCommitResponse(req.correlation_id))
 
+        g.commits_started += 1
+        seq = g.commits_started
         _commit_started(g, values)
         self._append(g.partition, records, out, stored)
 
@@ -501,27 +516,45 @@ class GroupCoordinator:
         g = self.groups.get(req.group_id)
         if err is None and g is None:
             err = (GroupIdNotFoundError, f"group {req.group_id!r} does not exist")
+        if err is None and g is not None and g.state == DEAD:
+            err = self._being_deleted(g)
         if err is None and g is not None and g.members:
             err = (NonEmptyGroupError, f"group {req.group_id!r} has {len(g.members)} members")
         if err is not None:
             out.send(src, gm.DeleteGroupsResponse(req.correlation_id, error=err[0], message=err[1]))
             return
         assert g is not None
-        records = [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p)) for t, p in sorted(g.offsets)]
+        # As Kafka (removeAllOffsets drops pending commits too): the tombstones cover the partitions whose
+        # OffsetCommit append is still in flight. That append went to the log before these tombstones, so
+        # after a reload (or once compaction has dropped the group's metadata tombstone) it stays deleted.
+        # Until the tombstones are acknowledged the group is Dead: commits and joins get a retriable error
+        # (Kafka's answer for a Dead group), so nothing lands behind the tombstones of a group that then
+        # disappears from memory.
+        doomed = sorted(set(g.offsets) | set(g.pending_commits))
+        records = [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p)) for t, p in doomed]
         records.append(Record(None, key=ot.encode_group_metadata_key(g.group_id)))
+        g.state = DEAD
         group = g
 
         def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
+            mine = self.groups.get(group.group_id) is group
             if resp.error is not None:
+                if mine:
+                    group.state = EMPTY  # not deleted (maybe partly written): a retry deletes it again
                 error, message = self._append_error(resp)
                 o.send(src, gm.DeleteGroupsResponse(req.correlation_id, error=error, message=message))
                 return
-            if self.groups.get(group.group_id) is group and not group.members:
-                group.state = DEAD
+            if mine:
                 del self.groups[group.group_id]
+                self._delay_until.pop(group.group_id, None)
             o.send(src, gm.DeleteGroupsResponse(req.correlation_id))
 
         self._append(g.partition, records, out, stored)
+
+    @staticmethod
+    def _being_deleted(g: Group) -> Tuple[type, str]:
+        return (CoordinatorNotAvailableError, f"group {g.group_id!r} is being deleted (its tombstones are being "
+                f"written to {ot.OFFSETS_TOPIC}-{g.partition}); retry")
 
     # ----------------------------------------------------------------- timers
     def tick(self, now_ms: int) -> Outbox:
@@ -659,6 +692,8 @@ class GroupCoordinator:
         g = self.groups.get(req.group_id)
         if err is None and g is None:
             err = (GroupIdNotFoundError, f"group {req.group_id!r} does not exist")
+        if err is None and g is not None and g.state == DEAD:
+            err = self._being_deleted(g)
         if err is not None:
             return fail(*err)
         assert g is not None
@@ -677,12 +712,16 @@ class GroupCoordinator:
         else:
             return fail(NonEmptyGroupError, f"group {req.group_id!r} has {len(g.members)} members "
                         f"(state {g.state}): its offsets cannot be deleted")
-        gone = {tp: g.offsets[tp] for tp in eligible if tp in g.offsets}
+        # A partition whose OffsetCommit append is in flight is deleted too (as Kafka's removeOffsets drops
+        # pending commits): that append is in the log before the tombstone, so the commit must not come back
+        # in memory when it is acknowledged after the tombstone was written.
+        gone = sorted(tp for tp in dict.fromkeys(eligible) if tp in g.offsets or tp in g.pending_commits)
         rows.extend((t, p, None, "") for t, p in eligible)
         if not gone:
             out.send(src, gm.OffsetDeleteResponse(req.correlation_id, partition_errors=tuple(rows)))
             return
         group = g
+        cut = g.commits_started  # commits started after this OffsetDelete land after its tombstones: they stay
 
         def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
             if resp.error is not None:
@@ -690,13 +729,14 @@ class GroupCoordinator:
                 o.send(src, gm.OffsetDeleteResponse(req.correlation_id, error=error, message=message))
                 return
             if self.groups.get(group.group_id) is group:
-                for tp, v in gone.items():
-                    if group.offsets.get(tp) is v:  # a commit after the tombstone stays
+                for tp in gone:
+                    if tp in group.offsets and group.written_by.get(tp, 0) <= cut:
                         del group.offsets[tp]
+                        group.written_by.pop(tp, None)
                 self._maybe_dead(group, n, o)
             o.send(src, gm.OffsetDeleteResponse(req.correlation_id, partition_errors=tuple(rows)))
 
-        self._append(g.partition, [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p)) for t, p in sorted(gone)],
+        self._append(g.partition, [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p)) for t, p in gone],
                      out, stored)
 
     def _maybe_dead(self, g: Group, now_ms: int, out: Outbox) -> bool:
@@ -758,6 +798,7 @@ class GroupCoordinator:
                     expired.append(tp)
             for tp in expired:
                 del g.offsets[tp]
+                g.written_by.pop(tp, None)
             self.expired_offsets += len(expired)
             if expired:
                 self._append(g.partition, [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p))

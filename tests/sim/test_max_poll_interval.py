@@ -130,3 +130,37 @@ def test_polling_in_time_keeps_membership(tmp_path):
         assert a.commit({(TOPIC, 0): 0}) == {(TOPIC, 0): 0}
     finally:
         c.close()
+
+
+def test_poll_timer_starts_at_the_first_poll(tmp_path):
+    """pylog joins the group when the consumer is created; as in Kafka (whose consumer joins inside its
+    first poll and resets the poll timer when the join completes), the time before the first poll does
+    not count against max_poll_interval_ms. From the first poll on, it does."""
+    c = Cluster(tmp_path, brokers=1, seed=54)
+    try:
+        c.create_topic(TOPIC, partitions=2, replication_factor=1)
+        c.producer(acks="all").send(TOPIC, b"x", partition=0).result()
+        a = c.consumer("g", [TOPIC], **OPTS)
+        c.advance(500)  # the loop joins the group meanwhile
+        member, generation = a.member_id, a.generation
+        assert member and generation >= 1
+        c.advance(3 * MAX_POLL)  # created, never polled
+        got = []
+        for _ in range(10):
+            got += a.poll(0.05)
+        assert (a.member_id, a.generation) == (member, generation)  # still the member it was
+        assert [(r.partition, r.offset) for r in got] == [(0, 0)]
+        assert a.commit({(TOPIC, 0): 1}) == {(TOPIC, 0): 1}  # no CommitFailedError
+        assert a.committed(TOPIC, 0) == 1
+        # once it has polled, the interval counts
+        c.advance(MAX_POLL + 500)
+        with pytest.raises(CommitFailedError, match=rf"'g'.*generation {generation}"):
+            a.commit({(TOPIC, 0): 1})
+        a.poll(0.05)  # rejoins as a new member
+        for _ in range(40):
+            if a.assignment():
+                break
+            a.poll(0.05)
+        assert a.member_id and a.member_id != member and len(a.assignment()) == 2
+    finally:
+        c.close()
