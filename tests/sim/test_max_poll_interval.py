@@ -2,7 +2,7 @@
 partitions go to the other member, its late commit is refused, and its next poll rejoins."""
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 
