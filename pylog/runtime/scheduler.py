@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import random
 import threading
+from collections import deque
 from typing import Any, Callable, List, Optional, Tuple
 
 from pylog.errors import RequestTimedOutError
@@ -159,6 +160,11 @@ class RealScheduler(Scheduler):
         self._closed = False
         self._loop_ident: Optional[int] = None  # the loop thread's id, set when it starts
         self._waiters = 0  # wait_until callers sleeping on _cond (the loop notifies only if any)
+        # call_soon's queue: appended to without the lock (deque.append is atomic), FIFO; the loop
+        # sets _sleeping (under _cond) before it re-checks the queue and waits, and call_soon
+        # notifies only then - see _loop
+        self._soon: "deque[Timer]" = deque()
+        self._sleeping = False
         #: exceptions raised by callbacks (the loop survives them; ``_check`` reports them)
         self.errors: List[BaseException] = []
         self._thread = threading.Thread(target=self._loop, name="pylog-loop", daemon=True)
@@ -176,11 +182,14 @@ class RealScheduler(Scheduler):
         return t
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> Timer:
-        t = Timer(self.clock.now_ms(), fn, args)
-        with self._cond:
-            self._seq += 1
-            heapq.heappush(self._heap, (t.when, self._seq, t))
-            if threading.get_ident() != self._loop_ident:
+        """Run ``fn(*args)`` on the loop as soon as possible, after everything queued before it.
+
+        O(1) and lock-free unless the loop is asleep (then one notify): this is how every
+        in-process message and client wake-up reaches the loop."""
+        t = Timer(0, fn, args)
+        self._soon.append(t)
+        if self._sleeping:
+            with self._cond:
                 self._cond.notify_all()
         return t
 
@@ -189,23 +198,29 @@ class RealScheduler(Scheduler):
 
     def _loop(self) -> None:
         self._loop_ident = threading.get_ident()
-        cond, heap, now_ms, pop = self._cond, self._heap, self.clock.now_ms, heapq.heappop
+        cond, heap, soon, now_ms, pop = self._cond, self._heap, self._soon, self.clock.now_ms, heapq.heappop
+        take = soon.popleft
         while True:
             with cond:
                 while True:
                     if self._closed:
                         return
                     now = now_ms()
-                    if heap and heap[0][0] <= now:
-                        # Take every timer due now in one go (one lock round trip, not one per
-                        # callback). A timer a callback adds is due no earlier and sorts after
-                        # these (larger sequence), so the run order is the heap's order.
-                        due = [pop(heap)[2]]
-                        while heap and heap[0][0] <= now and len(due) < _MAX_DUE:
-                            due.append(pop(heap)[2])
+                    due: List[Timer] = []
+                    # Timers due now first (one lock round trip, not one per callback; a timer a
+                    # callback adds is due no earlier and sorts after these), then what call_soon
+                    # queued before this pass (what callbacks queue now waits for the next pass,
+                    # so neither source can starve the other).
+                    while heap and heap[0][0] <= now and len(due) < _MAX_DUE:
+                        due.append(pop(heap)[2])
+                    for _ in range(min(len(soon), _MAX_DUE)):
+                        due.append(take())
+                    if due:
                         break
-                    wait = (heap[0][0] - now) / 1000.0 if heap else None
-                    cond.wait(wait)
+                    self._sleeping = True
+                    if not soon:  # a call_soon that saw _sleeping unset appended before this check
+                        cond.wait((heap[0][0] - now) / 1000.0 if heap else None)
+                    self._sleeping = False
             for t in due:
                 if t.cancelled:
                     continue

@@ -1,7 +1,9 @@
 """Runtime: simulated clock and scheduler, simulated network faults, real scheduler threads."""
 from __future__ import annotations
 
+import sys
 import threading
+from typing import List, Tuple
 
 import pytest
 
@@ -117,5 +119,60 @@ def test_real_scheduler_keeps_callback_errors_for_check():
         assert s.run_sync(lambda: "alive") == "alive"  # the loop survived
         with pytest.raises(AssertionError, match="ZeroDivisionError"):
             s._check()
+    finally:
+        s.close()
+
+
+def test_real_scheduler_call_soon_from_many_threads_loses_no_wake_up_and_keeps_order():
+    # call_soon appends without the loop's lock and notifies only a sleeping loop: a wake-up
+    # lost between the loop's last look at the queue and its wait would leave a callback
+    # unrun (the heap is empty, so the loop would sleep for ever). Each poster waits for its
+    # own callback before the next, so the loop goes back to sleep between almost every post.
+    s = RealScheduler()
+    ran: List[Tuple[int, int]] = []
+    failures: List[str] = []
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads between almost any two bytecodes: races show up
+
+    def poster(k: int) -> None:
+        for i in range(1000):
+            done = threading.Event()
+            s.call_soon(lambda i=i, done=done: (ran.append((k, i)), done.set()))
+            if i % 3 == 0 and not done.wait(5):  # liveness bound, not a speed check
+                failures.append(f"thread {k}: callback {i} never ran")
+                return
+
+    try:
+        threads = [threading.Thread(target=poster, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures
+        assert s.wait_until(lambda: len(ran) == 4000, 10_000)
+        for k in range(4):
+            assert [i for kk, i in ran if kk == k] == list(range(1000))  # FIFO per poster
+    finally:
+        sys.setswitchinterval(old_interval)
+        s.close()
+
+
+def test_real_scheduler_interleaves_timers_and_call_soon():
+    # neither source starves the other: a callback that re-posts itself with call_soon for
+    # ever must not keep a due timer from running
+    s = RealScheduler()
+    fired = threading.Event()
+    spins = [0]
+
+    def spin() -> None:
+        spins[0] += 1
+        if not fired.is_set():
+            s.call_soon(spin)
+
+    try:
+        s.call_soon(spin)
+        s.call_later(20, fired.set)
+        assert fired.wait(10)
+        assert spins[0] > 1
     finally:
         s.close()
