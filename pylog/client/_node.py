@@ -1,12 +1,21 @@
 """Shared plumbing of the in-process clients: a transport node with correlated requests and timeouts.
 
+Request timeouts, as Kafka's NetworkClient checks them: not one scheduler
+timer per request, but one FIFO of ``(deadline, correlation id)`` per timeout
+value (deadlines of one value grow with the sending order) and a single
+scheduler timer armed for the earliest live deadline. A response only
+removes its entry from ``_pending``; answered entries leave their FIFO when
+they reach its head (when a request is added, or when the timer fires), so
+a request costs O(1) and the FIFOs hold about what is in flight.
+
 Thread-safety: every method runs on the cluster's scheduler thread; the
 public client classes marshal calls there with ``scheduler.run_sync``.
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Hashable, Optional, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Hashable, Optional, Tuple
 
 from pylog.errors import PylogError, RequestTimedOutError
 from pylog.runtime.scheduler import Scheduler, Timer
@@ -29,7 +38,10 @@ class ClientNode:
         self.scheduler = scheduler
         self.transport = transport
         self._corr = 0
-        self._pending: Dict[int, Tuple[Callback, Timer, Hashable]] = {}
+        self._pending: Dict[int, Tuple[Callback, Hashable]] = {}
+        self._deadlines: Dict[int, Deque[Tuple[int, int]]] = {}  # timeout_ms -> FIFO of (deadline, corr)
+        self._timer: Optional[Timer] = None  # armed for the earliest head of _deadlines
+        self._timer_when = -1
         self.on_close: list = []
         self.closed = False
         transport.register(self.node_id, self._on_message)
@@ -39,18 +51,58 @@ class ClientNode:
         return self._corr
 
     def request(self, dst: Hashable, msg: Any, timeout_ms: int, callback: Callback) -> None:
+        """Send ``msg`` to ``dst``; ``callback(response)`` on the answer, ``callback(None)`` after
+        ``timeout_ms`` without one (or soon after, when ``dst`` is down). O(1) amortized."""
         corr = msg.correlation_id
-        timer = self.scheduler.call_later(timeout_ms, self._timeout, corr)
-        self._pending[corr] = (callback, timer, dst)
+        pending = self._pending
+        pending[corr] = (callback, dst)
+        fifo = self._deadlines.get(timeout_ms)
+        if fifo is None:
+            fifo = self._deadlines[timeout_ms] = deque()
+        while fifo and fifo[0][1] not in pending:  # answered since: drop them from the head
+            fifo.popleft()
+        deadline = self.scheduler.clock.now_ms() + timeout_ms
+        fifo.append((deadline, corr))
+        if self._timer is None or deadline < self._timer_when:
+            self._arm(deadline)
         if dst not in self.transport.handlers:
             # Connection refused: the broker is down (a partitioned one just times out).
             self.scheduler.call_later(1, self._timeout, corr)
             return
         self.transport.send(self.node_id, dst, msg)
 
+    def _arm(self, when: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_when = when
+        self._timer = self.scheduler.call_later(max(0, when - self.scheduler.clock.now_ms()), self._expire)
+
+    def _expire(self) -> None:
+        """The timer: time out every request past its deadline, then re-arm for the next one."""
+        self._timer = None
+        now = self.scheduler.clock.now_ms()
+        pending = self._pending
+        expired = []
+        nxt = None
+        for fifo in self._deadlines.values():
+            while fifo:
+                deadline, corr = fifo[0]
+                if corr not in pending:
+                    fifo.popleft()
+                elif deadline <= now:
+                    fifo.popleft()
+                    expired.append(corr)
+                else:
+                    nxt = deadline if nxt is None else min(nxt, deadline)
+                    break
+        if nxt is not None and not self.closed:
+            self._arm(nxt)
+        for corr in expired:
+            self._timeout(corr)
+
     def disconnected(self, node: Hashable) -> None:
         """``node`` stopped: its connections reset, so requests to it fail now, not at their timeout."""
-        for corr, (_, _, dst) in list(self._pending.items()):
+        for corr, (_, dst) in list(self._pending.items()):
             if dst == node:
                 self.scheduler.call_later(1, self._timeout, corr)
 
@@ -63,7 +115,6 @@ class ClientNode:
         entry = self._pending.pop(getattr(msg, "correlation_id", -1), None)
         if entry is None:
             return
-        entry[1].cancel()
         entry[0](msg)
 
     def close_node(self) -> None:
@@ -71,8 +122,11 @@ class ClientNode:
         self.closed = True
         self.transport.unregister(self.node_id)
         pending, self._pending = self._pending, {}
-        for cb, timer, _ in pending.values():
-            timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._deadlines.clear()
+        for cb, _ in pending.values():
             cb(None)
         for fn in self.on_close:
             fn()
