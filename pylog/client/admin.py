@@ -26,7 +26,7 @@ virtual time meanwhile).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.client._node import ClientFuture, ClientNode
 from pylog.client.consumer import OffsetAndMetadata
@@ -64,12 +64,14 @@ class GroupListing(NamedTuple):
 
 
 class MemberDescription(NamedTuple):
-    """A member of a described group; ``assignment`` is empty unless the group is Stable."""
+    """A member of a described group; ``assignment`` is empty unless the group is Stable.
+    ``group_instance_id``: a static member's ``group.instance.id`` (KIP-345), None for a dynamic one."""
 
     member_id: str
     client_id: str
     client_host: str
     assignment: Tuple[TP, ...]
+    group_instance_id: Optional[str] = None
 
 
 class GroupDescription(NamedTuple):
@@ -221,7 +223,8 @@ class GroupAdmin:
         return self._wait(start)
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        """State, protocol, generation, leader and members (client id, host, assigned partitions) of a group.
+        """State, protocol, generation, leader and members (client id, host, assigned partitions, group
+        instance id) of a group.
 
         Raises :class:`GroupIdNotFoundError` for a group that does not exist.
         """
@@ -232,8 +235,10 @@ class GroupAdmin:
                 fut.set_exception(resp.error(resp.message))
                 return
             consumer = resp.protocol_type == "consumer"
-            members = tuple(MemberDescription(mid, cid, host, tuple(ot.decode_assignment(a)) if consumer else ())
-                            for mid, cid, host, a in resp.members)
+            members = tuple(MemberDescription(row[0], row[1], row[2],
+                                              tuple(ot.decode_assignment(row[3])) if consumer else (),
+                                              row[4] if len(row) > 4 else None)
+                            for row in resp.members)
             fut.set_result(GroupDescription(group_id, resp.state, resp.protocol_type, resp.protocol,
                                             resp.generation_id, resp.leader, members))
 
