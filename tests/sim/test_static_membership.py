@@ -54,8 +54,9 @@ def raw_request(c: Cluster, node: ClientNode, dst: int, msg) -> object:
 class Run:
     """A producer writing steadily, consumers polling and committing after processing (at-least-once)."""
 
-    def __init__(self, c: Cluster) -> None:
+    def __init__(self, c: Cluster, **options) -> None:
         self.c = c
+        self.options = dict(OPTS, **options)
         self.producer = c.producer(acks="all")
         self.pending: List[ClientFuture] = []
         self.acked: Set[Tuple[int, int]] = set()
@@ -63,9 +64,10 @@ class Run:
         self.live: list = []
         self.n = 0
 
-    def consumer(self, instance: Optional[str]):
+    def consumer(self, instance: Optional[str], **options):
         listener = Listener()
-        cons = self.c.consumer(GROUP, [TOPIC], group_instance_id=instance, rebalance_listener=listener, **OPTS)
+        cons = self.c.consumer(GROUP, [TOPIC], group_instance_id=instance, rebalance_listener=listener,
+                               **dict(self.options, **options))
         cons.listener = listener
         self.live.append(cons)
         return cons
@@ -125,12 +127,12 @@ def check_coordinator_view(c: Cluster) -> None:
     assert sorted(owned) == sorted(PARTS), d
 
 
-def restart_one(c: Cluster, static: bool):
+def restart_one(c: Cluster, static: bool, **options):
     """Three members; member 1 commits, closes and is restarted (same instance id when static) well
     within the session timeout. Returns (run, the generation before, the closed member's partitions,
     the old consumer, the new consumer, the other two)."""
     c.create_topic(TOPIC, partitions=6, replication_factor=3, min_insync_replicas=2)
-    run = Run(c)
+    run = Run(c, **options)
     members = [run.consumer(f"host-{i}" if static else None) for i in range(3)]
     run.settle(3)
     for _ in range(10):
@@ -150,10 +152,12 @@ def restart_one(c: Cluster, static: bool):
     return run, before, victim_parts, victim, fresh, others
 
 
-def test_static_member_restart_keeps_the_generation_and_its_partitions(tmp_path):
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_static_member_restart_keeps_the_generation_and_its_partitions(tmp_path, strategy):
     c = Cluster(tmp_path, brokers=3, seed=345)
     try:
-        run, before, victim_parts, victim, fresh, others = restart_one(c, static=True)
+        run, before, victim_parts, victim, fresh, others = restart_one(
+            c, static=True, partition_assignment_strategy=strategy)
         coordinator = c.brokers[coordinator_of(c)].coordinator
         rebalances = coordinator.rebalances
         assert fresh.generation == before
@@ -353,5 +357,33 @@ def test_group_instance_id_needs_a_group(tmp_path):
         ok = c.consumer(GROUP, [TOPIC], group_instance_id="x" * 249)
         assert ok.group_instance_id == "x" * 249
         ok.close()
+    finally:
+        c.close()
+
+
+def test_static_member_back_from_a_poll_timeout_within_its_session_takes_its_slot_back(tmp_path):
+    """A poll timeout makes a static member give up its partitions locally but send no LeaveGroup (Kafka:
+    only dynamic members leave); polling again within the session timeout rejoins into its own slot."""
+    c = Cluster(tmp_path, brokers=3, seed=352)
+    try:
+        c.create_topic(TOPIC, partitions=6, replication_factor=3, min_insync_replicas=2)
+        run = Run(c)
+        slow, other = run.consumer("slow", max_poll_interval_ms=2_000), run.consumer("steady")
+        run.settle(2)
+        generation, parts, member = slow.generation, set(slow.assignment()), slow.member_id
+        run.live.remove(slow)
+        for _ in range(25):  # 2.5 s of the others' polling: past slow's poll timeout, within its session
+            run.step()
+            c.advance(100)
+        assert slow.assignment() == []  # it let go of its partitions when its poll timer expired
+        assert c.describe_group(GROUP).generation == generation  # ... but kept its slot
+        run.live.append(slow)
+        run.settle(2)
+        assert slow.generation == generation and set(slow.assignment()) == parts and slow.member_id != member
+        assert [what for what, _ in other.listener.calls] == ["assigned"]
+        assert slow.listener.calls == [("assigned", sorted(parts)), ("lost", sorted(parts)),
+                                       ("assigned", sorted(parts))]
+        run.drain()
+        check_coordinator_view(c)
     finally:
         c.close()
