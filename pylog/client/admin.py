@@ -29,7 +29,7 @@ import threading
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.client._node import ClientFuture, ClientNode
-from pylog.client.consumer import OffsetAndMetadata
+from pylog.client.consumer import OffsetAndMetadata, _check_group_instance_id
 from pylog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -341,6 +341,35 @@ class GroupAdmin:
         self._wait(lambda fut, dl: self._group_call(
             group_id, lambda corr: gm.OffsetCommitRequest(group_id, corr, offsets=tuple(rows)), answer, missing,
             fut, dl))
+
+    def remove_group_members(self, group_id: str, group_instance_ids: Sequence[str]) -> None:
+        """Remove static members (KIP-345) by their ``group_instance_id``: Kafka's
+        removeMembersFromConsumerGroup, a LeaveGroup naming the instance id without a member id.
+
+        A static consumer's ``close`` does not leave its group; this is how an operator takes a member
+        that will not come back out at once (the group rebalances) instead of waiting for its session
+        timeout. Raises :class:`UnknownMemberIdError` naming the group and the instance id when no member
+        holds it (ids before it in the list are removed). A retry after an attempt whose outcome is
+        unknown counts "unknown" as done.
+        """
+        group_id = self._check_group(group_id)
+        ids = [group_instance_ids] if isinstance(group_instance_ids, str) else list(group_instance_ids)
+        for iid in ids:
+            _check_group_instance_id(iid, group_id)
+        for iid in ids:
+            def answer(resp: Any, fut: ClientFuture, unknown: bool) -> None:
+                if resp.error is None or (resp.error is UnknownMemberIdError and unknown):
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(resp.error(resp.message))
+
+            def missing(fut: ClientFuture, iid: str = iid) -> None:
+                fut.set_exception(UnknownMemberIdError(
+                    f"group {group_id!r} has no member with group instance id {iid!r} (no {ot.OFFSETS_TOPIC} yet)"))
+
+            self._wait(lambda fut, dl, iid=iid, answer=answer, missing=missing: self._group_call(
+                group_id, lambda corr: gm.LeaveGroupRequest(group_id, corr, group_instance_id=iid), answer,
+                missing, fut, dl))
 
     def close(self) -> None:
         self.scheduler.run_sync(self._node.close_node)

@@ -387,3 +387,34 @@ def test_static_member_back_from_a_poll_timeout_within_its_session_takes_its_slo
         check_coordinator_view(c)
     finally:
         c.close()
+
+
+def test_admin_removes_a_static_member_at_once(tmp_path):
+    from pylog.client.admin import admin_for
+    from pylog.errors import UnknownMemberIdError
+
+    c = Cluster(tmp_path, brokers=3, seed=353)
+    try:
+        c.create_topic(TOPIC, partitions=6, replication_factor=3, min_insync_replicas=2)
+        run = Run(c, session_timeout_ms=600_000)  # its session alone would keep the slot for ten minutes
+        members = [run.consumer(f"host-{i}") for i in range(3)]
+        run.settle(3)
+        before = members[0].generation
+        gone = members[1]
+        gone.close()
+        run.live.remove(gone)
+        admin = admin_for(c)
+        assert "host-1" in {m.group_instance_id for m in c.describe_group(GROUP).members}  # (no LeaveGroup)
+        admin.remove_group_members(GROUP, ["host-1"])
+        d = c.describe_group(GROUP)  # gone at once, and the group rebalances without it
+        assert {m.group_instance_id for m in d.members} == {"host-0", "host-2"} and d.state == "PreparingRebalance"
+        run.settle(2)
+        assert members[0].generation > before
+        check_coordinator_view(c)
+        with pytest.raises(UnknownMemberIdError, match="'host-1'"):
+            admin.remove_group_members(GROUP, ["host-1"])
+        with pytest.raises(InvalidConfigurationError):
+            admin.remove_group_members(GROUP, ["bad id"])
+        run.drain()
+    finally:
+        c.close()
