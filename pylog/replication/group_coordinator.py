@@ -19,6 +19,15 @@ rounds, see :mod:`pylog.client.assignors`):
   answers every member's SyncGroup with its share (*Stable*).
 * **Heartbeat.** Members heartbeat; a member silent for ``session_timeout_ms``
   is removed and the group rebalances. LeaveGroup removes a member at once.
+* **Static members** (KIP-345, ``group_instance_id``): ``Group.static_members``
+  maps each instance id to the member id holding it; a static member
+  rejoining with no member id takes over its old slot under a new member id
+  (no rebalance when Stable and the selected protocol is unchanged), and
+  requests from the replaced member id get ``FencedInstanceIdError``
+  (:meth:`_replace_static_member`, :meth:`_current_member_error`). Static
+  members that miss a rebalance are kept; only their session timeout (or an
+  admin LeaveGroup by instance id) removes them. The map is persisted in the
+  GroupMetadata record (v3 carries ``group_instance_id``).
 * **Offsets.** OffsetCommit is accepted from a member of the current
   generation (``IllegalGenerationError`` otherwise, ``UnknownMemberIdError``
   for an unknown member), or with generation -1 from a standalone consumer
