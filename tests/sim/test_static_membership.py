@@ -418,3 +418,37 @@ def test_admin_removes_a_static_member_at_once(tmp_path):
         run.drain()
     finally:
         c.close()
+
+
+def test_a_coordinator_failover_keeps_the_instance_ids(tmp_path):
+    """The instance ids are in the GroupMetadata record (v3): after the coordinator's broker crashes, its
+    successor still lets a restarted static member take its slot back without a rebalance."""
+    c = Cluster(tmp_path, brokers=3, seed=354)
+    try:
+        c.create_topic(TOPIC, partitions=6, replication_factor=3, min_insync_replicas=2)
+        run = Run(c, session_timeout_ms=20_000)
+        members = [run.consumer(f"host-{i}") for i in range(3)]
+        run.settle(3)
+        generation = members[0].generation
+        old = coordinator_of(c)
+        c.stop_broker(old, clean=False)
+        for _ in range(50):
+            run.step()
+            c.advance(100)
+        new = coordinator_of(c)
+        assert new != old
+        assert c.brokers[new].coordinator.groups[GROUP].static_members.keys() == {"host-0", "host-1", "host-2"}
+        victim = members[1]
+        parts = set(victim.assignment())
+        victim.close()
+        run.live.remove(victim)
+        back = run.consumer("host-1")
+        run.settle(3)
+        assert back.generation == generation and set(back.assignment()) == parts
+        assert all(m.generation == generation for m in run.live)
+        assert {m.group_instance_id: m.member_id for m in c.describe_group(GROUP).members}["host-1"] == back.member_id
+        c.start_broker(old)
+        run.drain()
+        check_coordinator_view(c)
+    finally:
+        c.close()
