@@ -658,7 +658,8 @@ class Consumer:
         fetch response brings some (it is woken by the append, through the
         broker's fetch purgatory) or the timeout passes. Raises
         :class:`NoOffsetForPartitionError` / :class:`OffsetOutOfRangeError`
-        with ``auto_offset_reset="none"``; retriable errors are retried inside.
+        with ``auto_offset_reset="none"``; :class:`FencedInstanceIdError` (on every call) once a newer
+        consumer took this one's ``group_instance_id``; retriable errors are retried inside.
         """
         limit = max_records or self.max_poll_records
         self._last_poll_ms = self._now()
@@ -1260,7 +1261,8 @@ class Consumer:
 
         Returns what was committed. Raises :class:`IllegalGenerationError` /
         :class:`UnknownMemberIdError` when this member was fenced by a rebalance
-        (the commit is refused), :class:`InvalidGroupIdError` without a group.
+        (the commit is refused), :class:`FencedInstanceIdError` when a newer consumer took this one's
+        ``group_instance_id``, :class:`InvalidGroupIdError` without a group.
         Durability: once it returns, the offsets are in ``__consumer_offsets`` on
         the offsets partition's ISR (acks=all).
         """
