@@ -8,7 +8,7 @@ expired; two live consumers with one instance id: the older is fenced for good.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
 import pytest
 
