@@ -452,3 +452,35 @@ def test_a_coordinator_failover_keeps_the_instance_ids(tmp_path):
         check_coordinator_view(c)
     finally:
         c.close()
+
+
+def test_restarted_static_leader_keeps_leading(tmp_path):
+    """The leader restarts: its new member id is the group's leader (it was told the old id, so it ran
+    no assignor for the Stable group); the next rebalance is led by it and includes everyone."""
+    c = Cluster(tmp_path, brokers=3, seed=355)
+    try:
+        c.create_topic(TOPIC, partitions=6, replication_factor=3, min_insync_replicas=2)
+        run = Run(c)
+        members = [run.consumer(f"host-{i}") for i in range(3)]
+        run.settle(3)
+        generation = members[0].generation
+        leader_id = c.describe_group(GROUP).leader
+        (leader,) = [m for m in members if m.member_id == leader_id]
+        parts = set(leader.assignment())
+        leader.commit()
+        leader.close()
+        run.live.remove(leader)
+        back = run.consumer(leader.group_instance_id)
+        run.settle(3)
+        d = c.describe_group(GROUP)
+        assert back.generation == generation and set(back.assignment()) == parts
+        assert d.leader == back.member_id != leader_id
+        newcomer = run.consumer("host-3")
+        run.settle(4)
+        d = c.describe_group(GROUP)
+        assert d.generation > generation and d.leader == back.member_id
+        assert newcomer.assignment() and len({m.generation for m in run.live}) == 1
+        run.drain()
+        check_coordinator_view(c)
+    finally:
+        c.close()
