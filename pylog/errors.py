@@ -272,6 +272,13 @@ class GroupSubscribedToTopicError(PylogError):
     kafka_name = "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
+class FencedInstanceIdError(PylogError):
+    """A static member (KIP-345 ``group_instance_id``) was replaced by a newer member with the same
+    instance id: this member's requests are refused for good (not retriable; close the consumer)."""
+
+    kafka_name = "FENCED_INSTANCE_ID"
+
+
 class BufferExhaustedError(PylogError, TimeoutError):
     """``send`` waited ``max_block_ms`` for room in the producer's ``buffer_memory`` (Kafka's
     BufferExhaustedException): records are produced faster than the cluster acknowledges them."""

@@ -26,10 +26,10 @@ virtual time meanwhile).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.client._node import ClientFuture, ClientNode
-from pylog.client.consumer import OffsetAndMetadata
+from pylog.client.consumer import OffsetAndMetadata, _check_group_instance_id
 from pylog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -64,12 +64,14 @@ class GroupListing(NamedTuple):
 
 
 class MemberDescription(NamedTuple):
-    """A member of a described group; ``assignment`` is empty unless the group is Stable."""
+    """A member of a described group; ``assignment`` is empty unless the group is Stable.
+    ``group_instance_id``: a static member's ``group.instance.id`` (KIP-345), None for a dynamic one."""
 
     member_id: str
     client_id: str
     client_host: str
     assignment: Tuple[TP, ...]
+    group_instance_id: Optional[str] = None
 
 
 class GroupDescription(NamedTuple):
@@ -221,7 +223,8 @@ class GroupAdmin:
         return self._wait(start)
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        """State, protocol, generation, leader and members (client id, host, assigned partitions) of a group.
+        """State, protocol, generation, leader and members (client id, host, assigned partitions, group
+        instance id) of a group.
 
         Raises :class:`GroupIdNotFoundError` for a group that does not exist.
         """
@@ -232,8 +235,10 @@ class GroupAdmin:
                 fut.set_exception(resp.error(resp.message))
                 return
             consumer = resp.protocol_type == "consumer"
-            members = tuple(MemberDescription(mid, cid, host, tuple(ot.decode_assignment(a)) if consumer else ())
-                            for mid, cid, host, a in resp.members)
+            members = tuple(MemberDescription(row[0], row[1], row[2],
+                                              tuple(ot.decode_assignment(row[3])) if consumer else (),
+                                              row[4] if len(row) > 4 else None)
+                            for row in resp.members)
             fut.set_result(GroupDescription(group_id, resp.state, resp.protocol_type, resp.protocol,
                                             resp.generation_id, resp.leader, members))
 
@@ -336,6 +341,35 @@ class GroupAdmin:
         self._wait(lambda fut, dl: self._group_call(
             group_id, lambda corr: gm.OffsetCommitRequest(group_id, corr, offsets=tuple(rows)), answer, missing,
             fut, dl))
+
+    def remove_group_members(self, group_id: str, group_instance_ids: Sequence[str]) -> None:
+        """Remove static members (KIP-345) by their ``group_instance_id``: Kafka's
+        removeMembersFromConsumerGroup, a LeaveGroup naming the instance id without a member id.
+
+        A static consumer's ``close`` does not leave its group; this is how an operator takes a member
+        that will not come back out at once (the group rebalances) instead of waiting for its session
+        timeout. Raises :class:`UnknownMemberIdError` naming the group and the instance id when no member
+        holds it (ids before it in the list are removed). A retry after an attempt whose outcome is
+        unknown counts "unknown" as done.
+        """
+        group_id = self._check_group(group_id)
+        ids = [group_instance_ids] if isinstance(group_instance_ids, str) else list(group_instance_ids)
+        for iid in ids:
+            _check_group_instance_id(iid, group_id)
+        for iid in ids:
+            def answer(resp: Any, fut: ClientFuture, unknown: bool) -> None:
+                if resp.error is None or (resp.error is UnknownMemberIdError and unknown):
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(resp.error(resp.message))
+
+            def missing(fut: ClientFuture, iid: str = iid) -> None:
+                fut.set_exception(UnknownMemberIdError(
+                    f"group {group_id!r} has no member with group instance id {iid!r} (no {ot.OFFSETS_TOPIC} yet)"))
+
+            self._wait(lambda fut, dl, iid=iid, answer=answer, missing=missing: self._group_call(
+                group_id, lambda corr: gm.LeaveGroupRequest(group_id, corr, group_instance_id=iid), answer,
+                missing, fut, dl))
 
     def close(self) -> None:
         self.scheduler.run_sync(self._node.close_node)

@@ -19,6 +19,8 @@
   ``IllegalGenerationError``) drops its partitions at once
   (``on_partitions_lost``) and rejoins. Without a ``group_id`` a subscription simply reads every partition
   of the matching topics.
+* **Static membership** (KIP-345, ``group_instance_id``): the member keeps its
+  slot across restarts; see :class:`Consumer` and docs/consumer-groups.md.
 * **Assign** (``assign([(topic, partition), ...])``): no group membership; a
   ``group_id`` is still used to look up and commit offsets (with generation
   -1, as Kafka's standalone consumers do).
@@ -69,6 +71,7 @@ from pylog.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,
     CorruptRecordError,
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidConfigurationError,
@@ -133,6 +136,23 @@ def _topic_list(topics: Any, what: str) -> List[str]:
     return out
 
 
+_INSTANCE_ID_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def _check_group_instance_id(value: Any, group_id: Optional[str]) -> None:
+    """Kafka's ``JoinGroupRequest.validateGroupInstanceId`` (the topic-name rules: 1..249 chars of
+    ``[a-zA-Z0-9._-]``, not ``.`` or ``..``), and a static member needs a group."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value:
+        raise InvalidConfigurationError(f"group_instance_id must be a non-empty str or None, got {value!r}")
+    if len(value) > 249 or value in (".", "..") or not _INSTANCE_ID_CHARS.fullmatch(value):
+        raise InvalidConfigurationError(
+            f"group_instance_id {value!r} is not legal: 1..249 characters of [a-zA-Z0-9._-], not '.' or '..'")
+    if group_id is None:
+        raise InvalidConfigurationError(f"group_instance_id {value!r} needs a group_id (static membership of a group)")
+
+
 _RETRIABLE_GROUP_ERRORS = ("NotCoordinatorError", "CoordinatorNotAvailableError", "CoordinatorLoadInProgressError",
                            "RequestTimedOutError", "NotEnoughReplicasError")
 
@@ -154,7 +174,13 @@ class Consumer:
     caller's thread at the next ``poll``/``commit``/``close``),
     ``fetch_max_wait_ms``, ``max_partition_fetch_bytes``, ``max_poll_records``,
     ``request_timeout_ms``, ``retry_backoff_ms``, ``consumer_timeout_ms``
-    (iteration stops after this long without a record; None: never).
+    (iteration stops after this long without a record; None: never),
+    ``group_instance_id`` (KIP-345 static membership: 1..249 chars of
+    ``[a-zA-Z0-9._-]``, needs a ``group_id``; a consumer restarted with the same
+    id within ``session_timeout_ms`` takes its old partitions back without a
+    rebalance, ``close`` sends no LeaveGroup, and a consumer whose id is taken
+    over by a newer one gets :class:`FencedInstanceIdError` from ``poll`` and
+    ``commit`` for good).
 
     ``topics`` is a collection of topic names; a single ``str`` is taken as
     one topic (``topics="big"`` subscribes to ``big``, never to ``b``, ``i``,
@@ -176,7 +202,8 @@ class Consumer:
                  partition_assignment_strategy: Sequence[str] = ("range", "roundrobin"),
                  fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1 << 20,
                  request_timeout_ms: int = 30_000, max_poll_records: int = 500, retry_backoff_ms: int = 100,
-                 consumer_timeout_ms: Optional[float] = None, **unknown: Any):
+                 consumer_timeout_ms: Optional[float] = None, group_instance_id: Optional[str] = None,
+                 **unknown: Any):
         if unknown:
             raise InvalidConfigurationError(
                 f"unknown consumer option(s) {sorted(unknown)}; known options: {sorted(_CONSUMER_OPTIONS)}")
@@ -213,6 +240,7 @@ class Consumer:
         _need_int("max_poll_records", max_poll_records, 1)
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise InvalidGroupIdError(f"group_id must be a non-empty str or None, got {group_id!r}")
+        _check_group_instance_id(group_instance_id, group_id)
         self._assignors = [get_assignor(n) for n in partition_assignment_strategy]
         if not self._assignors:
             raise InvalidConfigurationError("partition_assignment_strategy needs at least one assignor")
@@ -222,6 +250,10 @@ class Consumer:
         self.store = cluster.store
         self.scheduler = cluster.scheduler
         self.group_id = group_id
+        #: KIP-345 static membership (None: a dynamic member)
+        self.group_instance_id = group_instance_id
+        #: set once a newer member with the same group_instance_id fenced this one: poll/commit raise it
+        self._fenced: Optional[FencedInstanceIdError] = None
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval_ms = auto_commit_interval_ms
@@ -626,7 +658,8 @@ class Consumer:
         fetch response brings some (it is woken by the append, through the
         broker's fetch purgatory) or the timeout passes. Raises
         :class:`NoOffsetForPartitionError` / :class:`OffsetOutOfRangeError`
-        with ``auto_offset_reset="none"``; retriable errors are retried inside.
+        with ``auto_offset_reset="none"``; :class:`FencedInstanceIdError` (on every call) once a newer
+        consumer took this one's ``group_instance_id``; retriable errors are retried inside.
         """
         limit = max_records or self.max_poll_records
         self._last_poll_ms = self._now()
@@ -640,8 +673,8 @@ class Consumer:
             out = self._call(lambda: self._take(limit))
             if out or timeout <= 0:
                 return out
-            self.scheduler.wait_until(lambda: bool(self._buffer) or self._error is not None or self._closed,
-                                      int(timeout * 1000))
+            self.scheduler.wait_until(lambda: bool(self._buffer) or self._error is not None or self._closed
+                                      or self._fenced is not None, int(timeout * 1000))
             return self._call(lambda: self._take(limit))
         # Real time: records already buffered are taken on this thread (under the buffer lock);
         # the loop thread is only asked to act when there is nothing to hand out.
@@ -662,7 +695,7 @@ class Consumer:
             out = self._take_fast(limit)
             if out:
                 return out
-            if self._error is not None or self._closed or self._corrupt:
+            if self._error is not None or self._closed or self._corrupt or self._fenced is not None:
                 return self._call(lambda: self._take(limit))
 
     def _take_fast(self, limit: int) -> List[ConsumerRecord]:
@@ -717,6 +750,8 @@ class Consumer:
 
     def _take(self, limit: int) -> List[ConsumerRecord]:
         """On the loop: raise a pending error, drive the group, hand out records, send fetches."""
+        if self._fenced is not None and not self._manual:
+            raise self._fenced
         if self._error is not None:
             err, self._error = self._error, None
             raise err
@@ -844,6 +879,8 @@ class Consumer:
             return
         if self._topics is None and self._pattern is None:
             return
+        if self._fenced is not None:
+            return  # fatal: another consumer holds our group_instance_id (see _on_fenced)
         now = self._now()
         if self._poll_expired is not None:
             return  # left the group after a poll timeout: the next poll() rejoins
@@ -929,9 +966,12 @@ class Consumer:
         self._node.request(target, gm.FindCoordinatorRequest(self.group_id, self._node.next_corr()),
                            self.request_timeout_ms, done)
 
-    def _handle_group_error(self, error: type) -> None:
+    def _handle_group_error(self, error: type, message: str = "") -> None:
         """What a group error means for this member (Kafka's AbstractCoordinator rules)."""
         name = error.__name__
+        if error is FencedInstanceIdError:
+            self._on_fenced(message)
+            return
         if name in _RETRIABLE_GROUP_ERRORS:
             self._coordinator_lost()
         elif error is UnknownMemberIdError:
@@ -946,6 +986,22 @@ class Consumer:
         if self._state != "unjoined":
             self._state = "unjoined"
         self._rejoin = True
+
+    def _on_fenced(self, message: str) -> None:
+        """KIP-345: a newer consumer joined with this one's ``group_instance_id``. Fatal, as in Kafka: the
+        partitions are lost at once, the consumer stops taking part in the group (rejoining would fence
+        the other one in turn), and ``poll``/``commit`` raise :class:`FencedInstanceIdError` until closed."""
+        if self._fenced is not None:
+            return
+        self._fenced = FencedInstanceIdError(
+            f"consumer with group_instance_id {self.group_instance_id!r} (member {self.member_id!r}, group "
+            f"{self.group_id!r}) was fenced by a newer member with the same group instance id: {message}")
+        if self._assignment:
+            self._revoke_all("lost")
+        self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
+        self._state = "unjoined"
+        self._rejoin = False
+        self._signal()
 
     def _join(self) -> None:
         """Send JoinGroup. Eager: commit (auto-commit) and give up every partition first.
@@ -977,7 +1033,8 @@ class Consumer:
         req = gm.JoinGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id,
                                   session_timeout_ms=self.session_timeout_ms,
                                   rebalance_timeout_ms=self.rebalance_timeout_ms, protocol_type="consumer",
-                                  protocols=tuple((a.name, sub) for a in self._assignors), client_id=self.client_id)
+                                  protocols=tuple((a.name, sub) for a in self._assignors), client_id=self.client_id,
+                                  group_instance_id=self.group_instance_id)
         self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_join)
 
     def _lost_during_rebalance(self) -> None:
@@ -996,7 +1053,7 @@ class Consumer:
             if resp.error is InconsistentGroupProtocolError:
                 self._error = resp.error(resp.message)
                 self._signal()
-            self._handle_group_error(resp.error)
+            self._handle_group_error(resp.error, resp.message)
             return
         self.member_id = resp.member_id
         self.generation = resp.generation_id
@@ -1010,7 +1067,8 @@ class Consumer:
         self._state = "syncing"
         self._last_heartbeat = self._now()  # the JoinGroup answer restarted the session on the coordinator
         req = gm.SyncGroupRequest(self.group_id, self._node.next_corr(), generation_id=self.generation,  # type: ignore[arg-type]
-                                  member_id=self.member_id, assignments=assignments)
+                                  member_id=self.member_id, assignments=assignments,
+                                  group_instance_id=self.group_instance_id)
         assert self._coordinator is not None
         self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_sync)
 
@@ -1021,7 +1079,7 @@ class Consumer:
             self._lost_during_rebalance()
             return
         if resp.error is not None:
-            self._handle_group_error(resp.error)
+            self._handle_group_error(resp.error, resp.message)
             return
         parts = ot.decode_assignment(resp.assignment)
         self._state = "stable"
@@ -1052,12 +1110,14 @@ class Consumer:
         assert self.group_id is not None and self._coordinator is not None
         self._hb_inflight = True
         self._last_heartbeat = self._now()
-        generation = self.generation
-        req = gm.HeartbeatRequest(self.group_id, self._node.next_corr(), generation_id=generation, member_id=self.member_id)
+        generation, member = self.generation, self.member_id
+        req = gm.HeartbeatRequest(self.group_id, self._node.next_corr(), generation_id=generation, member_id=member,
+                                  group_instance_id=self.group_instance_id)
 
         def done(resp: Any) -> None:
             self._hb_inflight = False
-            if self._closed or self._state not in ("stable", "syncing") or self.generation != generation:
+            if self._closed or self._state not in ("stable", "syncing") or self.generation != generation or \
+                    self.member_id != member:  # (a static member's new id keeps the generation)
                 return
             if resp is None:
                 self._coordinator_lost()
@@ -1068,12 +1128,16 @@ class Consumer:
                         self._rejoin = True
                         self._coordinate()
                 else:
-                    self._handle_group_error(resp.error)
+                    self._handle_group_error(resp.error, resp.message)
 
         self._node.request(self._coordinator, req, self.request_timeout_ms, done)
 
     def _leave_group(self) -> None:
-        if self.group_id is not None and self.member_id and self._coordinator is not None:
+        """Leave the group (close, unsubscribe, assign, poll timeout). A static member sends no LeaveGroup
+        (Kafka's rule for ``group.instance.id``): it keeps its slot until its session times out, so a
+        restart within ``session_timeout_ms`` causes no rebalance; it only forgets its member id."""
+        if self.group_id is not None and self.member_id and self._coordinator is not None and \
+                self.group_instance_id is None:
             req = gm.LeaveGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id)
             self._node.request(self._coordinator, req, self.request_timeout_ms, lambda resp: None)
         self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
@@ -1113,6 +1177,10 @@ class Consumer:
         if self.group_id is None:
             if future is not None:
                 future.set_exception(InvalidGroupIdError("commit needs a group_id (this consumer has none)"))
+            return
+        if self._fenced is not None and not self._manual:
+            if future is not None:
+                future.set_exception(self._fenced)
             return
         if self._poll_expired is not None and not self._manual:
             what = sorted(offsets if offsets is not None else self._poll_expired)
@@ -1155,7 +1223,8 @@ class Consumer:
         else:
             generation, member = self.generation, self.member_id
         req = gm.OffsetCommitRequest(self.group_id, self._node.next_corr(), generation_id=generation,
-                                     member_id=member, offsets=tuple(rows))
+                                     member_id=member, offsets=tuple(rows),
+                                     group_instance_id=self.group_instance_id if member else None)
 
         def done(resp: Any) -> None:
             if resp is None:
@@ -1168,7 +1237,11 @@ class Consumer:
                     self._coordinator_lost()
                     retry(err)
                     return
-                if resp.error in (IllegalGenerationError, UnknownMemberIdError):
+                if resp.error is FencedInstanceIdError:
+                    if member == self.member_id:  # (not about an older member id of this same consumer)
+                        self._handle_group_error(resp.error, resp.message)
+                        err = self._fenced or err
+                elif resp.error in (IllegalGenerationError, UnknownMemberIdError):
                     if generation == self.generation:  # (not a late answer about an older generation)
                         self._handle_group_error(resp.error)
                 elif resp.error is RebalanceInProgressError and not self._cooperative:
@@ -1188,7 +1261,8 @@ class Consumer:
 
         Returns what was committed. Raises :class:`IllegalGenerationError` /
         :class:`UnknownMemberIdError` when this member was fenced by a rebalance
-        (the commit is refused), :class:`InvalidGroupIdError` without a group.
+        (the commit is refused), :class:`FencedInstanceIdError` when a newer consumer took this one's
+        ``group_instance_id``, :class:`InvalidGroupIdError` without a group.
         Durability: once it returns, the offsets are in ``__consumer_offsets`` on
         the offsets partition's ISR (acks=all).
         """
@@ -1312,7 +1386,12 @@ class Consumer:
 
     # ================================================================ close
     def close(self, autocommit: bool = True, timeout: float = 30.0) -> None:
-        """Commit (with auto-commit), leave the group, stop. Idempotent."""
+        """Commit (with auto-commit), leave the group, stop. Idempotent.
+
+        A static member (``group_instance_id``) does not leave: the coordinator keeps its slot (and its
+        partitions, unread meanwhile) until its session times out, so a consumer restarted with the same
+        instance id within ``session_timeout_ms`` takes them back without a rebalance (Kafka's default).
+        """
         if self._closed:
             return
         try:

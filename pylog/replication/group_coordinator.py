@@ -19,6 +19,15 @@ rounds, see :mod:`pylog.client.assignors`):
   answers every member's SyncGroup with its share (*Stable*).
 * **Heartbeat.** Members heartbeat; a member silent for ``session_timeout_ms``
   is removed and the group rebalances. LeaveGroup removes a member at once.
+* **Static members** (KIP-345, ``group_instance_id``): ``Group.static_members``
+  maps each instance id to the member id holding it; a static member
+  rejoining with no member id takes over its old slot under a new member id
+  (no rebalance when Stable and the selected protocol is unchanged), and
+  requests from the replaced member id get ``FencedInstanceIdError``
+  (:meth:`_replace_static_member`, :meth:`_current_member_error`). Static
+  members that miss a rebalance are kept; only their session timeout (or an
+  admin LeaveGroup by instance id) removes them. The map is persisted in the
+  GroupMetadata record (v3 carries ``group_instance_id``).
 * **Offsets.** OffsetCommit is accepted from a member of the current
   generation (``IllegalGenerationError`` otherwise, ``UnknownMemberIdError``
   for an unknown member), or with generation -1 from a standalone consumer
@@ -59,6 +68,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from pylog.errors import (
     CoordinatorNotAvailableError,
+    FencedInstanceIdError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     IllegalGenerationError,
@@ -99,6 +109,8 @@ class Member:
     join: Optional[Tuple[object, int]] = None  # (source, correlation id) of a pending JoinGroup
     sync: Optional[Tuple[object, int]] = None  # of a pending SyncGroup
     assignment: bytes = b""
+    #: KIP-345: the member's ``group.instance.id`` (None: a dynamic member)
+    group_instance_id: Optional[str] = None
 
     def metadata(self, protocol: Optional[str]) -> bytes:
         for name, meta in self.protocols:
@@ -127,6 +139,8 @@ class Group:
     #: log): an OffsetDelete removes the values of commits started before it, never of later ones
     commits_started: int = 0
     written_by: Dict[TP, int] = field(default_factory=dict)
+    #: KIP-345: group.instance.id -> the member id that currently holds it (Kafka's ``staticMembers``)
+    static_members: Dict[str, str] = field(default_factory=dict)
 
     def _check(self) -> None:
         assert self.state in (EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD), self.state
@@ -136,6 +150,10 @@ class Group:
             assert not self.members, self.group_id
         assert self.generation >= 0
         assert all(n > 0 for n in self.pending_commits.values()), self.pending_commits
+        for instance, mid in self.static_members.items():
+            assert mid in self.members and self.members[mid].group_instance_id == instance, (instance, mid)
+        assert all(m.group_instance_id is None or self.static_members.get(m.group_instance_id) == mid
+                   for mid, m in self.members.items()), self.static_members
 
 
 class GroupCoordinator:
@@ -193,7 +211,7 @@ class GroupCoordinator:
     def _group_metadata_record(self, g: Group, now_ms: int) -> Record:
         members = tuple(
             ot.MemberMetadata(m.member_id, m.client_id, m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms,
-                              m.metadata(g.protocol), m.assignment)
+                              m.metadata(g.protocol), m.assignment, m.group_instance_id)
             for m in g.members.values()
         )
         value = ot.GroupMetadataValue(g.protocol_type or "", g.generation, g.protocol, g.leader, now_ms, members)
@@ -232,9 +250,10 @@ class GroupCoordinator:
         return correlation_id in self._pending
 
     # ------------------------------------------------------------------ join
-    def _new_member_id(self, client_id: str, now_ms: int) -> str:
+    def _new_member_id(self, client_id: str, now_ms: int, instance_id: Optional[str] = None) -> str:
+        """A fresh member id; a static member's starts with its instance id (Kafka's ``generateMemberId``)."""
         self._ids += 1
-        return f"{client_id or 'member'}-{self.broker_id}.{now_ms}.{self._ids}"
+        return f"{instance_id or client_id or 'member'}-{self.broker_id}.{now_ms}.{self._ids}"
 
     def _on_join(self, src: object, req: gm.JoinGroupRequest, now_ms: int, out: Outbox) -> None:
         def fail(error: type, message: str) -> None:
@@ -260,13 +279,20 @@ class GroupCoordinator:
                             f"group {req.group_id!r} uses protocol type {g.protocol_type!r} with assignors "
                             f"{sorted(n for n, _ in next(iter(g.members.values())).protocols)}; member offered "
                             f"{req.protocol_type!r} {sorted(names)}")
-        if req.member_id and req.member_id not in g.members:
-            return fail(UnknownMemberIdError, f"member {req.member_id!r} is unknown to group {req.group_id!r} "
-                        f"(generation {g.generation})")
-        if not req.member_id:
-            m = Member(self._new_member_id(req.client_id, now_ms), req.client_id, str(src), req.session_timeout_ms,
-                       req.rebalance_timeout_ms, req.protocol_type, tuple(req.protocols), now_ms + req.session_timeout_ms)
+        if req.member_id:
+            err = self._current_member_error(g, req.group_id, req.member_id, req.group_instance_id)
+            if err is not None:
+                return fail(*err)
+        instance = req.group_instance_id
+        if not req.member_id and instance is not None and instance in g.static_members:
+            self._replace_static_member(g, src, req, now_ms, out)
+        elif not req.member_id:
+            m = Member(self._new_member_id(req.client_id, now_ms, instance), req.client_id, str(src),
+                       req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type, tuple(req.protocols),
+                       now_ms + req.session_timeout_ms, group_instance_id=instance)
             g.members[m.member_id] = m
+            if instance is not None:
+                g.static_members[instance] = m.member_id
             if g.protocol_type is None or len(g.members) == 1:
                 g.protocol_type = req.protocol_type
             m.join = (src, req.correlation_id)
@@ -288,6 +314,100 @@ class GroupCoordinator:
             if g.state != PREPARING_REBALANCE:
                 self._prepare_rebalance(g, now_ms, out, f"member {m.member_id} rejoined")
         self._maybe_complete_join(g, now_ms, out)
+
+    @staticmethod
+    def _current_member_error(g: Optional[Group], group_id: str, member_id: str,
+                              instance_id: Optional[str]) -> Optional[Tuple[type, str]]:
+        """Kafka's ``validateCurrentMember``: a request naming ``instance_id`` must come from the member id
+        that holds it now (else ``FencedInstanceIdError``: a newer member took it over; or
+        ``UnknownMemberIdError`` when nobody holds it), and ``member_id`` must be a member."""
+        if instance_id is not None:
+            current = g.static_members.get(instance_id) if g is not None else None
+            if current is not None and current != member_id:
+                return (FencedInstanceIdError, f"group {group_id!r}: member {member_id!r} with group instance id "
+                        f"{instance_id!r} is fenced: the instance id now belongs to member {current!r}")
+            if current is None:
+                return (UnknownMemberIdError, f"group {group_id!r}: no member holds group instance id "
+                        f"{instance_id!r} (member {member_id!r} is unknown)")
+        if g is None or member_id not in g.members:
+            return (UnknownMemberIdError, f"member {member_id!r} is unknown to group {group_id!r}")
+        return None
+
+    @staticmethod
+    def _rename_member(g: Group, old_id: str, new_id: str) -> Member:
+        """Give member ``old_id`` the id ``new_id``, keeping its place in the member order (and leadership)."""
+        m = g.members[old_id]
+        g.members = {(new_id if mid == old_id else mid): mm for mid, mm in g.members.items()}
+        m.member_id = new_id
+        if g.leader == old_id:
+            g.leader = new_id
+        if m.group_instance_id is not None:
+            g.static_members[m.group_instance_id] = new_id
+        return m
+
+    def _replace_static_member(self, g: Group, src: object, req: gm.JoinGroupRequest, now_ms: int,
+                               out: Outbox) -> None:
+        """KIP-345: a static member rejoins with an unknown member id (e.g. after a restart): it takes over
+        the old member's slot - assignment, leadership, place - under a new member id, and the old member id
+        is fenced (its pending JoinGroup/SyncGroup get ``FencedInstanceIdError`` now, its later requests too).
+
+        As Kafka's ``updateStaticMemberAndRebalance``: in *Stable*, if the protocol the group would select
+        is unchanged, there is no rebalance: the group metadata (with the new member id) is written and the
+        member gets the current generation, with the *old* leader id as leader so it never runs the assignor
+        (it then syncs and gets its old assignment); if the write fails, the replacement is undone and the
+        member gets the error. If the selected protocol would change, or in *CompletingRebalance* (the
+        leader may be assigning to the old member id), the group rebalances; in *PreparingRebalance* the
+        join simply waits for the rebalance to complete.
+        """
+        instance = req.group_instance_id
+        assert instance is not None
+        old_id = g.static_members[instance]
+        m = g.members[old_id]
+        fenced = (f"group {g.group_id!r}: member {old_id!r} is fenced: a new member joined with its group "
+                  f"instance id {instance!r}")
+        if m.join is not None:
+            out.send(m.join[0], gm.JoinGroupResponse(m.join[1], error=FencedInstanceIdError, message=fenced,
+                                                     member_id=old_id))
+            m.join = None
+        if m.sync is not None:
+            out.send(m.sync[0], gm.SyncGroupResponse(m.sync[1], error=FencedInstanceIdError, message=fenced))
+            m.sync = None
+        leader_before = g.leader
+        was = (m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms, m.client_id, m.client_host, m.deadline_ms)
+        new_id = self._new_member_id(req.client_id, now_ms, instance)
+        self._rename_member(g, old_id, new_id)
+        m.protocols = tuple(req.protocols)
+        m.session_timeout_ms, m.rebalance_timeout_ms = req.session_timeout_ms, req.rebalance_timeout_ms
+        m.client_id, m.client_host = req.client_id, str(src)
+        m.deadline_ms = now_ms + m.session_timeout_ms
+        join = m.join = (src, req.correlation_id)
+        if g.state == STABLE and self._select_protocol(g) == g.protocol:
+            generation = g.generation
+
+            def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
+                # A rebalance started meanwhile (it answers this join when it completes), or answered it
+                # already, or the group is gone: nothing to do here.
+                if self.groups.get(g.group_id) is not g or g.members.get(new_id) is not m or m.join != join or \
+                        g.state != STABLE or g.generation != generation:
+                    return
+                m.join = None
+                if resp.error is not None:
+                    # Kafka: the new member id could not be persisted: undo the replacement.
+                    self._rename_member(g, new_id, old_id)
+                    m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms, m.client_id, m.client_host, _ = was
+                    m.deadline_ms = n + m.session_timeout_ms
+                    error, message = self._append_error(resp)
+                    o.send(src, gm.JoinGroupResponse(req.correlation_id, error=error, message=message))
+                    return
+                m.deadline_ms = n + m.session_timeout_ms
+                o.send(src, gm.JoinGroupResponse(req.correlation_id, generation_id=g.generation,
+                                                 protocol_name=g.protocol, leader=leader_before or "",
+                                                 member_id=new_id))
+
+            self._append(g.partition, [self._group_metadata_record(g, now_ms)], out, stored)
+        elif g.state in (STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, now_ms, out, f"static member {new_id} (group instance id {instance!r}) "
+                                    f"replaced member {old_id} during {g.state}")
 
     def _prepare_rebalance(self, g: Group, now_ms: int, out: Outbox, reason: str) -> None:
         if g.state == COMPLETING_REBALANCE:
@@ -311,8 +431,15 @@ class GroupCoordinator:
             self._complete_join(g, now_ms, out)
 
     def _complete_join(self, g: Group, now_ms: int, out: Outbox) -> None:
-        for mid in [mid for mid, m in g.members.items() if m.join is None]:
-            del g.members[mid]  # did not rejoin within the rebalance timeout
+        # Dynamic members that did not rejoin within the rebalance timeout are removed; static ones stay
+        # (Kafka's onCompleteJoin): only their session timeout (or an admin LeaveGroup) removes them.
+        for mid in [mid for mid, m in g.members.items() if m.join is None and m.group_instance_id is None]:
+            del g.members[mid]
+        if g.members and all(m.join is None for m in g.members.values()):
+            # Only absent static members: wait for one to rejoin or for their sessions to expire (Kafka
+            # postpones the join the same way).
+            g.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in g.members.values())
+            return
         g.generation += 1
         self.rebalances += 1
         if not g.members:
@@ -320,16 +447,17 @@ class GroupCoordinator:
             g.empty_since_ms = now_ms
             self._append(g.partition, [self._group_metadata_record(g, now_ms)], out, lambda r, o, n: None)
             return
-        if g.leader not in g.members:
-            g.leader = next(iter(g.members))
+        if g.leader not in g.members or g.members[g.leader].join is None:
+            g.leader = next(mid for mid, m in g.members.items() if m.join is not None)
         g.protocol = self._select_protocol(g)
         g.state = COMPLETING_REBALANCE
         everyone = tuple((mid, m.metadata(g.protocol)) for mid, m in g.members.items())
         for m in g.members.values():
-            assert m.join is not None
+            m.deadline_ms = now_ms + m.session_timeout_ms  # (as Kafka: a static member away gets a new session)
+            if m.join is None:
+                continue  # a static member that did not rejoin: the leader assigns to it all the same
             src, corr = m.join
             m.join = None
-            m.deadline_ms = now_ms + m.session_timeout_ms
             out.send(src, gm.JoinGroupResponse(corr, generation_id=g.generation, protocol_name=g.protocol,
                                                leader=g.leader, member_id=m.member_id,
                                                members=everyone if m.member_id == g.leader else ()))
@@ -347,9 +475,12 @@ class GroupCoordinator:
         return max(votes, key=lambda n: (votes[n], -leader_order.index(n) if n in leader_order else 0))
 
     # ------------------------------------------------------------------ sync
-    def _member_error(self, g: Optional[Group], group_id: str, member_id: str, generation: int) -> Optional[Tuple[type, str]]:
-        if g is None or member_id not in g.members:
-            return (UnknownMemberIdError, f"member {member_id!r} is unknown to group {group_id!r}")
+    def _member_error(self, g: Optional[Group], group_id: str, member_id: str, generation: int,
+                      instance_id: Optional[str] = None) -> Optional[Tuple[type, str]]:
+        err = self._current_member_error(g, group_id, member_id, instance_id)
+        if err is not None:
+            return err
+        assert g is not None
         if generation != g.generation:
             return (IllegalGenerationError, f"group {group_id!r}: generation {generation} of member {member_id!r} "
                     f"is not the current generation {g.generation}")
@@ -363,7 +494,7 @@ class GroupCoordinator:
         if err is not None:
             return fail(*err)
         g = self.groups.get(req.group_id)
-        err = self._member_error(g, req.group_id, req.member_id, req.generation_id)
+        err = self._member_error(g, req.group_id, req.member_id, req.generation_id, req.group_instance_id)
         if err is not None:
             return fail(*err)
         assert g is not None
@@ -406,7 +537,7 @@ class GroupCoordinator:
         err = self._not_here(req.group_id)
         g = self.groups.get(req.group_id)
         if err is None:
-            err = self._member_error(g, req.group_id, req.member_id, req.generation_id)
+            err = self._member_error(g, req.group_id, req.member_id, req.generation_id, req.group_instance_id)
         if err is None:
             assert g is not None
             m = g.members[req.member_id]
@@ -419,19 +550,30 @@ class GroupCoordinator:
             out.send(src, gm.HeartbeatResponse(req.correlation_id))
 
     def _on_leave(self, src: object, req: gm.LeaveGroupRequest, now_ms: int, out: Outbox) -> None:
+        """LeaveGroup from a member; with no member id and a ``group_instance_id``, the admin removal of that
+        static member (Kafka's removeMembersFromConsumerGroup)."""
         err = self._not_here(req.group_id)
         g = self.groups.get(req.group_id)
-        if err is None and (g is None or req.member_id not in g.members):
-            err = (UnknownMemberIdError, f"member {req.member_id!r} is unknown to group {req.group_id!r}")
+        member_id = req.member_id
+        if err is None and not member_id and req.group_instance_id is not None:
+            member_id = g.static_members.get(req.group_instance_id, "") if g is not None else ""
+            if not member_id:
+                err = (UnknownMemberIdError, f"group {req.group_id!r} has no member with group instance id "
+                       f"{req.group_instance_id!r}")
+        elif err is None:
+            err = self._current_member_error(g, req.group_id, member_id, req.group_instance_id)
         if err is not None:
             out.send(src, gm.LeaveGroupResponse(req.correlation_id, error=err[0], message=err[1]))
             return
         assert g is not None
-        self._remove_member(g, req.member_id, now_ms, out, "left the group")
+        self._remove_member(g, member_id, now_ms, out, "left the group" if req.member_id else
+                            f"was removed (group instance id {req.group_instance_id!r})")
         out.send(src, gm.LeaveGroupResponse(req.correlation_id))
 
     def _remove_member(self, g: Group, member_id: str, now_ms: int, out: Outbox, why: str) -> None:
         m = g.members.pop(member_id)
+        if m.group_instance_id is not None and g.static_members.get(m.group_instance_id) == member_id:
+            del g.static_members[m.group_instance_id]
         for pending, resp in ((m.join, gm.JoinGroupResponse), (m.sync, gm.SyncGroupResponse)):
             if pending is not None:
                 out.send(pending[0], resp(pending[1], error=UnknownMemberIdError,  # type: ignore[operator]
@@ -457,14 +599,16 @@ class GroupCoordinator:
         g = self.groups.get(req.group_id)
         if g is not None and g.state == DEAD:
             return fail(*self._being_deleted(g))
-        if req.generation_id < 0 and not req.member_id:
-            if g is not None and g.members:
-                return fail(UnknownMemberIdError, f"group {req.group_id!r} has members (generation "
-                            f"{g.generation}): a commit without a member id is refused")
+        standalone = req.generation_id < 0 and not req.member_id
+        if standalone and (g is None or not g.members):
             if g is None:
                 g = self.groups[req.group_id] = Group(req.group_id, self.partition_of(req.group_id))
+        elif standalone and req.group_instance_id is None:
+            assert g is not None
+            return fail(UnknownMemberIdError, f"group {req.group_id!r} has members (generation "
+                        f"{g.generation}): a commit without a member id is refused")
         else:
-            err = self._member_error(g, req.group_id, req.member_id, req.generation_id)
+            err = self._member_error(g, req.group_id, req.member_id, req.generation_id, req.group_instance_id)
             if err is not None:
                 return fail(*err)
             assert g is not None
@@ -604,7 +748,10 @@ class GroupCoordinator:
                     protos = ((meta.protocol, mm.subscription),) if meta.protocol else ()
                     g.members[mm.member_id] = Member(mm.member_id, mm.client_id, mm.client_host, mm.session_timeout,
                                                      mm.rebalance_timeout, meta.protocol_type, protos,
-                                                     now_ms + mm.session_timeout, assignment=mm.assignment)
+                                                     now_ms + mm.session_timeout, assignment=mm.assignment,
+                                                     group_instance_id=mm.group_instance_id)
+                    if mm.group_instance_id is not None:
+                        g.static_members[mm.group_instance_id] = mm.member_id
                 if g.members:
                     g.leader = meta.leader if meta.leader in g.members else next(iter(g.members))
                     g.state = STABLE
@@ -662,8 +809,8 @@ class GroupCoordinator:
             return
         assert g is not None
         # As Kafka: assignments only while Stable (during a rebalance they belong to an ended generation).
-        members = tuple((m.member_id, m.client_id, m.client_host, m.assignment if g.state == STABLE else b"")
-                        for m in g.members.values())
+        members = tuple((m.member_id, m.client_id, m.client_host, m.assignment if g.state == STABLE else b"",
+                         m.group_instance_id) for m in g.members.values())
         out.send(src, gm.DescribeGroupsResponse(req.correlation_id, state=g.state, protocol_type=g.protocol_type or "",
                                                 protocol=g.protocol or "", generation_id=g.generation,
                                                 leader=g.leader or "", members=members))

@@ -52,6 +52,8 @@ class JoinGroupRequest(GroupRequest):
     #: (assignor name, metadata) in the member's order of preference
     protocols: Tuple[Tuple[str, bytes], ...] = ()
     client_id: str = ""
+    #: KIP-345 static membership: the member's ``group.instance.id`` (None: a dynamic member)
+    group_instance_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class SyncGroupRequest(GroupRequest):
     member_id: str = NO_MEMBER
     #: the leader's (member_id, ConsumerProtocolAssignment bytes); empty from followers
     assignments: Tuple[Tuple[str, bytes], ...] = ()
+    group_instance_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class SyncGroupResponse:
 class HeartbeatRequest(GroupRequest):
     generation_id: int = NO_GENERATION
     member_id: str = NO_MEMBER
+    group_instance_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,10 @@ class HeartbeatResponse:
 
 @dataclass(frozen=True)
 class LeaveGroupRequest(GroupRequest):
+    """``member_id`` "" with a ``group_instance_id``: remove that static member (Kafka's admin removal)."""
+
     member_id: str = NO_MEMBER
+    group_instance_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class OffsetCommitRequest(GroupRequest):
     member_id: str = NO_MEMBER
     #: (topic, partition, offset, leader_epoch, metadata)
     offsets: Tuple[Tuple[str, int, int, int, str], ...] = ()
+    group_instance_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -209,8 +217,8 @@ class DescribeGroupsResponse:
     protocol: str = ""
     generation_id: int = NO_GENERATION
     leader: str = ""
-    #: (member_id, client_id, client_host, assignment bytes)
-    members: Tuple[Tuple[str, str, str, bytes], ...] = ()
+    #: (member_id, client_id, client_host, assignment bytes, group_instance_id or None)
+    members: Tuple[Tuple[str, str, str, bytes, Optional[str]], ...] = ()
 
 
 @dataclass(frozen=True)
