@@ -967,7 +967,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
                   f"Generation: {d.generation} Leader: {d.leader or '-'}")
             for m in d.members:
                 parts = ",".join(f"{t}-{p}" for t, p in m.assignment) or "-"
-                print(f"Member: {m.member_id} ClientId: {m.client_id} Host: {m.client_host} Assignment: {parts}")
+                static = f" InstanceId: {m.group_instance_id}" if m.group_instance_id else ""
+                print(f"Member: {m.member_id}{static} ClientId: {m.client_id} Host: {m.client_host} Assignment: {parts}")
             committed = q.list_group_offsets(g)
             ends: Dict[str, Dict[int, int]] = {}
             for (t, p), v in sorted(committed.items()):

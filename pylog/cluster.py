@@ -447,7 +447,7 @@ class Cluster:
 
     def describe_group(self, group_id: str) -> "GroupDescription":
         """``GroupDescription(group_id, state, protocol_type, protocol, generation, leader, members)``, each
-        member a ``MemberDescription(member_id, client_id, client_host, assignment)`` (Kafka's
+        member a ``MemberDescription(member_id, client_id, client_host, assignment, group_instance_id)`` (Kafka's
         DescribeGroups). Unknown group: :class:`~pylog.errors.GroupIdNotFoundError`."""
         self._ensure_open()
         return admin_for(self).describe_group(group_id)
@@ -470,6 +470,13 @@ class Cluster:
         :class:`~pylog.errors.GroupSubscribedToTopicError` for topics its members subscribe to."""
         self._ensure_open()
         admin_for(self).delete_group_offsets(group_id, partitions)
+
+    def remove_group_members(self, group_id: str, group_instance_ids: Sequence[str]) -> None:
+        """Remove static members (``group_instance_id``, KIP-345) from ``group_id`` now, as Kafka's
+        removeMembersFromConsumerGroup does: a static consumer's ``close`` does not leave its group.
+        No member with one of the ids: :class:`~pylog.errors.UnknownMemberIdError`."""
+        self._ensure_open()
+        admin_for(self).remove_group_members(group_id, group_instance_ids)
 
     def alter_group_offsets(self, group_id: str, offsets: Dict[Tuple[str, int], Any]) -> None:
         """Set committed offsets (``{(topic, partition): offset}``) of an empty or new group (Kafka's

@@ -594,6 +594,11 @@ class SharedCluster:
         self._ensure_open()
         admin_for(self).delete_group_offsets(group_id, partitions)
 
+    def remove_group_members(self, group_id: str, group_instance_ids: Sequence[str]) -> None:
+        """As :meth:`pylog.Cluster.remove_group_members`."""
+        self._ensure_open()
+        admin_for(self).remove_group_members(group_id, group_instance_ids)
+
     def alter_group_offsets(self, group_id: str, offsets: Dict[Tuple[str, int], Any]) -> None:
         """As :meth:`pylog.Cluster.alter_group_offsets` (the owner creates ``__consumer_offsets`` first)."""
         self._ensure_open()

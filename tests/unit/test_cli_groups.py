@@ -69,3 +69,24 @@ def test_groups_needs_a_queue_directory_and_a_topic(tmp_path):
         q.create_topic("t")
     r = run(str(tmp_path / "q"), "--delete-offsets", "g")
     assert r.returncode == 2 and "--topic" in r.stderr
+
+
+def test_describe_shows_static_members_and_the_queue_removes_them(tmp_path):
+    d = str(tmp_path / "q")
+    q = pylog.open(d)
+    try:
+        q.create_topic("jobs", partitions=1)
+        c = q.consumer("billing", ["jobs"], group_instance_id="host-7", enable_auto_commit=False)
+        c.poll(0.2)
+        r = run(d, "--describe", "billing")
+        assert r.returncode == 0, r.stderr
+        member = r.stdout.splitlines()[1]
+        assert member.startswith("Member: ") and " InstanceId: host-7 ClientId: " in member
+        c.close()  # a static member does not leave its group on close
+        assert [m.group_instance_id for m in q.describe_group("billing").members] == ["host-7"]
+        q.remove_group_members("billing", ["host-7"])  # pylog.open's facade over GroupAdmin
+        assert not q.describe_group("billing").members
+        r = run(d, "--describe", "billing")
+        assert r.returncode == 0 and "InstanceId" not in r.stdout
+    finally:
+        q.close()
