@@ -619,21 +619,31 @@ int plg_batch_encode_values(const uint8_t *values, const int32_t *value_lens, ui
     return plg_batch_encode(&hdr, &cols, out, cap, len_out);
 }
 
-/* A leader appending a producer's request: checks that buf[0, len) is exactly
- * one v2 batch with a valid CRC, then stamps base_offset and the partition
- * leader epoch (neither is under the CRC) and fills *info_out with the
- * stamped batch's header. Nothing is written unless every check passes.
+/* Checks that buf[0, len) is exactly one v2 batch with a valid CRC and fills
+ * *info_out with its header (a follower appending a fetched batch as is).
  * Returns PLG_OK, or the framing error (PLG_ETRUNCATED / PLG_ECORRUPT /
- * PLG_ECRC / PLG_EMAGIC), or PLG_EINVAL when bytes follow the batch or the
- * offsets would pass INT64_MAX. */
-int plg_batch_stamp_one(uint8_t *buf, uint64_t len, int64_t base_offset, int32_t partition_leader_epoch,
-                        plg_batch_info_t *info_out) {
+ * PLG_ECRC / PLG_EMAGIC), or PLG_EINVAL when bytes follow the batch. */
+int plg_batch_check_one(const uint8_t *buf, uint64_t len, plg_batch_info_t *info_out) {
     plg_batch_info_t info;
-    if (!buf || !info_out || base_offset < 0) return PLG_EINVAL;
+    if (!buf || !info_out) return PLG_EINVAL;
     int rc = parse_entry(buf, len, 0, 1, &info);
     if (rc != PLG_OK) return rc;
     if (info.magic != 2) return PLG_EMAGIC;
     if ((uint64_t)info.size != len) return PLG_EINVAL;
+    *info_out = info;
+    return PLG_OK;
+}
+
+/* A leader appending a producer's request: plg_batch_check_one, then stamps
+ * base_offset and the partition leader epoch (neither is under the CRC) and
+ * fills *info_out with the stamped batch's header. Nothing is written unless
+ * every check passes; PLG_EINVAL also when the offsets would pass INT64_MAX. */
+int plg_batch_stamp_one(uint8_t *buf, uint64_t len, int64_t base_offset, int32_t partition_leader_epoch,
+                        plg_batch_info_t *info_out) {
+    plg_batch_info_t info;
+    if (!buf || !info_out || base_offset < 0) return PLG_EINVAL;
+    int rc = plg_batch_check_one(buf, len, &info);
+    if (rc != PLG_OK) return rc;
     int64_t span = info.last_offset - info.base_offset;
     if (span < 0 || span > INT64_MAX - base_offset) return PLG_EINVAL;
     put64(buf, (uint64_t)base_offset);

@@ -169,6 +169,7 @@ int plg_batch_encode_values(const uint8_t *values, const int32_t *value_lens, ui
                             int64_t timestamp, int64_t producer_id, int16_t producer_epoch,
                             int32_t base_sequence, int16_t attributes,
                             uint8_t *out, uint64_t cap, uint64_t *len_out);
+int plg_batch_check_one(const uint8_t *buf, uint64_t len, plg_batch_info_t *info_out);
 int plg_batch_stamp_one(uint8_t *buf, uint64_t len, int64_t base_offset, int32_t partition_leader_epoch,
                         plg_batch_info_t *info_out);
 int plg_batch_set_offsets(uint8_t *buf, uint64_t len, int64_t base_offset,

@@ -297,7 +297,7 @@ class Log:
         self.io = io
         self.clock_ms = clock
         self._lock = threading.RLock()
-        self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one_as_leader's output, used under the lock
+        self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one's output, used under the lock
         self._closed = False
         self._logdir: Optional[LogDir] = None
         self.recovery: Optional[RecoveryResult] = None
@@ -521,8 +521,8 @@ class Log:
         nothing is written.
         """
         buf = bytearray(data)
-        if assign_offsets and not self.config.compact:
-            one = self._append_one_as_leader(buf, leader_epoch)
+        if not (assign_offsets and self.config.compact):  # (a compacted topic's leader checks keys)
+            one = self._append_one(buf, assign_offsets, leader_epoch)
             if one is not None:
                 return one
         found = scan(buf, verify_crc=True)
@@ -549,10 +549,7 @@ class Log:
                 return self._append_validated(buf, infos)
             else:
                 if found.batches[0].base_offset < self.log_end_offset:
-                    raise InvalidOffsetError(
-                        f"append to {self.topic}-{self.partition}: batch offset {found.batches[0].base_offset} "
-                        f"is below the log end offset {self.log_end_offset}"
-                    )
+                    raise self._below_end(found.batches[0].base_offset)
                 if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
                     return self._append_across_segments(buf, found.batches)
             return self._append_validated(buf, found.batches)
@@ -585,21 +582,35 @@ class Log:
         return AppendResult(first.base_offset, last.last_offset, max_ts, first.position,
                             last.last_offset - first.base_offset + 1)
 
-    def _append_one_as_leader(self, buf: bytearray, leader_epoch: Optional[int]) -> Optional[AppendResult]:
-        """A leader's usual append: ``buf`` is exactly one v2 batch. One C call checks its framing
-        and CRC and stamps the next offset and the epoch; returns None (nothing done) when ``buf``
-        is anything else, for the general path to handle or refuse."""
+    def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int]) -> Optional[AppendResult]:
+        """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
+        brought one batch). One C call checks its framing and CRC - and for a leader stamps the
+        next offset and the epoch; returns None (nothing done) when ``buf`` is anything else, for
+        the general path to handle or refuse."""
         if len(buf) < BATCH_OVERHEAD:
             return None
         info = self._stamp_info
         with self._lock:
             self._ensure_writable()
-            nxt = self.log_end_offset
-            epoch = leader_epoch if leader_epoch is not None else _LEADER_EPOCH_FIELD.unpack_from(buf, 12)[0]
-            if lib.plg_batch_stamp_one(ffi.from_buffer(buf), len(buf), nxt, epoch, info) != _native.OK:
-                return None
-            return self._write_validated(buf, nxt, info.last_offset, info.max_timestamp, info.last_offset,
-                                         info.records_count, ((epoch, nxt),), info.size)
+            if assign_offsets:
+                base = self.log_end_offset
+                epoch = leader_epoch if leader_epoch is not None else _LEADER_EPOCH_FIELD.unpack_from(buf, 12)[0]
+                if lib.plg_batch_stamp_one(ffi.from_buffer(buf), len(buf), base, epoch, info) != _native.OK:
+                    return None
+            else:
+                if lib.plg_batch_check_one(ffi.from_buffer(buf), len(buf), info) != _native.OK:
+                    return None
+                base, epoch = info.base_offset, info.partition_leader_epoch
+                if base < self.log_end_offset:
+                    raise self._below_end(base)
+            return self._write_validated(buf, base, info.last_offset, info.max_timestamp, info.last_offset,
+                                         info.records_count, ((epoch, base),), info.size)
+
+    def _below_end(self, base_offset: int) -> InvalidOffsetError:
+        return InvalidOffsetError(
+            f"append to {self.topic}-{self.partition}: batch offset {base_offset} "
+            f"is below the log end offset {self.log_end_offset}"
+        )
 
     def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo]) -> AppendResult:
         first, last = batches[0], batches[-1]

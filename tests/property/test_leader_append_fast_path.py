@@ -1,10 +1,11 @@
-"""The leader's one-batch append (``plg_batch_stamp_one`` + ``Log._append_one_as_leader``) against the
-general path it short-cuts (``scan`` + ``set_base_offset`` + ``_append_validated``).
+"""The one-batch append (``Log._append_one``: ``plg_batch_stamp_one`` for a leader, ``plg_batch_check_one``
+for a follower) against the general path it short-cuts (``scan`` [+ ``set_base_offset``] +
+``_append_validated``).
 
-Two logs get the same produce requests - one batch, several batches, or damaged bytes - one through
-``append_batches`` as it is, the other with the short cut turned off. Every result, every refusal and
-the bytes of every segment and index must be the same, and the short cut must refuse (leaving the log
-untouched) anything that is not exactly one valid v2 batch.
+Two logs get the same requests - one batch, several batches, damaged bytes, and for followers batches
+below the log end - one through ``append_batches`` as it is, the other with the short cut turned off.
+Every result, every refusal and the bytes of every segment and index must be the same, and the short
+cut must refuse (leaving the log untouched) anything that is not exactly one valid v2 batch.
 """
 from __future__ import annotations
 
@@ -33,11 +34,13 @@ one_request = st.tuples(
 )
 
 
-def _request(batches: List[List[bytes]], damage: Optional[Tuple[int, int]], keyed: bool) -> bytearray:
+def _request(batches: List[List[bytes]], damage: Optional[Tuple[int, int]], keyed: bool,
+             base: int = 0, epoch: int = -1) -> bytearray:
     out = bytearray()
     for i, vals in enumerate(batches):
         recs: List[Any] = [Record(v, key=b"k%d" % j) for j, v in enumerate(vals)] if keyed else vals
-        out += encode_batch(recs, now_ms=NOW + i, producer_id=-1)
+        out += encode_batch(recs, now_ms=NOW + i, producer_id=-1, base_offset=base, partition_leader_epoch=epoch)
+        base += len(vals)
     if damage is not None:
         pos, xor = damage
         out[pos % len(out)] ^= xor
@@ -49,9 +52,9 @@ def _files(d: str) -> List[Tuple[str, bytes]]:
             if n.endswith((".log", ".index", ".timeindex"))]
 
 
-def _apply(log: Log, data: bytearray, epoch: Optional[int]) -> Any:
+def _apply(log: Log, data: bytearray, epoch: Optional[int], assign: bool = True) -> Any:
     try:
-        r = log.append_batches(bytes(data), assign_offsets=True, leader_epoch=epoch)
+        r = log.append_batches(bytes(data), assign_offsets=assign, leader_epoch=epoch if assign else None)
         return ("ok", tuple(r))
     except PylogError as exc:
         return ("error", type(exc).__name__)
@@ -64,7 +67,7 @@ def test_one_batch_short_cut_equals_the_general_path(requests):
     try:
         fast = Log.open(os.path.join(root, "a", "t-0"), segment_bytes=700, index_interval_bytes=64)
         slow = Log.open(os.path.join(root, "b", "t-0"), segment_bytes=700, index_interval_bytes=64)
-        slow._append_one_as_leader = lambda buf, epoch: None  # type: ignore[method-assign]
+        slow._append_one = lambda buf, assign, epoch: None  # type: ignore[method-assign]
         for batches, epoch, damage, keyed in requests:
             data = _request(batches, damage, keyed)
             assert _apply(fast, data, epoch) == _apply(slow, data, epoch)
@@ -100,3 +103,36 @@ def test_stamp_one_checks_everything_before_writing(vals, damage, extra, base, e
     assert int.from_bytes(data[12:16], "big", signed=True) == epoch == info.partition_leader_epoch
     assert info.last_offset == base + len(vals) - 1 and info.records_count == len(vals)
     assert bytes(data[16:]) == before[16:] and bytes(data[8:12]) == before[8:12]
+
+
+follower_request = st.tuples(
+    st.lists(values, min_size=1, max_size=3),
+    st.integers(-3, 3),  # where the request starts, relative to the log end (below it: refused)
+    st.integers(0, 5),  # the leader epoch the batches carry
+    st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(0, 255))),
+    st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests=st.lists(follower_request, min_size=1, max_size=6))
+def test_one_batch_short_cut_equals_the_general_path_for_followers(requests):
+    root = tempfile.mkdtemp(prefix="pylog-follower-append-")
+    try:
+        fast = Log.open(os.path.join(root, "a", "t-0"), segment_bytes=700, index_interval_bytes=64)
+        slow = Log.open(os.path.join(root, "b", "t-0"), segment_bytes=700, index_interval_bytes=64)
+        slow._append_one = lambda buf, assign, epoch: None  # type: ignore[method-assign]
+        epoch_floor = 0
+        for batches, shift, epoch, damage, keyed in requests:
+            epoch_floor = max(epoch_floor, epoch)  # a follower copies epochs that never go down
+            data = _request(batches, damage, keyed, base=max(0, fast.log_end_offset + shift), epoch=epoch_floor)
+            assert _apply(fast, data, None, assign=False) == _apply(slow, data, None, assign=False)
+            assert fast.log_end_offset == slow.log_end_offset
+            assert fast.epochs.entries == slow.epochs.entries
+        fast.flush()
+        slow.flush()
+        assert _files(fast.dir) == _files(slow.dir)
+        fast.close()
+        slow.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
