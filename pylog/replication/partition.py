@@ -357,13 +357,13 @@ class Partition:
     def handle_fetch(self, req: FetchRequest, now_ms: int) -> Tuple[FetchResponse, Optional[AlterPartitionRequest]]:
         """Serve a follower or consumer fetch; may return an ISR expansion to propose."""
         err = self._leader_error(req.current_leader_epoch)
-        base = dict(topic=self.topic, partition=self.partition, correlation_id=req.correlation_id)
+        topic, partition, corr = self.topic, self.partition, req.correlation_id
         if err is not None:
-            return FetchResponse(**base, error=err[0], message=err[1], leader_epoch=self.leader_epoch), None
+            return FetchResponse(topic, partition, corr, error=err[0], message=err[1], leader_epoch=self.leader_epoch), None
         leo = self.log.log_end_offset
         if req.fetch_offset > leo or req.fetch_offset < self.log.log_start_offset:
             return FetchResponse(
-                **base,
+                topic, partition, corr,
                 error=OffsetOutOfRangeError,
                 message=f"fetch offset {req.fetch_offset} out of range [{self.log.log_start_offset}, {leo}] "
                 f"for {self.topic}-{self.partition}",
@@ -387,7 +387,7 @@ class Partition:
             hw = self.high_watermark
             records = self.log.fetch(req.fetch_offset, req.max_bytes, max_offset=hw) if req.fetch_offset < hw else b""
         return FetchResponse(
-            **base,
+            topic, partition, corr,
             records=records,
             high_watermark=self.high_watermark,
             log_start_offset=self.log.log_start_offset,
@@ -518,8 +518,10 @@ class Partition:
         return False
 
     # --------------------------------------------------------- follower side
-    def next_follower_request(self, correlation_id: int, max_wait_ms: int = 0) -> Optional[object]:
-        """The follower's next request to its leader: OffsetsForLeaderEpoch while truncating, else Fetch."""
+    def next_follower_request(self, correlation_id: int, max_wait_ms: int = 0,
+                              incarnation: int = -1) -> Optional[object]:
+        """The follower's next request to its leader: OffsetsForLeaderEpoch while truncating, else Fetch
+        (carrying the broker's ``incarnation``, KIP-903)."""
         if self.role != FOLLOWER or self.leader < 0:
             return None
         if self.follower_state == TRUNCATING:
@@ -536,6 +538,7 @@ class Partition:
         return FetchRequest(
             self.broker_id, self.topic, self.partition, self.log.log_end_offset, self.leader_epoch,
             correlation_id, max_wait_ms=max_wait_ms, log_start_offset=self.log.log_start_offset,
+            replica_incarnation=incarnation,
         )
 
     def on_offsets_for_leader_epoch(self, resp: OffsetsForLeaderEpochResponse) -> bool:
@@ -597,7 +600,17 @@ class Partition:
             appended = res.count
             self._after_append(req.fetch_offset)
             # Build the same producer state as the leader, so a new leader deduplicates too.
-            self.producer_state.update_from_infos(scan(resp.records, verify_crc=False).batches)
+            data = resp.records
+            if len(data) >= _BATCH_OVERHEAD and _BATCH_LENGTH.unpack_from(data, 8)[0] + 12 == len(data):
+                # one batch (the usual fetch), just appended and so valid: its header is enough
+                delta, _, max_ts, pid, epoch, first_seq, _ = _BATCH_FIELDS.unpack_from(data, 23)
+                if pid >= 0 and first_seq >= 0:
+                    self.producer_state.update(pid, epoch, first_seq, last_sequence(first_seq, delta + 1),
+                                               res.base_offset, res.last_offset, max_ts)
+                if res.last_offset + 1 > self.producer_state.map_end_offset:
+                    self.producer_state.map_end_offset = res.last_offset + 1
+            else:
+                self.producer_state.update_from_infos(scan(data, verify_crc=False).batches)
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw

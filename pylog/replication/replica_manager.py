@@ -22,7 +22,6 @@ atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
 """
 from __future__ import annotations
 
-import dataclasses
 
 import os
 from dataclasses import dataclass
@@ -357,11 +356,9 @@ class ReplicaManager:
             return
         if now_ms < self.next_fetch_at.get(tp, 0):
             return
-        req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms)
+        req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms, self.incarnation)
         if req is None:
             return
-        if isinstance(req, FetchRequest):
-            req = dataclasses.replace(req, replica_incarnation=self.incarnation)
         self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
         out.send(p.leader, req)
 
