@@ -172,6 +172,7 @@ class Producer:
         self._store = cluster.store
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # notified when a completed batch gives back buffer memory
+        self._room_waiters = 0  # senders blocked in _room.wait (under _lock): completions notify only then
         self._reserved = 0  # bytes of buffer_memory held by open and unacknowledged batches (under _lock)
         self._node: ClientNode = self.scheduler.run_sync(
             lambda: ClientNode("producer", cluster.scheduler, cluster.transport))
@@ -348,7 +349,11 @@ class Producer:
                 f"batches)" + (" after waiting max_block_ms=%d" % self.max_block_ms if not on_loop else
                                "; send() in a producer callback cannot wait for room"))
         if not self.scheduler.simulated:
-            self._room.wait(deadline - now)
+            self._room_waiters += 1
+            try:
+                self._room.wait(deadline - now)
+            finally:
+                self._room_waiters -= 1
             return deadline
         # Simulated: virtual time runs on this thread, so let go of the lock while it runs.
         self._wake_locked()
@@ -381,7 +386,8 @@ class Producer:
     def _give_back(self, reserved: int) -> None:
         """A batch completed: its share of buffer_memory is free again (under the lock)."""
         self._reserved -= reserved
-        self._room.notify_all()
+        if self._room_waiters:
+            self._room.notify_all()
 
     def _batch_full(self, b: ProducerBatch) -> None:
         """Close a full batch (under the lock) and hand it to the loop."""
