@@ -60,25 +60,38 @@ def _apply(log: Log, data: bytearray, epoch: Optional[int], assign: bool = True)
         return ("error", type(exc).__name__)
 
 
+def _two_logs(root: str) -> Tuple[Log, Log]:
+    """The log under test and its twin with the one-batch short cut switched off."""
+    fast = Log.open(os.path.join(root, "a", "t-0"), segment_bytes=700, index_interval_bytes=64)
+    slow = Log.open(os.path.join(root, "b", "t-0"), segment_bytes=700, index_interval_bytes=64)
+    slow._append_one = lambda buf, assign, epoch: None  # type: ignore[method-assign]
+    return fast, slow
+
+
+def _same_after(fast: Log, slow: Log, data: bytearray, epoch: Optional[int], assign: bool) -> None:
+    assert _apply(fast, data, epoch, assign) == _apply(slow, data, epoch, assign)
+    assert fast.log_end_offset == slow.log_end_offset
+    assert fast.epochs.entries == slow.epochs.entries
+
+
+def _same_files(fast: Log, slow: Log) -> None:
+    fast.flush()
+    slow.flush()
+    assert _files(fast.dir) == _files(slow.dir)
+    assert [tuple(r) for r in fast.read(0)] == [tuple(r) for r in slow.read(0)]
+    fast.close()
+    slow.close()
+
+
 @settings(max_examples=60, deadline=None)
 @given(requests=st.lists(one_request, min_size=1, max_size=6))
 def test_one_batch_short_cut_equals_the_general_path(requests):
     root = tempfile.mkdtemp(prefix="pylog-leader-append-")
     try:
-        fast = Log.open(os.path.join(root, "a", "t-0"), segment_bytes=700, index_interval_bytes=64)
-        slow = Log.open(os.path.join(root, "b", "t-0"), segment_bytes=700, index_interval_bytes=64)
-        slow._append_one = lambda buf, assign, epoch: None  # type: ignore[method-assign]
+        fast, slow = _two_logs(root)
         for batches, epoch, damage, keyed in requests:
-            data = _request(batches, damage, keyed)
-            assert _apply(fast, data, epoch) == _apply(slow, data, epoch)
-            assert fast.log_end_offset == slow.log_end_offset
-            assert fast.epochs.entries == slow.epochs.entries
-        fast.flush()
-        slow.flush()
-        assert _files(fast.dir) == _files(slow.dir)
-        assert [tuple(r) for r in fast.read(0)] == [tuple(r) for r in slow.read(0)]
-        fast.close()
-        slow.close()
+            _same_after(fast, slow, _request(batches, damage, keyed), epoch, True)
+        _same_files(fast, slow)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -119,20 +132,12 @@ follower_request = st.tuples(
 def test_one_batch_short_cut_equals_the_general_path_for_followers(requests):
     root = tempfile.mkdtemp(prefix="pylog-follower-append-")
     try:
-        fast = Log.open(os.path.join(root, "a", "t-0"), segment_bytes=700, index_interval_bytes=64)
-        slow = Log.open(os.path.join(root, "b", "t-0"), segment_bytes=700, index_interval_bytes=64)
-        slow._append_one = lambda buf, assign, epoch: None  # type: ignore[method-assign]
+        fast, slow = _two_logs(root)
         epoch_floor = 0
         for batches, shift, epoch, damage, keyed in requests:
             epoch_floor = max(epoch_floor, epoch)  # a follower copies epochs that never go down
             data = _request(batches, damage, keyed, base=max(0, fast.log_end_offset + shift), epoch=epoch_floor)
-            assert _apply(fast, data, None, assign=False) == _apply(slow, data, None, assign=False)
-            assert fast.log_end_offset == slow.log_end_offset
-            assert fast.epochs.entries == slow.epochs.entries
-        fast.flush()
-        slow.flush()
-        assert _files(fast.dir) == _files(slow.dir)
-        fast.close()
-        slow.close()
+            _same_after(fast, slow, data, None, False)
+        _same_files(fast, slow)
     finally:
         shutil.rmtree(root, ignore_errors=True)
