@@ -193,3 +193,43 @@ def test_sticky_moves_far_fewer_partitions_than_roundrobin_under_the_same_churn(
     old = {tp for tp, o in sticky[before_cut].items() if o == cut}
     new = {tp for tp, o in sticky[back].items() if o == cut}
     assert len(old) == 3 and len(new) == 2 and not old & new, (old, new)
+
+
+def test_members_send_their_last_assignment_and_generation_in_the_sticky_protocol_only(tmp_path):
+    """``["sticky", "range"]``: the group picks sticky; each member's sticky metadata carries its last
+    assignment and generation as StickyAssignorUserData v1 (null before its first assignment), its range
+    metadata none."""
+    from pylog.client.assignors import decode_sticky_user_data, decode_subscription
+
+    c = Cluster(tmp_path, brokers=3, seed=9)
+    try:
+        c.create_topic(TOPIC, partitions=4, replication_factor=3)
+        a = c.consumer("g", [TOPIC], partition_assignment_strategy=["sticky", "range"], **OPTS)
+        for _ in range(100):
+            a.poll(0.05)
+            if len(a.assignment()) == 4:
+                break
+        group = c.brokers[coordinator_of(c, "g")].coordinator.groups["g"]
+        assert group.protocol == "sticky"
+        (first,) = group.members.values()
+        metas = dict(first.protocols)
+        assert decode_subscription(metas["sticky"]).user_data is None  # its first JoinGroup: never assigned
+        assert decode_subscription(metas["range"]).user_data is None
+        gen_a = a.generation
+        b = c.consumer("g", [TOPIC], partition_assignment_strategy=["sticky", "range"], **OPTS)
+        for _ in range(100):
+            a.poll(0.05)
+            b.poll(0.05)
+            if len(a.assignment()) == 2 and len(b.assignment()) == 2 and a.generation == b.generation:
+                break
+        assert a.generation > gen_a
+        group = c.brokers[coordinator_of(c, "g")].coordinator.groups["g"]
+        metas = dict(group.members[a.member_id].protocols)
+        # a rejoined for b's arrival: it claimed the four partitions of its previous generation
+        assert decode_sticky_user_data(decode_subscription(metas["sticky"]).user_data) == \
+            ([(TOPIC, p) for p in range(4)], gen_a)
+        assert decode_subscription(metas["range"]).user_data is None
+        assert len(a.assignment()) == len(b.assignment()) == 2
+        assert not set(a.assignment()) & set(b.assignment())
+    finally:
+        c.close()
