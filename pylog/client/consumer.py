@@ -6,7 +6,7 @@
 * **Subscribe** (``subscribe(topics)`` or ``subscribe(pattern=...)``) with a
   ``group_id``: the consumer joins the group through its coordinator (the
   broker leading the group's ``__consumer_offsets`` partition), the leader
-  member runs the assignor (``range``, ``roundrobin`` or
+  member runs the assignor (``range``, ``roundrobin``, ``sticky`` or
   ``cooperative-sticky``) and every member fetches only its share. Rebalances
   are *eager* by default: when one starts, every member commits (with
   auto-commit) and gives up all its partitions, then rejoins. With only
@@ -167,7 +167,7 @@ class Consumer:
     (a member that does not call ``poll`` within it, once it has called ``poll``,
     leaves the group; it is also the JoinGroup rebalance timeout, as in Kafka), ``rebalance_timeout_ms`` (None:
     ``max_poll_interval_ms``), ``partition_assignment_strategy`` (``"range"``,
-    ``"roundrobin"``, ``"cooperative-sticky"``; the consumer rebalances
+    ``"roundrobin"``, ``"sticky"``, ``"cooperative-sticky"``; the consumer rebalances
     cooperatively when every listed assignor supports it), ``rebalance_listener``
     (an object with any of ``on_partitions_revoked``, ``on_partitions_assigned``,
     ``on_partitions_lost``, called with lists of (topic, partition) on the
@@ -304,6 +304,8 @@ class Consumer:
         self._hb_inflight = False
         self._next_attempt = 0
         self._tick_timer: Any = None
+        #: (partitions, generation) of the last SyncGroup answer: the eager sticky assignor's user data
+        self._last_assignment: Optional[Tuple[List[Tuple[str, int]], int]] = None
         #: (generation, member_id, assignment) after every completed rebalance (tests check ownership)
         self.assignment_history: List[Tuple[int, str, Tuple[TP, ...]]] = []
         # ---- commits
@@ -1026,6 +1028,13 @@ class Consumer:
                 self._commit_internal(None, None, auto=True)
             self._revoke_all("revoked")
             sub = ot.encode_subscription(list(topics))
+        if not self._cooperative and self._last_assignment is not None:
+            # the eager sticky assignor's user data: the last assignment and its generation (Kafka's
+            # StickyAssignor.subscriptionUserData), kept across revocations and fencing
+            protocols = tuple((a.name, ot.encode_subscription(list(topics), a.subscription_user_data(
+                *self._last_assignment))) for a in self._assignors)
+        else:
+            protocols = tuple((a.name, sub) for a in self._assignors)
         self._state = "joining"
         self._rejoin = False
         self._joined_topics = topics
@@ -1033,7 +1042,7 @@ class Consumer:
         req = gm.JoinGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id,
                                   session_timeout_ms=self.session_timeout_ms,
                                   rebalance_timeout_ms=self.rebalance_timeout_ms, protocol_type="consumer",
-                                  protocols=tuple((a.name, sub) for a in self._assignors), client_id=self.client_id,
+                                  protocols=protocols, client_id=self.client_id,
                                   group_instance_id=self.group_instance_id)
         self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_join)
 
@@ -1086,6 +1095,7 @@ class Consumer:
         self._last_heartbeat = self._now()
         self.rebalances += 1
         self.assignment_history.append((self.generation, self.member_id, tuple(sorted(parts))))
+        self._last_assignment = (sorted(parts), self.generation)
         if self._cooperative:
             # KIP-429: revoke only what this generation took away, then rejoin at once so the
             # next generation can hand it to its new owner; keep reading everything else.

@@ -71,5 +71,6 @@ def test_round_robin_known_layout():
 
 def test_unknown_assignor_is_a_configuration_error():
     assert get_assignor("range").name == "range"
-    with pytest.raises(InvalidConfigurationError, match="'sticky'"):
-        get_assignor("sticky")  # Kafka's eager StickyAssignor: not in pylog
+    assert get_assignor("sticky").name == "sticky"  # Kafka's eager StickyAssignor (KIP-54)
+    with pytest.raises(InvalidConfigurationError, match="'stiky'.*'cooperative-sticky', 'range', 'roundrobin', 'sticky'"):
+        get_assignor("stiky")
