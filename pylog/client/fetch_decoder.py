@@ -262,7 +262,10 @@ class FetchDecoder:
         if batch.is_control:
             return last + 1
         recs = batch_records(batch, topic, partition, self.record_cls)
-        if recs and (recs[0].offset < pos or last >= hw):
+        # Filter when the batch reaches below the position or up to the HW - or when a record's
+        # offset is past the batch's declared last offset (an inconsistent batch must not slip a
+        # record at or above the HW through the last-offset check).
+        if recs and (recs[0].offset < pos or last >= hw or max(r.offset for r in recs) > last):
             if above_hw is not None:
                 for r in recs:
                     if r.offset >= hw:

@@ -236,6 +236,46 @@ def test_damaged_bytes_give_the_general_decoders_records_then_its_error(payload:
     assert got == want
 
 
+@pytest.mark.parametrize("keep_record_bytes", [False, True])
+def test_an_empty_batch_between_plain_ones_is_skipped_like_the_general_decoder(keep_record_bytes: bool) -> None:
+    """A batch whose record count is 0 (the cleaner keeps such batches for producer state) holds
+    nothing; what follows its header is never read (Kafka's record iterator reads ``count``
+    records). The run decoder used to call the record bytes left behind a zeroed count corrupt,
+    where the general decoder skipped the batch: found by the damaged-bytes property above."""
+    first = bytes(encode_batch([b"a", b"b"], now_ms=5, base_offset=0))
+    middle = bytearray(encode_batch([b"c", b"d", b"e"], now_ms=5, base_offset=2))
+    struct.pack_into(">i", middle, 57, 0)  # recordsCount = 0, lastOffsetDelta still 2
+    if not keep_record_bytes:
+        del middle[61:]
+        struct.pack_into(">i", middle, 8, len(middle) - 12)
+    reseal(middle)
+    last = bytes(encode_batch([b"f"], now_ms=5, base_offset=5))
+    data = first + bytes(middle) + last
+    got, nxt = consume(FetchDecoder(ConsumerRecord), data, 0, 100)
+    want: List[ConsumerRecord] = []
+    general(data, 0, 100, want)
+    assert got == want
+    assert [(r.offset, r.value) for r in got] == [(0, b"a"), (1, b"b"), (5, b"f")]
+    assert nxt == 6
+
+
+def test_records_past_a_batchs_last_offset_never_reach_the_application() -> None:
+    """A CRC-valid batch that says its last offset is 12 but whose records carry offsets up to 20:
+    with the HW at 13 the consumer hands out offset 12 only and reports the rest as at or above
+    the HW. The run decoder checked the HW against the batch's last offset alone and handed out
+    13-20 (found by the damaged-bytes property above), and so did the general path."""
+    data = bytearray(encode_batch([b"v%d" % i for i in range(9)], now_ms=5, base_offset=12))
+    struct.pack_into(">i", data, 23, 0)  # lastOffsetDelta = 0: "offsets 12..12"
+    reseal(data)
+    for decoder_input in (bytes(data), bytes(encode_batch([b"w"], now_ms=5, base_offset=11)) + bytes(data)):
+        got: List[ConsumerRecord] = []
+        above: List[int] = []
+        nxt = FetchDecoder(ConsumerRecord).decode(decoder_input, 12, 13, TOPIC, PART, got.extend, above.append)
+        assert [r.offset for r in got] == [12]
+        assert above == list(range(13, 21))
+        assert nxt == 13
+
+
 @given(fetch_payloads(), st.integers(1, 200))
 def test_a_torn_tail_yields_the_complete_batches_only(payload: Tuple[bytes, int, int], cut: int) -> None:
     data, pos, hw = payload
