@@ -604,7 +604,7 @@ class Log:
                 if base < self.log_end_offset:
                     raise self._below_end(base)
             return self._write_validated(buf, base, info.last_offset, info.max_timestamp, info.last_offset,
-                                         info.records_count, ((epoch, base),), info.size)
+                                         info.records_count, ((epoch, base),), (info.size, base))
 
     def _below_end(self, base_offset: int) -> InvalidOffsetError:
         return InvalidOffsetError(
@@ -619,18 +619,20 @@ class Log:
         return self._write_validated(data, first.base_offset, last.last_offset, max_ts, offset_of_max,
                                      sum(b.records_count for b in batches),
                                      [(b.partition_leader_epoch, b.base_offset) for b in batches],
-                                     max(b.size for b in batches))
+                                     max((b.size, b.base_offset) for b in batches))
 
     def _write_validated(self, data: Union[bytes, bytearray], first_offset: int, last_offset: int, max_ts: int,
                          offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
-                         largest_batch: int) -> AppendResult:
+                         largest_batch: Tuple[int, int]) -> AppendResult:
         """Write validated, offset-stamped batches ``[first_offset, last_offset]`` at the log end
         (under the lock): size limits, roll, segment append, epoch cache, flush policy, counters.
+        ``largest_batch`` is (size, base offset) of the largest batch, for the size limit's error.
         All-or-nothing: a failure after the bytes are written cuts them off again."""
         size = len(data)
-        if largest_batch > self.config.max_message_bytes:
+        big_size, big_offset = largest_batch
+        if big_size > self.config.max_message_bytes:
             raise RecordTooLargeError(
-                f"batch at offset {first_offset} for {self.topic}-{self.partition} is {largest_batch} bytes, "
+                f"batch at offset {big_offset} for {self.topic}-{self.partition} is {big_size} bytes, "
                 f"over max_message_bytes={self.config.max_message_bytes}"
             )
         if size > self.config.segment_bytes:

@@ -120,6 +120,17 @@ def test_record_over_max_message_bytes(log: pylog.Log) -> None:
     assert log.append([b"x" * 900]).base_offset == 3  # a smaller one still fits
 
 
+def test_a_fetch_with_one_batch_over_max_message_bytes_names_that_batch(log: pylog.Log) -> None:
+    # a follower's append of several batches: the error names the batch over the limit, not the first
+    from pylog.storage.record import encode_batch
+
+    end = log.log_end_offset
+    data = encode_batch([b"a"], now_ms=1, base_offset=end) + encode_batch([b"x" * 1000], now_ms=1, base_offset=end + 1)
+    with _Unchanged(log), pytest.raises(errors.RecordTooLargeError) as info:
+        log.append_batches(bytes(data), assign_offsets=False)
+    assert f"batch at offset {end + 1} " in str(info.value) and "max_message_bytes=1000" in str(info.value)
+
+
 def test_raw_batches_that_are_not_batches(log: pylog.Log) -> None:
     with _Unchanged(log), pytest.raises(errors.CorruptRecordError) as info:
         log.append_batches(b"\x00" * 70)
