@@ -11,6 +11,8 @@ from pylog.errors import IllegalGenerationError, PylogError, UnknownMemberIdErro
 from pylog.replication import group_messages as gm
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 
+from group_churn import drain, harvest, wait_for_sends
+
 TOPIC = "events"
 GROUP_OPTS = dict(session_timeout_ms=3_000, heartbeat_interval_ms=300, rebalance_timeout_ms=4_000,
                   enable_auto_commit=False, fetch_max_wait_ms=100)
@@ -46,14 +48,6 @@ def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(
         refused: List[str] = []
         n = [0]
 
-        def harvest() -> None:
-            for f in list(pending):
-                if f.done():
-                    pending.remove(f)
-                    if f.exception() is None:
-                        m = f.result()
-                        acked.add((m.partition, m.offset))
-
         def round_(steps: int) -> None:
             for _ in range(steps):
                 for _ in range(3):
@@ -68,7 +62,7 @@ def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(
                             cons.commit()
                         except PylogError as exc:  # fenced by a rebalance: the commit is refused
                             refused.append(type(exc).__name__)
-                harvest()
+                harvest(pending, acked)
                 c._check(deep=False)
                 check_ownership(everyone)
 
@@ -100,21 +94,8 @@ def test_churn_delivers_every_record_at_least_once_and_never_shares_a_partition(
         assert c.now_ms - start >= GROUP_OPTS["session_timeout_ms"] - GROUP_OPTS["heartbeat_interval_ms"]
         add()
         round_(40)
-        for f in pending:
-            try:
-                f.result()
-            except PylogError:
-                pass
-        harvest()
-        # drain: the survivors own every partition and catch up
-        for _ in range(300):
-            for cons in live:
-                for r in cons.poll(0.05):
-                    delivered.add((r.partition, r.offset))
-                if not auto_commit:
-                    cons.commit()
-            if acked <= delivered:
-                break
+        wait_for_sends(pending, acked)
+        drain(live, delivered, acked, commit=not auto_commit)  # the survivors own every partition and catch up
         check_ownership(everyone)
         missing = sorted(acked - delivered)
         assert not missing, f"acknowledged records never delivered: {missing[:10]}"
@@ -289,11 +270,7 @@ def test_coordinator_crash_mid_run_keeps_members_and_delivers_everything(tmp_pat
                             m.commit()
                         except PylogError:
                             pass
-                for f in list(pending):
-                    if f.done():
-                        pending.remove(f)
-                        if f.exception() is None:
-                            acked.add((f.result().partition, f.result().offset))
+                harvest(pending, acked)
                 check_ownership(members)
 
         step(30)
@@ -307,17 +284,8 @@ def test_coordinator_crash_mid_run_keeps_members_and_delivers_everything(tmp_pat
         step(30)
         members.append(c.consumer("fo", [TOPIC], **GROUP_OPTS))
         step(60)
-        for f in pending:
-            try:
-                f.result()
-            except PylogError:
-                continue
-            acked.add((f.result().partition, f.result().offset))
-        for _ in range(300):
-            for m in members:
-                delivered.update((r.partition, r.offset) for r in m.poll(0.05))
-            if acked <= delivered:
-                break
+        wait_for_sends(pending, acked)
+        drain(members, delivered, acked, commit=False)
         assert not acked - delivered
         owned = [set(m.assignment()) for m in members]
         assert set().union(*owned) == {(TOPIC, p) for p in range(4)} and sum(map(len, owned)) == 4

@@ -11,6 +11,8 @@ from pylog.cluster import Cluster
 from pylog.errors import InconsistentGroupProtocolError, PylogError
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 
+from group_churn import harvest, wait_for_sends
+
 TOPIC = "events"
 PARTS = 6
 COOP = dict(session_timeout_ms=3_000, heartbeat_interval_ms=300, rebalance_timeout_ms=4_000,
@@ -71,14 +73,6 @@ def test_cooperative_churn_never_shares_a_partition_and_delivers_everything(tmp_
         listeners: Dict[int, Recorder] = {}
         n = [0]
 
-        def harvest() -> None:
-            for f in list(pending):
-                if f.done():
-                    pending.remove(f)
-                    if f.exception() is None:
-                        m = f.result()
-                        acked.add((m.partition, m.offset))
-
         def step() -> None:
             for _ in range(3):
                 n[0] += 1
@@ -92,7 +86,7 @@ def test_cooperative_churn_never_shares_a_partition_and_delivers_everything(tmp_
                         cons.commit()
                     except PylogError:  # a rebalance under way or fenced: redelivered later
                         pass
-            harvest()
+            harvest(pending, acked)
             check_never_shared(everyone)
 
         def add() -> None:
@@ -125,12 +119,7 @@ def test_cooperative_churn_never_shares_a_partition_and_delivers_everything(tmp_
                 step()
         if down:
             c.start_broker(down.pop())
-        for f in pending:
-            try:
-                f.result()
-            except PylogError:
-                pass
-        harvest()
+        wait_for_sends(pending, acked)
         # drain: let crashed members expire, the group settle and the survivors catch up
         for _ in range(400):
             step()

@@ -17,6 +17,8 @@ from pylog.cluster import Cluster
 from pylog.errors import PylogError
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 
+from group_churn import drain, harvest, wait_for_sends
+
 TOPIC = "events"
 PARTITIONS = 8
 EVERY = {(TOPIC, p) for p in range(PARTITIONS)}
@@ -83,13 +85,6 @@ def churn(tmp_path, strategy: str, seed: int):
         everyone: List = []
         n = [0]
 
-        def harvest() -> None:
-            for f in list(pending):
-                if f.done():
-                    pending.remove(f)
-                    if f.exception() is None:
-                        acked.add((f.result().partition, f.result().offset))
-
         def round_(steps: int) -> None:
             for _ in range(steps):
                 for _ in range(2):
@@ -103,7 +98,7 @@ def churn(tmp_path, strategy: str, seed: int):
                             cons.commit()
                         except PylogError:  # a rebalance fenced the commit: redelivered to the next owner
                             pass
-                harvest()
+                harvest(pending, acked)
 
         def settle(limit: int = 200) -> None:
             """Until the live members own every partition in one generation."""
@@ -150,18 +145,8 @@ def churn(tmp_path, strategy: str, seed: int):
         c.transport.heal()
         settle()
         round_(10)
-        for f in pending:
-            try:
-                f.result()
-            except PylogError:
-                pass
-        harvest()
-        for _ in range(300):
-            for cons in live:
-                delivered.update((r.partition, r.offset) for r in cons.poll(0.05))
-                cons.commit()
-            if acked <= delivered:
-                break
+        wait_for_sends(pending, acked)
+        drain(live, delivered, acked, commit=True)
         missing = sorted(acked - delivered)
         assert not missing, f"seed {seed} ({strategy}): acknowledged records never delivered: {missing[:10]}"
         assert len(acked) > 100
