@@ -405,11 +405,7 @@ class Consumer:
                 matched = set(self._matched_topics())
                 gone = [tp for tp in self._assignment if tp[0] not in matched]
                 if gone:
-                    if self.enable_auto_commit:
-                        self._commit_internal({tp: self._positions[tp] for tp in gone if tp in self._positions},
-                                              None, auto=True)
-                    self._tell_listener("revoked", gone)
-                    self._revoke(gone)
+                    self._give_up(gone)
                 self._rejoin = True
                 self._coordinate()
                 return
@@ -467,6 +463,14 @@ class Consumer:
         """Queue ``on_partitions_<what>(parts)`` for the caller's thread (run in poll/commit/close)."""
         if self._listener is not None and (parts or what == "assigned"):
             self._listener_calls.append((what, sorted(parts)))
+
+    def _give_up(self, parts: List[TP]) -> None:
+        """Hand ``parts`` back in an orderly way: auto-commit their positions (when enabled), tell
+        the listener they are revoked, then stop fetching them."""
+        if self.enable_auto_commit:
+            self._commit_internal({tp: self._positions[tp] for tp in parts if tp in self._positions}, None, auto=True)
+        self._tell_listener("revoked", parts)
+        self._revoke(parts)
 
     def _revoke(self, parts: Sequence[TP]) -> None:
         """Stop reading ``parts`` (cooperative: only what moves to another member); keep the rest."""
@@ -1017,11 +1021,7 @@ class Consumer:
         if self._cooperative:
             gone = [tp for tp in self._assignment if tp[1] >= counts.get(tp[0], 0)]
             if gone:
-                if self.enable_auto_commit:
-                    self._commit_internal({tp: self._positions[tp] for tp in gone if tp in self._positions}, None,
-                                          auto=True)
-                self._tell_listener("revoked", gone)
-                self._revoke(gone)
+                self._give_up(gone)
             sub = encode_member_subscription(list(topics), sorted(self._assignment), self.generation)
         else:
             if self._assignment and self.enable_auto_commit and self.generation >= 0:
@@ -1103,11 +1103,7 @@ class Consumer:
             revoked = [tp for tp in self._assignment if tp not in new]
             added = [tp for tp in parts if tp not in old]
             if revoked:
-                if self.enable_auto_commit:
-                    self._commit_internal({tp: self._positions[tp] for tp in revoked if tp in self._positions},
-                                          None, auto=True)
-                self._tell_listener("revoked", revoked)
-                self._revoke(revoked)
+                self._give_up(revoked)
                 self._rejoin = True
             self._tell_listener("assigned", added)
         else:
