@@ -1,7 +1,8 @@
 """cffi build script for the C core (out-of-line API mode).
 
-`setup.py` runs it through ``cffi_modules``; ``python pylog/_native/_build.py``
-builds the extension in place for development. ``PYLOG_SANITIZE=1`` adds
+`setup.py` runs it through ``cffi_modules`` (and builds the producer's send
+path, sendpath.c, a plain CPython extension, from :func:`sendpath_extension`);
+``python pylog/_native/_build.py`` builds both in place for development. ``PYLOG_SANITIZE=1`` adds
 AddressSanitizer and UndefinedBehaviorSanitizer (run Python with
 ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)`` then).
 
@@ -14,8 +15,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+from typing import TYPE_CHECKING
 
 from cffi import FFI
+
+if TYPE_CHECKING:
+    from setuptools import Extension
 
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCES = ["crc.c", "batch.c", "index.c"]
@@ -43,6 +48,32 @@ ffibuilder.set_source(
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,
 )
+
+
+def sendpath_extension(src_dir: str) -> "Extension":
+    """The producer's send path (sendpath.c): a plain CPython extension, since it works on Python objects."""
+    from setuptools import Extension
+
+    return Extension("pylog._native._sendpath", sources=[os.path.join(src_dir, "sendpath.c")],
+                     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                         "-Wno-missing-field-initializers", "-Wno-cast-function-type"])
+
+
+def _build_sendpath_in_place() -> None:
+    """Compile pylog/_native/_sendpath*.so in place (development builds; pip builds it from setup.py)."""
+    from setuptools import Distribution
+    from setuptools.command.build_ext import build_ext
+
+    dist = Distribution({"name": "pylog-sendpath", "ext_modules": [sendpath_extension(str(HERE))]})
+    cmd = build_ext(dist)
+    cmd.inplace = True
+    cmd.build_temp = "build/sendpath"
+    cmd.ensure_finalized()
+    for stale in HERE.glob("_sendpath*.so"):
+        stale.unlink()
+    cmd.run()
+    for so in HERE.glob("_sendpath*.so"):
+        print(f"built {so}")
 
 
 def _build_out_of_place(out: pathlib.Path) -> pathlib.Path:
@@ -77,3 +108,4 @@ if __name__ == "__main__":
         target = HERE / so.name
         target.write_bytes(so.read_bytes())
         print(f"built {target}")
+    _build_sendpath_in_place()

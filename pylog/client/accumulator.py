@@ -120,19 +120,34 @@ class ProducerBatch:
         return _new_tuple(RecordMetadata, (self.topic, self.partition, off, ts))
 
 
-class FutureRecordMetadata:
-    """The future of one sent record: ``result()`` gives its :class:`RecordMetadata`.
-
-    Also ``get(timeout)`` (kafka-python's name), ``done()``, ``exception()``,
-    ``add_done_callback(fn)`` (``fn(future)``, run on the producer's loop thread,
-    or at once if already done).
-    """
+class _PyRecordFuture:
+    """The pure-Python twin of ``pylog._native._sendpath.RecordFuture``: (batch, index), read-only."""
 
     __slots__ = ("_batch", "_index")
 
     def __init__(self, batch: ProducerBatch, index: int):
         self._batch = batch
         self._index = index
+
+
+try:  # the C send path allocates futures itself, so FutureRecordMetadata must derive from its base
+    from pylog._native._sendpath import RecordFuture as _RecordFutureBase
+except ImportError:  # pragma: no cover - only without a build of sendpath.c
+    _RecordFutureBase = _PyRecordFuture  # type: ignore[assignment,misc]
+
+
+class FutureRecordMetadata(_RecordFutureBase):  # type: ignore[valid-type,misc]
+    """The future of one sent record: ``result()`` gives its :class:`RecordMetadata`.
+
+    Built as ``FutureRecordMetadata(batch, index)``; two references, so a send
+    costs one small allocation. Also ``get(timeout)`` (kafka-python's name),
+    ``done()``, ``exception()``, ``add_done_callback(fn)`` (``fn(future)``, run
+    on the producer's loop thread, or at once if already done).
+    """
+
+    __slots__ = ()
+    _batch: ProducerBatch
+    _index: int
 
     def done(self) -> bool:
         return self._batch.done

@@ -66,6 +66,11 @@ from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, Produce
 from pylog.storage import compression as codecs
 from pylog.storage.record import Record, encode_batch
 
+try:  # the per-record hot path in C (sendpath.c); the pure-Python closure is the fallback
+    from pylog._native._sendpath import SendPath as _SendPath
+except ImportError:  # pragma: no cover - only without a build of sendpath.c
+    _SendPath = None
+
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 _RECORD_OVERHEAD = 16  # estimated bytes a record adds besides key and value (varints, attributes), on the high side
 _KEY_CACHE_MAX = 65_536
@@ -218,6 +223,15 @@ class Producer:
         return self._send_slow(topic, value, key, partition, headers, timestamp)
 
     def _make_fast_send(self) -> Any:
+        """Build ``send``: the C send path (``pylog._native._sendpath``, sendpath.c) when it is built,
+        else :meth:`_make_py_send`. Both take the fast case (a bytes value; no key, headers or
+        timestamp; an open batch) under the lock and hand everything else to :meth:`_send_slow`."""
+        if _SendPath is None:
+            return self._make_py_send()
+        return _SendPath(self._lock, self._sticky, self._parts, self.batch_size, _RECORD_OVERHEAD,
+                         self._send_slow, self._batch_full, FutureRecordMetadata).send
+
+    def _make_py_send(self) -> Any:
         """Build ``send`` as a closure: the hot path (no key, partition, headers or timestamp; a bytes
         value) reads its state from cells instead of attributes - a measurable share of a ~1 us call."""
         lock = self._lock

@@ -1,0 +1,235 @@
+"""The producer's C send path (pylog/_native/sendpath.c) against the pure-Python closure it replaces.
+
+``Producer.send`` is ``SendPath.send`` when the extension is built and the
+closure from ``Producer._make_py_send`` otherwise. Both must queue the same
+records into the same batches, return futures that resolve the same way, and
+hand every case they do not take (keys, headers, timestamps, other value
+types, unknown topics or partitions, closed producers) to ``_send_slow``.
+The Python closure is the model: every check here runs the same calls
+through both and compares.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+from typing import Any, Dict, List, Tuple
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pylog.client.producer as producer_mod
+from pylog._native import _sendpath
+from pylog.client.accumulator import FutureRecordMetadata
+from pylog.cluster import Cluster
+
+
+def make_producer(c: Cluster, native: bool, **cfg: Any) -> Any:
+    """A producer whose ``send`` is the C path (``native``) or the Python closure."""
+    p = c.producer(**cfg)
+    if not native:
+        p.send = p._make_py_send()
+    assert (type(p.send).__name__ == "builtin_function_or_method") == native
+    return p
+
+
+def test_the_default_producer_uses_the_c_send_path(tmp_path):
+    c = Cluster(tmp_path, brokers=1, seed=1)
+    try:
+        c.create_topic("t", 1, 1)
+        p = c.producer()
+        assert producer_mod._SendPath is _sendpath.SendPath
+        assert getattr(p.send, "__self__", None).__class__ is _sendpath.SendPath
+        f = p.send("t", b"x")
+        assert type(f) is FutureRecordMetadata and isinstance(f, _sendpath.RecordFuture)
+        assert f.result(timeout=10).offset == 0
+    finally:
+        c.close()
+
+
+# One call: (topic, value, key, partition, headers, timestamp); the kinds cover the fast case and
+# every way out of it.
+topics = st.sampled_from(["a", "b", "missing"])
+values = st.one_of(st.binary(max_size=40), st.binary(max_size=40).map(bytearray), st.none(),
+                   st.just("text"))
+keys = st.one_of(st.none(), st.none(), st.binary(max_size=4))
+partitions = st.one_of(st.none(), st.none(), st.integers(-1, 3), st.just(True))
+headers = st.one_of(st.none(), st.none(), st.just([("h", b"1")]))
+stamps = st.one_of(st.none(), st.none(), st.integers(0, 10**12))
+general = st.tuples(topics, values, keys, partitions, headers, stamps)
+# The fast case: a bytes value and nothing else but maybe a partition (most calls, so that batches fill).
+fast = st.tuples(st.sampled_from(["a", "b", "b", "missing"]), st.integers(0, 60).map(lambda n: b"v" * n),
+                 st.none(), st.one_of(st.none(), st.none(), st.none(), partitions), st.none(), st.none())
+calls = st.lists(st.one_of(fast, fast, fast, general), min_size=8, max_size=80)
+
+
+def run_calls(tmp: str, native: bool, ops: List[Tuple[Any, ...]], batch_size: int, flush_every: int,
+              close_at: int) -> List[Any]:
+    """Apply ``ops``; return what each call gave (batch number, index, records so far) and then resolved to."""
+    c = Cluster(tmp, brokers=1, seed=5)
+    out: List[Any] = []
+    try:
+        c.create_topic("a", 3, 1)
+        c.create_topic("b", 1, 1)
+        p = make_producer(c, native, batch_size=batch_size, linger_ms=50)
+        batch_ids: Dict[int, int] = {}
+        futures = []
+        for i, (topic, value, key, partition, hdrs, ts) in enumerate(ops):
+            if i == close_at:
+                p.close()
+            if flush_every and i % flush_every == flush_every - 1 and i < close_at:
+                p.flush(timeout=30)
+            try:
+                f = p.send(topic, value, key=key, partition=partition, headers=hdrs, timestamp=ts)
+            except Exception as exc:  # noqa: BLE001 - the exception itself is what is compared
+                out.append(("raised", type(exc).__name__, str(exc)))
+                continue
+            b = f._batch
+            bid = batch_ids.setdefault(id(b), len(batch_ids))
+            out.append(("queued", bid, f._index, b.topic, b.partition, len(b.records)))
+            futures.append(f)
+        if close_at >= len(ops):
+            p.flush(timeout=30)
+        for f in futures:
+            err = f.exception(timeout=30)
+            if err is not None:
+                out.append(("failed", type(err).__name__, str(err)))
+            else:
+                m = f.result()
+                out.append(("ok", m.topic, m.partition, m.offset))
+        if close_at >= len(ops):
+            p.close()
+        for t, n in (("a", 3), ("b", 1)):
+            for part in range(n):
+                log = c.brokers[c.leader_of(t, part)].rm.partitions[(t, part)].log
+                # (records with old timestamps may already be gone to time retention: read from the start)
+                out.append(("log", t, part, log.log_start_offset, [
+                    (r.offset, r.key, r.value, r.headers) for b in
+                    log.read_batches(log.log_start_offset, 1 << 30) for r in b.records()]))
+    finally:
+        c.close()
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=calls, batch_size=st.sampled_from([1, 100, 200, 400, 16384]), flush_every=st.sampled_from([0, 7]),
+       close_at=st.one_of(st.just(1000), st.integers(0, 100)))
+def test_c_send_path_matches_the_python_closure(tmp_path_factory, ops, batch_size, flush_every, close_at):
+    native = run_calls(str(tmp_path_factory.mktemp("c")), True, ops, batch_size, flush_every, close_at)
+    model = run_calls(str(tmp_path_factory.mktemp("py")), False, ops, batch_size, flush_every, close_at)
+    assert native == model
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: s("t", b"v", None, None, None, None, None),
+    lambda s: s("t", b"v", nope=1),
+    lambda s: s("t", b"v", None, key=b"k"),
+    lambda s: s("t"),
+    lambda s: s(value=b"v"),
+    lambda s: s(),
+])
+def test_bad_calls_raise_the_same_type_error(tmp_path, call):
+    c = Cluster(tmp_path, brokers=1, seed=2)
+    try:
+        c.create_topic("t", 1, 1)
+        messages = []
+        for native in (True, False):
+            p = make_producer(c, native)
+            with pytest.raises(TypeError) as info:
+                call(p.send)
+            messages.append(str(info.value))
+            p.close()
+        # The closure's message starts with its qualified name; what follows "send()" is the same.
+        assert messages[0].startswith("send() ")
+        assert messages[0] == "send() " + messages[1].split("send() ", 1)[1]
+    finally:
+        c.close()
+
+
+def test_keyword_arguments_take_the_fast_path_too(tmp_path):
+    c = Cluster(tmp_path, brokers=1, seed=3)
+    try:
+        c.create_topic("t", 2, 1)
+        p = make_producer(c, True, linger_ms=1000)
+        f1 = p.send(topic="t", value=b"a", partition=1)
+        f2 = p.send("t", value=b"b", partition=1, key=None, headers=None, timestamp=None)
+        assert f1._batch is f2._batch and (f1._index, f2._index) == (0, 1)
+        assert f2._batch.records == [b"a", b"b"] and f2._batch.plain
+        assert [f.result(timeout=10).offset for f in (f1, f2)] == [0, 1]
+        p.close()
+    finally:
+        c.close()
+
+
+def test_threads_sending_through_the_c_path_lose_and_reorder_nothing(tmp_path):
+    """Real time, four threads, keyless and explicit-partition sends: every record once, each thread's in order."""
+    c = Cluster(tmp_path, brokers=1)
+    try:
+        c.create_topic("rt", 2, 1)
+        p = make_producer(c, True, batch_size=2048)
+        futs: Dict[int, List[Any]] = {}
+
+        def worker(n: int) -> None:
+            futs[n] = [p.send("rt", b"%d-%d" % (n, i), partition=n % 2) for i in range(3000)]
+
+        ts = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        p.flush(timeout=60)
+        seen = set()
+        for n, fs in futs.items():
+            metas = [f.result(timeout=10) for f in fs]
+            assert {m.partition for m in metas} == {n % 2}
+            offs = [m.offset for m in metas]
+            assert offs == sorted(offs)
+            seen.update((m.partition, m.offset) for m in metas)
+        assert len(seen) == 12000
+        values = {}
+        for part in range(2):
+            log = c.brokers[c.leader_of("rt", part)].rm.partitions[("rt", part)].log
+            for b in log.read_batches(0, 1 << 30):
+                for r in b.records():
+                    values[(part, r.offset)] = r.value
+        for n, fs in futs.items():
+            for i, f in enumerate(fs):
+                m = f.result()
+                assert values[(m.partition, m.offset)] == b"%d-%d" % (n, i)
+        p.close()
+    finally:
+        c.close()
+
+
+def test_the_c_path_keeps_no_reference_after_the_producer_is_gone(tmp_path):
+    """A reference leaked per call (the value, its batch) would keep the value's refcount up."""
+    value = b"refcount-probe-" + bytes(range(50))
+    base = sys.getrefcount(value)
+    c = Cluster(tmp_path, brokers=1, seed=4)
+    try:
+        c.create_topic("t", 2, 1)
+        p = make_producer(c, True, batch_size=500)
+        futs = [p.send("t", value) for _ in range(200)] + [p.send("t", value, partition=1) for _ in range(200)]
+        assert sys.getrefcount(value) >= base + 400
+        p.flush(timeout=30)
+        assert all(f.result().offset >= 0 for f in futs)
+        p.close()
+        del futs, p
+    finally:
+        c.close()
+    gc.collect()
+    assert sys.getrefcount(value) == base
+
+
+def test_record_future_checks_its_arguments():
+    with pytest.raises(TypeError):
+        _sendpath.RecordFuture("batch")
+    with pytest.raises(TypeError):
+        _sendpath.RecordFuture("batch", "not an int")
+    f = _sendpath.RecordFuture(batch="b", index=7)
+    assert (f._batch, f._index) == ("b", 7)
+    with pytest.raises(AttributeError):
+        f._batch = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _sendpath.SendPath(threading.Lock(), {}, {}, 10, 16, print, print, dict)  # not a RecordFuture type
