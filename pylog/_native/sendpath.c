@@ -12,7 +12,13 @@
  * built, and tests/property/test_send_path.py checks the two against each
  * other.
  *
- * Two types:
+ * Four types:
+ *
+ *   BatchBase  the base of ProducerBatch: its records list and estimated
+ *       size as C fields.
+ *
+ *   Lock()  a non-reentrant lock like threading.Lock (the producer's lock),
+ *       which send() takes with a direct C call.
  *
  *   RecordFuture(batch, index)  the base of FutureRecordMetadata: two
  *       references, read-only attributes _batch and _index. Python subclasses
@@ -28,8 +34,9 @@
  *       Anything else is handed to slow(topic, value, key, partition,
  *       headers, timestamp) with the same six arguments.
  *
- * Thread-safety: send() takes the producer's lock (lock.acquire/release, the
- * same threading.Lock the Python code uses) around everything it reads or
+ * Thread-safety: send() takes the producer's lock (the same lock the Python
+ * code uses: a Lock from this module, taken without a method call, or any
+ * object with acquire/release) around everything it reads or
  * writes in the batch, so it keeps the invariants the Python side relies on
  * (a batch's records change only under the lock while it is open). Nothing
  * between acquire and release runs Python code except batch_full(), which
@@ -103,10 +110,207 @@ static PyTypeObject RecordFutureType = {
     .tp_new = future_new,
 };
 
+/* -------------------------------------------------------------------- Lock */
+
+/* A non-reentrant lock like threading.Lock, whose acquire the send path can
+ * take without a Python method call (threading.Lock.acquire parses its
+ * arguments with PyArg_ParseTupleAndKeywords on every call). Python code uses
+ * it the same way: acquire(blocking=True, timeout=-1), release(), locked(),
+ * and as a context manager; threading.Condition accepts it. A blocked
+ * acquire releases the GIL while it waits. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    char locked;
+} Lock;
+
+static PyTypeObject LockType;
+
+static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    Lock *self = (Lock *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void lock_dealloc(Lock *self) {
+    if (self->lock != NULL) {
+        if (self->locked) {
+            PyThread_release_lock(self->lock);
+        }
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Take the lock: at once if it is free, else with the GIL released, waiting
+ * up to timeout_us (-1: forever). Returns 1 if taken, 0 if not. */
+static int lock_take(Lock *self, PY_TIMEOUT_T timeout_us) {
+    if (PyThread_acquire_lock_timed(self->lock, 0, 0) != PY_LOCK_ACQUIRED) {
+        if (timeout_us == 0) {
+            return 0;
+        }
+        PyLockStatus r;
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(self->lock, timeout_us, 0);
+        Py_END_ALLOW_THREADS
+        if (r != PY_LOCK_ACQUIRED) {
+            return 0;
+        }
+    }
+    self->locked = 1;
+    return 1;
+}
+
+static int lock_give(Lock *self) {
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return -1;
+    }
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+    return 0;
+}
+
+static PyObject *lock_acquire(Lock *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (args != NULL && (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0))) {
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pd:acquire", kwlist, &blocking, &timeout)) {
+            return NULL;
+        }
+    }
+    PY_TIMEOUT_T timeout_us;
+    if (!blocking) {
+        if (timeout != -1) {
+            PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+            return NULL;
+        }
+        timeout_us = 0;
+    } else if (timeout == -1) {
+        timeout_us = -1;
+    } else if (timeout < 0) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    } else {
+        double us = timeout * 1e6;
+        if (us >= (double)PY_TIMEOUT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+            return NULL;
+        }
+        timeout_us = (PY_TIMEOUT_T)us;
+    }
+    return PyBool_FromLong(lock_take(self, timeout_us));
+}
+
+static PyObject *lock_enter(Lock *self, PyObject *unused) {
+    lock_take(self, -1);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *lock_release(Lock *self, PyObject *unused) {
+    if (lock_give(self) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_exit(Lock *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (lock_give(self) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_locked(Lock *self, PyObject *unused) {
+    return PyBool_FromLong(self->locked);
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool, as threading.Lock.acquire"},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, "release(): RuntimeError if not locked"},
+    {"locked", (PyCFunction)lock_locked, METH_NOARGS, "locked() -> bool"},
+    {"__enter__", (PyCFunction)lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))lock_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pylog._native._sendpath.Lock",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Lock(): a non-reentrant lock like threading.Lock, which the C send path takes directly.",
+    .tp_dealloc = (destructor)lock_dealloc,
+    .tp_methods = lock_methods,
+    .tp_new = lock_new,
+};
+
+/* --------------------------------------------------------------- BatchBase */
+
+/* The base of ProducerBatch: the two fields every send touches, as C fields
+ * (records: the list of queued records; size: the estimated encoded bytes),
+ * so the send path reads and updates them without attribute look-ups or an
+ * int object per record. Python sees them as ordinary attributes. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *records;
+    Py_ssize_t size;
+} BatchBase;
+
+static int batch_traverse(BatchBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->records);
+    return 0;
+}
+
+static int batch_clear(BatchBase *self) {
+    Py_CLEAR(self->records);
+    return 0;
+}
+
+static void batch_dealloc(BatchBase *self) {
+    PyObject_GC_UnTrack(self);
+    batch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef batch_members[] = {
+    {"records", T_OBJECT_EX, offsetof(BatchBase, records), 0, "the records queued in the batch (a list)"},
+    {"size", T_PYSSIZET, offsetof(BatchBase, size), 0, "the batch's estimated encoded size in bytes"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject BatchBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pylog._native._sendpath.BatchBase",
+    .tp_basicsize = sizeof(BatchBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The base of ProducerBatch: records (a list) and size (int) as C fields.",
+    .tp_traverse = (traverseproc)batch_traverse,
+    .tp_clear = (inquiry)batch_clear,
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_members = batch_members,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---------------------------------------------------------------- SendPath */
 
 typedef struct {
     PyObject_HEAD
+    Lock *lock;            /* the producer's lock when it is a Lock (taken directly), else NULL */
     PyObject *acquire;     /* lock.acquire */
     PyObject *release;     /* lock.release */
     PyObject *sticky;      /* dict: topic -> the open batch keyless records join */
@@ -118,9 +322,10 @@ typedef struct {
     PyTypeObject *future_type;
 } SendPath;
 
-static PyObject *str_records, *str_size, *str_open;
+static PyObject *str_open;
 
 static int sendpath_traverse(SendPath *self, visitproc visit, void *arg) {
+    Py_VISIT((PyObject *)self->lock);
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->sticky);
@@ -132,6 +337,7 @@ static int sendpath_traverse(SendPath *self, visitproc visit, void *arg) {
 }
 
 static int sendpath_clear(SendPath *self) {
+    Py_CLEAR(self->lock);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->sticky);
@@ -181,6 +387,10 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
         Py_DECREF(release);
         return NULL;
     }
+    if (Py_IS_TYPE(lock, &LockType)) {
+        Py_INCREF(lock);
+        self->lock = (Lock *)lock;
+    }
     self->acquire = acquire;
     self->release = release;
     Py_INCREF(sticky);
@@ -203,6 +413,11 @@ static const char *const send_params[] = {"topic", "value", "key", "partition", 
 
 /* Release the lock; on failure keep the first error (if any) and return -1. */
 static int unlock(SendPath *self) {
+    if (self->lock != NULL) {
+        self->lock->locked = 0;
+        PyThread_release_lock(self->lock->lock);
+        return PyErr_Occurred() ? -1 : 0;
+    }
     PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
     int had_error = PyErr_Occurred() != NULL;
     if (had_error) {
@@ -311,11 +526,15 @@ static PyObject *sendpath_send(SendPath *self, PyObject *const *args, Py_ssize_t
         return call_slow(self, argv);
     }
 
-    PyObject *r = PyObject_CallNoArgs(self->acquire);
-    if (r == NULL) {
-        return NULL;
+    if (self->lock != NULL) {
+        lock_take(self->lock, -1);
+    } else {
+        PyObject *r = PyObject_CallNoArgs(self->acquire);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
     }
-    Py_DECREF(r);
     PyObject *batch = open_batch(self, topic, argv[3]);
     if (batch == NULL) {
         unlock(self);
@@ -329,35 +548,18 @@ static PyObject *sendpath_send(SendPath *self, PyObject *const *args, Py_ssize_t
         return call_slow(self, argv);
     }
     /* The batch's records and size change only here and in the Python code, both under the lock. */
-    PyObject *records = PyObject_GetAttr(batch, str_records);
-    PyObject *size_obj = records == NULL ? NULL : PyObject_GetAttr(batch, str_size);
-    if (size_obj == NULL || !PyList_CheckExact(records) || !PyLong_CheckExact(size_obj)) {
-        if (size_obj != NULL) {
-            PyErr_SetString(PyExc_TypeError, "send(): the open batch's records/size have the wrong types");
-        }
-        Py_XDECREF(records);
-        Py_XDECREF(size_obj);
+    BatchBase *bb = (BatchBase *)batch;
+    if (!PyObject_TypeCheck(batch, &BatchBaseType) || bb->records == NULL || !PyList_CheckExact(bb->records)) {
+        PyErr_SetString(PyExc_TypeError, "send(): the open batch is not a ProducerBatch with a list of records");
         Py_DECREF(batch);
         unlock(self);
         return NULL;
     }
-    Py_ssize_t size = PyLong_AsSsize_t(size_obj);
-    Py_DECREF(size_obj);
-    if (size == -1 && PyErr_Occurred()) {
-        Py_DECREF(records);
-        Py_DECREF(batch);
-        unlock(self);
-        return NULL;
-    }
-    Py_ssize_t index = PyList_GET_SIZE(records);
-    int failed = PyList_Append(records, value);
-    Py_DECREF(records);
+    Py_ssize_t index = PyList_GET_SIZE(bb->records);
+    int failed = PyList_Append(bb->records, value);
     if (failed == 0) {
-        size += PyBytes_GET_SIZE(value) + self->overhead;
-        PyObject *new_size = PyLong_FromSsize_t(size);
-        failed = new_size == NULL || PyObject_SetAttr(batch, str_size, new_size) < 0;
-        Py_XDECREF(new_size);
-        if (!failed && size >= self->batch_size) {
+        bb->size += PyBytes_GET_SIZE(value) + self->overhead;
+        if (bb->size >= self->batch_size) {
             PyObject *full = PyObject_CallOneArg(self->batch_full, batch);
             failed = full == NULL;
             Py_XDECREF(full);
@@ -408,13 +610,12 @@ static struct PyModuleDef sendpath_module = {
 };
 
 PyMODINIT_FUNC PyInit__sendpath(void) {
-    str_records = PyUnicode_InternFromString("records");
-    str_size = PyUnicode_InternFromString("size");
     str_open = PyUnicode_InternFromString("open");
-    if (str_records == NULL || str_size == NULL || str_open == NULL) {
+    if (str_open == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&RecordFutureType) < 0 || PyType_Ready(&SendPathType) < 0) {
+    if (PyType_Ready(&RecordFutureType) < 0 || PyType_Ready(&LockType) < 0 || PyType_Ready(&BatchBaseType) < 0 ||
+        PyType_Ready(&SendPathType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&sendpath_module);
@@ -424,6 +625,18 @@ PyMODINIT_FUNC PyInit__sendpath(void) {
     Py_INCREF(&RecordFutureType);
     if (PyModule_AddObject(m, "RecordFuture", (PyObject *)&RecordFutureType) < 0) {
         Py_DECREF(&RecordFutureType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&BatchBaseType);
+    if (PyModule_AddObject(m, "BatchBase", (PyObject *)&BatchBaseType) < 0) {
+        Py_DECREF(&BatchBaseType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&LockType);
+    if (PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0) {
+        Py_DECREF(&LockType);
         Py_DECREF(m);
         return NULL;
     }

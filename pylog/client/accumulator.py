@@ -36,11 +36,41 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
-class ProducerBatch:
-    """Records for one partition, sent (and retried) as one RecordBatch."""
+class _PyBatchBase:
+    """The pure-Python twin of ``pylog._native._sendpath.BatchBase``: the two fields every send touches."""
 
+    __slots__ = ("records", "size")
+
+
+class _PyRecordFuture:
+    """The pure-Python twin of ``pylog._native._sendpath.RecordFuture``: (batch, index), read-only."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: "ProducerBatch", index: int):
+        self._batch = batch
+        self._index = index
+
+
+try:  # the C send path works on these C bases directly (sendpath.c)
+    from pylog._native._sendpath import BatchBase as _BatchBase
+    from pylog._native._sendpath import RecordFuture as _RecordFutureBase
+except ImportError:  # pragma: no cover - only without a build of sendpath.c
+    _BatchBase = _PyBatchBase  # type: ignore[assignment,misc]
+    _RecordFutureBase = _PyRecordFuture  # type: ignore[assignment,misc]
+
+
+class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
+    """Records for one partition, sent (and retried) as one RecordBatch.
+
+    ``records`` and ``size`` live in the C base (``BatchBase``), where the C
+    send path updates them under the producer's lock.
+    """
+
+    records: List[Any]
+    size: int
     __slots__ = (
-        "topic", "partition", "records", "size", "created_ms", "deadline_ms", "open", "done", "base_offset",
+        "topic", "partition", "created_ms", "deadline_ms", "open", "done", "base_offset",
         "timestamp", "error", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch", "sequence",
         "attempts", "order", "reserved", "plain",
     )
@@ -118,22 +148,6 @@ class ProducerBatch:
             ts = rec.timestamp
         off = self.base_offset + index if self.base_offset >= 0 else -1
         return _new_tuple(RecordMetadata, (self.topic, self.partition, off, ts))
-
-
-class _PyRecordFuture:
-    """The pure-Python twin of ``pylog._native._sendpath.RecordFuture``: (batch, index), read-only."""
-
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: ProducerBatch, index: int):
-        self._batch = batch
-        self._index = index
-
-
-try:  # the C send path allocates futures itself, so FutureRecordMetadata must derive from its base
-    from pylog._native._sendpath import RecordFuture as _RecordFutureBase
-except ImportError:  # pragma: no cover - only without a build of sendpath.c
-    _RecordFutureBase = _PyRecordFuture  # type: ignore[assignment,misc]
 
 
 class FutureRecordMetadata(_RecordFutureBase):  # type: ignore[valid-type,misc]

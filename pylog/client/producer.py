@@ -67,9 +67,11 @@ from pylog.storage import compression as codecs
 from pylog.storage.record import Record, encode_batch
 
 try:  # the per-record hot path in C (sendpath.c); the pure-Python closure is the fallback
+    from pylog._native._sendpath import Lock as _Lock
     from pylog._native._sendpath import SendPath as _SendPath
 except ImportError:  # pragma: no cover - only without a build of sendpath.c
     _SendPath = None
+    _Lock = threading.Lock
 
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 _RECORD_OVERHEAD = 16  # estimated bytes a record adds besides key and value (varints, attributes), on the high side
@@ -175,7 +177,7 @@ class Producer:
         self.scheduler = cluster.scheduler
         self._realtime = not self.scheduler.simulated
         self._store = cluster.store
-        self._lock = threading.Lock()
+        self._lock = _Lock()  # like threading.Lock; the C send path takes it without a method call
         self._room = threading.Condition(self._lock)  # notified when a completed batch gives back buffer memory
         self._room_waiters = 0  # senders blocked in _room.wait (under _lock): completions notify only then
         self._reserved = 0  # bytes of buffer_memory held by open and unacknowledged batches (under _lock)

@@ -233,3 +233,85 @@ def test_record_future_checks_its_arguments():
         f._batch = "other"  # type: ignore[misc]
     with pytest.raises(TypeError):
         _sendpath.SendPath(threading.Lock(), {}, {}, 10, 16, print, print, dict)  # not a RecordFuture type
+
+
+def test_lock_behaves_like_threading_lock():
+    lock = _sendpath.Lock()
+    assert not lock.locked()
+    assert lock.acquire() is True and lock.locked()
+    assert lock.acquire(False) is False
+    assert lock.acquire(blocking=True, timeout=0.01) is False  # held by this thread: not reentrant
+    with pytest.raises(ValueError):
+        lock.acquire(False, 1.0)
+    with pytest.raises(ValueError):
+        lock.acquire(timeout=-2)
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError):
+        lock.release()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    with pytest.raises(KeyError):
+        with lock:
+            raise KeyError("the exception passes through and the lock is released")
+    assert not lock.locked()
+
+
+def test_lock_waits_without_the_gil_and_works_under_a_condition():
+    lock = _sendpath.Lock()
+    cond = threading.Condition(lock)
+    box: List[str] = []
+    lock.acquire()
+    got = threading.Event()
+
+    def waiter() -> None:
+        with lock:  # blocks in C with the GIL released, or the main thread below could not run
+            box.append("waiter")
+        got.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    box.append("main")  # runs while the waiter is blocked
+    assert not got.wait(0.05)
+    lock.release()
+    t.join(10)
+    assert box == ["main", "waiter"]
+
+    def notifier() -> None:
+        with cond:
+            box.append("notified")
+            cond.notify_all()
+
+    with cond:
+        threading.Thread(target=notifier).start()
+        assert cond.wait_for(lambda: "notified" in box, timeout=10)
+        assert lock.locked()  # wait() took the lock back
+    assert not lock.locked()
+
+
+def test_the_pure_python_fallback_works_without_the_extension(tmp_path):
+    """Without a build of sendpath.c the producer uses threading.Lock, Python bases and the closure."""
+    import subprocess
+
+    script = r"""
+import sys, threading
+sys.modules["pylog._native._sendpath"] = None  # import fails, as without a build
+from pylog.cluster import Cluster
+from pylog.client import accumulator, producer
+assert producer._SendPath is None and producer._Lock is threading.Lock
+assert accumulator.ProducerBatch.__mro__[1] is accumulator._PyBatchBase
+c = Cluster(sys.argv[1], brokers=1, seed=7)
+c.create_topic("t", 2, 1)
+p = c.producer(batch_size=300)
+assert type(p._lock) is type(threading.Lock())
+fs = [p.send("t", b"%d" % i) for i in range(50)] + [p.send("t", b"k", key=b"k")]
+p.flush(timeout=30)
+seen = {(f.result().partition, f.result().offset) for f in fs}
+assert len(seen) == 51, seen
+print("ok", len({f._batch for f in fs}))
+p.close(); c.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok ") and int(out.stdout.split()[1]) > 2  # batch_size=300 split the records
