@@ -20,9 +20,9 @@
  *   Lock()  a non-reentrant lock like threading.Lock (the producer's lock),
  *       which send() takes with a direct C call.
  *
- *   RecordFuture(batch, index)  the base of FutureRecordMetadata: two
- *       references, read-only attributes _batch and _index. Python subclasses
- *       add the methods (pylog/client/accumulator.py).
+ *   RecordFuture(batch, index)  FutureRecordMetadata itself: two references,
+ *       read-only attributes _batch and _index; its methods call Python
+ *       functions bound by pylog/client/accumulator.py (bind_future).
  *
  *   SendPath(lock, sticky, parts, batch_size, overhead, slow, batch_full,
  *            future_type)
@@ -66,8 +66,6 @@ static int future_clear(RecordFuture *self) {
     return 0;
 }
 
-/* A Python subclass's instances come here through subtype_dealloc, which drops
- * the reference to the (heap) subclass itself afterwards. */
 static void future_dealloc(RecordFuture *self) {
     PyObject_GC_UnTrack(self);
     future_clear(self);
@@ -91,6 +89,79 @@ static PyObject *future_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     return (PyObject *)self;
 }
 
+/* The methods users call (result, get, exception, add_done_callback, repr)
+ * are Python functions in pylog/client/accumulator.py, bound once with
+ * bind_future(); done() is here. A static type rather than a Python
+ * subclass, because a heap subclass's instances cost a type reference and
+ * subtype_dealloc on every send. */
+enum { IMPL_RESULT, IMPL_EXCEPTION, IMPL_ADD_DONE_CALLBACK, IMPL_REPR, IMPL_N };
+static PyObject *future_impl[IMPL_N];
+static PyObject *str_done;
+
+static PyObject *future_dispatch(int which, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+    PyObject *fn = future_impl[which];
+    if (fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "FutureRecordMetadata: pylog.client.accumulator did not bind it");
+        return NULL;
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *stack[8];
+    if (nargs + nkw > 7) {
+        PyErr_SetString(PyExc_TypeError, "FutureRecordMetadata: too many arguments");
+        return NULL;
+    }
+    stack[0] = self;
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++) {
+        stack[i + 1] = args[i];
+    }
+    return PyObject_Vectorcall(fn, stack, nargs + 1, kwnames);
+}
+
+static PyObject *future_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return future_dispatch(IMPL_RESULT, self, args, nargs, kwnames);
+}
+
+static PyObject *future_exception(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return future_dispatch(IMPL_EXCEPTION, self, args, nargs, kwnames);
+}
+
+static PyObject *future_add_done_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                          PyObject *kwnames) {
+    return future_dispatch(IMPL_ADD_DONE_CALLBACK, self, args, nargs, kwnames);
+}
+
+static PyObject *future_repr(PyObject *self) {
+    return future_dispatch(IMPL_REPR, self, NULL, 0, NULL);
+}
+
+static PyObject *future_done(RecordFuture *self, PyObject *unused) {
+    PyObject *done = PyObject_GetAttr(self->batch, str_done);
+    if (done == NULL) {
+        return NULL;
+    }
+    int truth = PyObject_IsTrue(done);
+    Py_DECREF(done);
+    if (truth < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(truth);
+}
+
+static PyMethodDef future_methods[] = {
+    {"result", (PyCFunction)(void (*)(void))future_result, METH_FASTCALL | METH_KEYWORDS,
+     "result(timeout=None) -> RecordMetadata: block until the record is acknowledged; raise its error if it "
+     "failed."},
+    {"get", (PyCFunction)(void (*)(void))future_result, METH_FASTCALL | METH_KEYWORDS,
+     "get(timeout=None): result() under kafka-python's name."},
+    {"exception", (PyCFunction)(void (*)(void))future_exception, METH_FASTCALL | METH_KEYWORDS,
+     "exception(timeout=None): the error the record failed with (None if it succeeded); waits like result()."},
+    {"add_done_callback", (PyCFunction)(void (*)(void))future_add_done_callback, METH_FASTCALL | METH_KEYWORDS,
+     "add_done_callback(fn): fn(future) on the producer's loop thread once done, or at once if already done."},
+    {"done", (PyCFunction)future_done, METH_NOARGS, "done() -> bool: acknowledged or failed."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMemberDef future_members[] = {
     {"_batch", T_OBJECT_EX, offsetof(RecordFuture, batch), READONLY, "the ProducerBatch the record is in"},
     {"_index", T_PYSSIZET, offsetof(RecordFuture, index), READONLY, "the record's position in its batch"},
@@ -99,16 +170,37 @@ static PyMemberDef future_members[] = {
 
 static PyTypeObject RecordFutureType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pylog._native._sendpath.RecordFuture",
+    .tp_name = "pylog.client.accumulator.FutureRecordMetadata",
     .tp_basicsize = sizeof(RecordFuture),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "RecordFuture(batch, index): a record's place in a producer batch (the base of FutureRecordMetadata).",
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "FutureRecordMetadata(batch, index): the future of one sent record; result() gives its "
+              "RecordMetadata. Two references, so a send costs one small allocation.",
     .tp_traverse = (traverseproc)future_traverse,
     .tp_clear = (inquiry)future_clear,
     .tp_dealloc = (destructor)future_dealloc,
+    .tp_repr = future_repr,
+    .tp_methods = future_methods,
     .tp_members = future_members,
     .tp_new = future_new,
 };
+
+static PyObject *bind_future(PyObject *module, PyObject *args) {
+    PyObject *fns[IMPL_N];
+    if (!PyArg_ParseTuple(args, "OOOO:bind_future", &fns[0], &fns[1], &fns[2], &fns[3])) {
+        return NULL;
+    }
+    for (int i = 0; i < IMPL_N; i++) {
+        if (!PyCallable_Check(fns[i])) {
+            PyErr_SetString(PyExc_TypeError, "bind_future: every argument must be callable");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < IMPL_N; i++) {
+        Py_INCREF(fns[i]);
+        Py_XSETREF(future_impl[i], fns[i]);
+    }
+    Py_RETURN_NONE;
+}
 
 /* -------------------------------------------------------------------- Lock */
 
@@ -602,16 +694,25 @@ static PyTypeObject SendPathType = {
 
 /* ------------------------------------------------------------------ module */
 
+static PyMethodDef module_methods[] = {
+    {"bind_future", bind_future, METH_VARARGS,
+     "bind_future(result, exception, add_done_callback, repr): the Python functions behind "
+     "FutureRecordMetadata's methods (each called with the future first)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef sendpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "pylog._native._sendpath",
     .m_doc = "The producer's per-record send path in C (see sendpath.c).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__sendpath(void) {
     str_open = PyUnicode_InternFromString("open");
-    if (str_open == NULL) {
+    str_done = PyUnicode_InternFromString("done");
+    if (str_open == NULL || str_done == NULL) {
         return NULL;
     }
     if (PyType_Ready(&RecordFutureType) < 0 || PyType_Ready(&LockType) < 0 || PyType_Ready(&BatchBaseType) < 0 ||

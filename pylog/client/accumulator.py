@@ -150,67 +150,88 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
         return _new_tuple(RecordMetadata, (self.topic, self.partition, off, ts))
 
 
-class FutureRecordMetadata(_RecordFutureBase):  # type: ignore[valid-type,misc]
+def _wait(future: Any, timeout: Optional[float]) -> None:
+    b = future._batch
+    if b.done:
+        return
+    sched = b.owner.scheduler
+    if not sched.simulated and sched.on_loop():
+        raise InvalidConfigurationError(
+            f"{b.topic}-{b.partition}: waiting for a record inside a producer callback would wait forever")
+    if sched.simulated:
+        b.owner._wake()
+        sched.wait_until(lambda: b.done, None if timeout is None else int(timeout * 1000))
+    else:
+        b.wait(timeout)
+    if not b.done:
+        raise RequestTimedOutError(
+            f"{b.topic}-{b.partition}: no acknowledgement within {timeout} s (the record may still be written)")
+
+
+def _result(future: Any, timeout: Optional[float] = None) -> RecordMetadata:
+    """Block until the record is acknowledged; raise its error if it failed."""
+    b = future._batch
+    if not b.done:
+        _wait(future, timeout)
+    if b.error is not None:
+        raise b.error
+    return b.metadata(future._index)
+
+
+def _exception(future: Any, timeout: Optional[float] = None) -> Optional[BaseException]:
+    """The error the record failed with (None if it succeeded); waits like ``result``."""
+    _wait(future, timeout)
+    return future._batch.error
+
+
+def _add_done_callback(future: Any, fn: Callable[[Any], None]) -> None:
+    """``fn(future)`` on the producer's loop thread once the record is done, or at once if it is."""
+    b = future._batch
+    with b.owner._lock:
+        if not b.done:
+            if b.callbacks is None:
+                b.callbacks = []
+            b.callbacks.append(lambda: fn(future))
+            return
+    fn(future)
+
+
+def _repr(future: Any) -> str:
+    return f"FutureRecordMetadata({future._batch!r}, index={future._index})"
+
+
+class _PyFutureRecordMetadata(_PyRecordFuture):
     """The future of one sent record: ``result()`` gives its :class:`RecordMetadata`.
 
     Built as ``FutureRecordMetadata(batch, index)``; two references, so a send
     costs one small allocation. Also ``get(timeout)`` (kafka-python's name),
     ``done()``, ``exception()``, ``add_done_callback(fn)`` (``fn(future)``, run
     on the producer's loop thread, or at once if already done).
+
+    With the C send path built, ``FutureRecordMetadata`` is the C type
+    ``RecordFuture`` (sendpath.c) instead, whose methods call the same
+    functions; this class is its pure-Python twin.
     """
 
     __slots__ = ()
-    _batch: ProducerBatch
-    _index: int
 
     def done(self) -> bool:
-        return self._batch.done
+        return bool(self._batch.done)
 
-    def _wait(self, timeout: Optional[float]) -> None:
-        b = self._batch
-        if b.done:
-            return
-        sched = b.owner.scheduler
-        if not sched.simulated and sched.on_loop():
-            raise InvalidConfigurationError(
-                f"{b.topic}-{b.partition}: waiting for a record inside a producer callback would wait forever")
-        if sched.simulated:
-            b.owner._wake()
-            sched.wait_until(lambda: b.done, None if timeout is None else int(timeout * 1000))
-        else:
-            b.wait(timeout)
-        if not b.done:
-            raise RequestTimedOutError(
-                f"{b.topic}-{b.partition}: no acknowledgement within {timeout} s (the record may still be written)")
+    result = _result
+    get = _result
+    exception = _exception
+    add_done_callback = _add_done_callback
+    __repr__ = _repr
 
-    def result(self, timeout: Optional[float] = None) -> RecordMetadata:
-        """Block until the record is acknowledged; raise its error if it failed."""
-        b = self._batch
-        if not b.done:
-            self._wait(timeout)
-        if b.error is not None:
-            raise b.error
-        return b.metadata(self._index)
 
-    get = result
+if _RecordFutureBase is _PyRecordFuture:  # pragma: no cover - only without a build of sendpath.c
+    FutureRecordMetadata: Any = _PyFutureRecordMetadata
+else:
+    FutureRecordMetadata = _RecordFutureBase
+    from pylog._native._sendpath import bind_future
 
-    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        """The error the record failed with (None if it succeeded); waits like ``result``."""
-        self._wait(timeout)
-        return self._batch.error
-
-    def add_done_callback(self, fn: Callable[["FutureRecordMetadata"], None]) -> None:
-        b = self._batch
-        with b.owner._lock:
-            if not b.done:
-                if b.callbacks is None:
-                    b.callbacks = []
-                b.callbacks.append(lambda: fn(self))
-                return
-        fn(self)
-
-    def __repr__(self) -> str:
-        return f"FutureRecordMetadata({self._batch!r}, index={self._index})"
+    bind_future(_result, _exception, _add_done_callback, _repr)
 
 
 def failed_future(owner: Any, topic: str, partition: int, error: PylogError) -> FutureRecordMetadata:

@@ -315,3 +315,35 @@ p.close(); c.close()
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok ") and int(out.stdout.split()[1]) > 2  # batch_size=300 split the records
+
+
+def test_future_methods_of_the_c_type(tmp_path):
+    """FutureRecordMetadata is the C type; its methods (bound Python functions) work positionally and by keyword."""
+    assert FutureRecordMetadata is _sendpath.RecordFuture
+    assert FutureRecordMetadata.__module__ == "pylog.client.accumulator"
+    c = Cluster(tmp_path, brokers=1, seed=6)
+    try:
+        c.create_topic("t", 1, 1)
+        p = c.producer(linger_ms=1000)
+        f = p.send("t", b"a")
+        assert f.done() is False
+        assert repr(f).startswith("FutureRecordMetadata(ProducerBatch(t-0 n=1") and repr(f).endswith("index=0)")
+        seen: List[Any] = []
+        f.add_done_callback(seen.append)
+        f.add_done_callback(fn=lambda fut: seen.append(("kw", fut._index)))
+        p.flush(timeout=30)
+        assert f.done() is True and seen == [f, ("kw", 0)]
+        assert f.result(5) == f.get(timeout=5) == f.result(timeout=None)
+        assert f.exception(timeout=1) is None
+        with pytest.raises(TypeError):
+            f.result(1, 2, 3, 4, 5, 6, 7, 8)
+        bad = p.send("nope", b"x")
+        assert isinstance(bad.exception(1), Exception) and bad.done()
+        with pytest.raises(Exception) as info:
+            bad.get(1)
+        assert "nope" in str(info.value)
+        p.close()
+    finally:
+        c.close()
+    with pytest.raises(TypeError):
+        _sendpath.bind_future(print, print, print, 42)
