@@ -18,17 +18,16 @@ from pylog.errors import PylogError, native_error
 
 
 
-def _load_from(path: str) -> Any:
-    """Load the compiled module from ``path`` (an out-of-place build) as ``pylog._native._plg``."""
+def _load_from(path: str, name: str = "pylog._native._plg") -> Any:
+    """Load the compiled module ``name`` from ``path`` (an out-of-place build)."""
     import importlib.machinery
     import importlib.util
     import sys
 
-    name = "pylog._native._plg"
     loader = importlib.machinery.ExtensionFileLoader(name, path)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     if spec is None or not os.path.isfile(path):
-        raise ImportError(f"PYLOG_NATIVE_LIB={path!r} is not a compiled pylog C core")
+        raise ImportError(f"{path!r} is not a compiled pylog extension (PYLOG_NATIVE_LIB / PYLOG_SENDPATH_LIB)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     loader.exec_module(module)
@@ -51,6 +50,21 @@ except ImportError as exc:  # pragma: no cover - exercised only without a build
         "pylog's C core is not built. Run the README's set-up command, or "
         "`python pylog/_native/_build.py` from the project root."
     ) from exc
+
+#: The file the producer's send path extension (sendpath.c) was loaded from,
+#: or None when it is not built (the producer then runs its Python fallback).
+#: ``PYLOG_SENDPATH_LIB`` names another build (the sanitizer pass's), as
+#: ``PYLOG_NATIVE_LIB`` does for the C core.
+SENDPATH_PATH: Optional[str] = None
+if os.environ.get("PYLOG_SENDPATH_LIB"):
+    SENDPATH_PATH = str(_load_from(os.environ["PYLOG_SENDPATH_LIB"], "pylog._native._sendpath").__file__)
+else:
+    try:
+        from pylog._native import _sendpath as _sendpath_mod
+
+        SENDPATH_PATH = str(_sendpath_mod.__file__)
+    except ImportError:  # pragma: no cover - only without a build of sendpath.c
+        pass
 
 _built_version = ffi.string(lib.plg_version()).decode()
 if _built_version != __version__:  # pragma: no cover - depends on a stale build

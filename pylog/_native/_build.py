@@ -6,9 +6,10 @@ path, sendpath.c, a plain CPython extension, from :func:`sendpath_extension`);
 AddressSanitizer and UndefinedBehaviorSanitizer (run Python with
 ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)`` then).
 
-``python pylog/_native/_build.py --out DIR`` builds into ``DIR`` instead and
-leaves the in-place library alone; point ``PYLOG_NATIVE_LIB`` at the built
-file to load it (``./dev test`` does this for its sanitizer pass, see
+``python pylog/_native/_build.py --out DIR`` builds into ``DIR`` instead
+(``_plg.so`` and ``_sendpath.so``) and leaves the in-place libraries alone;
+point ``PYLOG_NATIVE_LIB`` and ``PYLOG_SENDPATH_LIB`` at the built files to
+load them (``./dev test`` does this for its sanitizer pass, see
 docs/hardening.md).
 """
 from __future__ import annotations
@@ -51,29 +52,52 @@ ffibuilder.set_source(
 
 
 def sendpath_extension(src_dir: str) -> "Extension":
-    """The producer's send path (sendpath.c): a plain CPython extension, since it works on Python objects."""
+    """The producer's send path (sendpath.c): a plain CPython extension, since it works on Python objects.
+
+    ``PYLOG_SANITIZE=1`` builds it with ASan and UBSan too (the sanitizer pass loads it through
+    ``PYLOG_SENDPATH_LIB``)."""
     from setuptools import Extension
 
+    cflags = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
+              "-Wno-cast-function-type"]
+    ldflags: list[str] = []
+    if os.environ.get("PYLOG_SANITIZE") == "1":
+        cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g",
+                   "-fno-sanitize-recover=all"]
+        ldflags += ["-fsanitize=address,undefined"]
     return Extension("pylog._native._sendpath", sources=[os.path.join(src_dir, "sendpath.c")],
-                     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                         "-Wno-missing-field-initializers", "-Wno-cast-function-type"])
+                     extra_compile_args=cflags, extra_link_args=ldflags)
 
 
-def _build_sendpath_in_place() -> None:
-    """Compile pylog/_native/_sendpath*.so in place (development builds; pip builds it from setup.py)."""
+def _build_sendpath(out: "pathlib.Path | None" = None) -> pathlib.Path:
+    """Compile the send path extension: in place (development builds; pip builds it from setup.py),
+    or as ``out/_sendpath.so``. Returns the built file."""
     from setuptools import Distribution
     from setuptools.command.build_ext import build_ext
 
     dist = Distribution({"name": "pylog-sendpath", "ext_modules": [sendpath_extension(str(HERE))]})
     cmd = build_ext(dist)
-    cmd.inplace = True
-    cmd.build_temp = "build/sendpath"
+    if out is None:
+        cmd.inplace = True
+        cmd.build_temp = "build/sendpath"
+    else:
+        cmd.build_lib = str(out / "sendpath-lib")
+        cmd.build_temp = str(out / "sendpath-tmp")
     cmd.ensure_finalized()
-    for stale in HERE.glob("_sendpath*.so"):
-        stale.unlink()
+    if out is None:
+        for stale in HERE.glob("_sendpath*.so"):
+            stale.unlink()
     cmd.run()
-    for so in HERE.glob("_sendpath*.so"):
-        print(f"built {so}")
+    built = sorted((HERE if out is None else out / "sendpath-lib" / "pylog" / "_native").glob("_sendpath*.so"))
+    if len(built) != 1:
+        raise SystemExit(f"expected one built send path library, found {built}")
+    if out is None:
+        return built[0]
+    target = out / "_sendpath.so"
+    tmp_target = out / "_sendpath.so.tmp"
+    tmp_target.write_bytes(built[0].read_bytes())
+    os.replace(tmp_target, target)
+    return target
 
 
 def _build_out_of_place(out: pathlib.Path) -> pathlib.Path:
@@ -97,6 +121,7 @@ if __name__ == "__main__":
     os.chdir(HERE.parent.parent)
     if len(sys.argv) == 3 and sys.argv[1] == "--out":
         print(f"built {_build_out_of_place(pathlib.Path(sys.argv[2]))}")
+        print(f"built {_build_sendpath(pathlib.Path(sys.argv[2]).resolve())}")
         raise SystemExit(0)
     if len(sys.argv) != 1:
         raise SystemExit("usage: python pylog/_native/_build.py [--out DIR]")
@@ -108,4 +133,4 @@ if __name__ == "__main__":
         target = HERE / so.name
         target.write_bytes(so.read_bytes())
         print(f"built {target}")
-    _build_sendpath_in_place()
+    print(f"built {_build_sendpath()}")
