@@ -48,6 +48,82 @@
 #include <Python.h>
 #include <structmember.h>
 
+/* --------------------------------------------------------------- BatchBase */
+
+/* The base of ProducerBatch: the two fields every send touches, as C fields
+ * (records: the list of queued records; size: the estimated encoded bytes),
+ * so the send path reads and updates them without attribute look-ups or an
+ * int object per record. Python sees them as ordinary attributes. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *records;
+    Py_ssize_t size;
+    /* Read by FutureRecordMetadata.result()'s fast path; plain object slots otherwise. */
+    PyObject *topic;
+    PyObject *partition;
+    PyObject *done;
+    PyObject *error;
+    PyObject *base_offset;
+    PyObject *timestamp;
+    PyObject *plain;
+} BatchBase;
+
+static int batch_traverse(BatchBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->records);
+    Py_VISIT(self->topic);
+    Py_VISIT(self->partition);
+    Py_VISIT(self->done);
+    Py_VISIT(self->error);
+    Py_VISIT(self->base_offset);
+    Py_VISIT(self->timestamp);
+    Py_VISIT(self->plain);
+    return 0;
+}
+
+static int batch_clear(BatchBase *self) {
+    Py_CLEAR(self->records);
+    Py_CLEAR(self->topic);
+    Py_CLEAR(self->partition);
+    Py_CLEAR(self->done);
+    Py_CLEAR(self->error);
+    Py_CLEAR(self->base_offset);
+    Py_CLEAR(self->timestamp);
+    Py_CLEAR(self->plain);
+    return 0;
+}
+
+static void batch_dealloc(BatchBase *self) {
+    PyObject_GC_UnTrack(self);
+    batch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef batch_members[] = {
+    {"records", T_OBJECT_EX, offsetof(BatchBase, records), 0, "the records queued in the batch (a list)"},
+    {"size", T_PYSSIZET, offsetof(BatchBase, size), 0, "the batch's estimated encoded size in bytes"},
+    {"topic", T_OBJECT_EX, offsetof(BatchBase, topic), 0, NULL},
+    {"partition", T_OBJECT_EX, offsetof(BatchBase, partition), 0, NULL},
+    {"done", T_OBJECT_EX, offsetof(BatchBase, done), 0, "completed (acknowledged or failed)"},
+    {"error", T_OBJECT_EX, offsetof(BatchBase, error), 0, "the error the batch failed with, or None"},
+    {"base_offset", T_OBJECT_EX, offsetof(BatchBase, base_offset), 0, "the first record's offset (-1: unknown)"},
+    {"timestamp", T_OBJECT_EX, offsetof(BatchBase, timestamp), 0, "the batch's timestamp"},
+    {"plain", T_OBJECT_EX, offsetof(BatchBase, plain), 0, "every record a bytes value (no per-record timestamp)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject BatchBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pylog._native._sendpath.BatchBase",
+    .tp_basicsize = sizeof(BatchBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The base of ProducerBatch: records (a list) and size (int) as C fields.",
+    .tp_traverse = (traverseproc)batch_traverse,
+    .tp_clear = (inquiry)batch_clear,
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_members = batch_members,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ------------------------------------------------------------ RecordFuture */
 
 typedef struct {
@@ -96,6 +172,7 @@ static PyObject *future_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
  * subtype_dealloc on every send. */
 enum { IMPL_RESULT, IMPL_EXCEPTION, IMPL_ADD_DONE_CALLBACK, IMPL_REPR, IMPL_N };
 static PyObject *future_impl[IMPL_N];
+static PyTypeObject *metadata_type; /* RecordMetadata (a NamedTuple: a tuple subclass of 4 items) */
 static PyObject *str_done;
 
 static PyObject *future_dispatch(int which, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -118,7 +195,55 @@ static PyObject *future_dispatch(int which, PyObject *self, PyObject *const *arg
     return PyObject_Vectorcall(fn, stack, nargs + 1, kwnames);
 }
 
+/* result() of a record already acknowledged in a batch of plain values (so
+ * its timestamp is the batch's): RecordMetadata(topic, partition,
+ * base_offset + index, timestamp) built here. NULL without an exception set
+ * when the case is not that one (the Python function then decides). */
+static PyObject *future_result_done(RecordFuture *self) {
+    if (metadata_type == NULL || !PyObject_TypeCheck(self->batch, &BatchBaseType)) {
+        return NULL;
+    }
+    BatchBase *b = (BatchBase *)self->batch;
+    if (b->done != Py_True || b->error != Py_None || b->plain != Py_True || b->topic == NULL ||
+        b->partition == NULL || b->base_offset == NULL || b->timestamp == NULL ||
+        !PyLong_CheckExact(b->base_offset)) {
+        return NULL;
+    }
+    int overflow = 0;
+    long long base = PyLong_AsLongLongAndOverflow(b->base_offset, &overflow);
+    if (overflow || (base == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *offset = PyLong_FromLongLong(base >= 0 ? base + (long long)self->index : -1);
+    if (offset == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *meta = metadata_type->tp_alloc(metadata_type, 4);
+    if (meta == NULL) {
+        Py_DECREF(offset);
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_INCREF(b->topic);
+    PyTuple_SET_ITEM(meta, 0, b->topic);
+    Py_INCREF(b->partition);
+    PyTuple_SET_ITEM(meta, 1, b->partition);
+    PyTuple_SET_ITEM(meta, 2, offset);
+    Py_INCREF(b->timestamp);
+    PyTuple_SET_ITEM(meta, 3, b->timestamp);
+    return meta;
+}
+
 static PyObject *future_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames)) <= 1 &&
+        (kwnames == NULL || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout") == 0)) {
+        PyObject *meta = future_result_done((RecordFuture *)self);
+        if (meta != NULL) {
+            return meta;
+        }
+    }
     return future_dispatch(IMPL_RESULT, self, args, nargs, kwnames);
 }
 
@@ -186,7 +311,12 @@ static PyTypeObject RecordFutureType = {
 
 static PyObject *bind_future(PyObject *module, PyObject *args) {
     PyObject *fns[IMPL_N];
-    if (!PyArg_ParseTuple(args, "OOOO:bind_future", &fns[0], &fns[1], &fns[2], &fns[3])) {
+    PyObject *meta;
+    if (!PyArg_ParseTuple(args, "OOOOO!:bind_future", &fns[0], &fns[1], &fns[2], &fns[3], &PyType_Type, &meta)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)meta, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "bind_future: the metadata type must be a tuple subclass");
         return NULL;
     }
     for (int i = 0; i < IMPL_N; i++) {
@@ -199,6 +329,8 @@ static PyObject *bind_future(PyObject *module, PyObject *args) {
         Py_INCREF(fns[i]);
         Py_XSETREF(future_impl[i], fns[i]);
     }
+    Py_INCREF(meta);
+    Py_XSETREF(metadata_type, (PyTypeObject *)meta);
     Py_RETURN_NONE;
 }
 
@@ -349,53 +481,6 @@ static PyTypeObject LockType = {
     .tp_dealloc = (destructor)lock_dealloc,
     .tp_methods = lock_methods,
     .tp_new = lock_new,
-};
-
-/* --------------------------------------------------------------- BatchBase */
-
-/* The base of ProducerBatch: the two fields every send touches, as C fields
- * (records: the list of queued records; size: the estimated encoded bytes),
- * so the send path reads and updates them without attribute look-ups or an
- * int object per record. Python sees them as ordinary attributes. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *records;
-    Py_ssize_t size;
-} BatchBase;
-
-static int batch_traverse(BatchBase *self, visitproc visit, void *arg) {
-    Py_VISIT(self->records);
-    return 0;
-}
-
-static int batch_clear(BatchBase *self) {
-    Py_CLEAR(self->records);
-    return 0;
-}
-
-static void batch_dealloc(BatchBase *self) {
-    PyObject_GC_UnTrack(self);
-    batch_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMemberDef batch_members[] = {
-    {"records", T_OBJECT_EX, offsetof(BatchBase, records), 0, "the records queued in the batch (a list)"},
-    {"size", T_PYSSIZET, offsetof(BatchBase, size), 0, "the batch's estimated encoded size in bytes"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject BatchBaseType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pylog._native._sendpath.BatchBase",
-    .tp_basicsize = sizeof(BatchBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The base of ProducerBatch: records (a list) and size (int) as C fields.",
-    .tp_traverse = (traverseproc)batch_traverse,
-    .tp_clear = (inquiry)batch_clear,
-    .tp_dealloc = (destructor)batch_dealloc,
-    .tp_members = batch_members,
-    .tp_new = PyType_GenericNew,
 };
 
 /* ---------------------------------------------------------------- SendPath */
@@ -696,8 +781,9 @@ static PyTypeObject SendPathType = {
 
 static PyMethodDef module_methods[] = {
     {"bind_future", bind_future, METH_VARARGS,
-     "bind_future(result, exception, add_done_callback, repr): the Python functions behind "
-     "FutureRecordMetadata's methods (each called with the future first)."},
+     "bind_future(result, exception, add_done_callback, repr, metadata_type): the Python functions behind "
+     "FutureRecordMetadata's methods (each called with the future first), and the RecordMetadata type "
+     "result() builds itself for an acknowledged record of a plain batch."},
     {NULL, NULL, 0, NULL},
 };
 

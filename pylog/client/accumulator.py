@@ -39,7 +39,7 @@ class RecordMetadata(NamedTuple):
 class _PyBatchBase:
     """The pure-Python twin of ``pylog._native._sendpath.BatchBase``: the two fields every send touches."""
 
-    __slots__ = ("records", "size")
+    __slots__ = ("records", "size", "topic", "partition", "done", "error", "base_offset", "timestamp", "plain")
 
 
 class _PyRecordFuture:
@@ -69,10 +69,10 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
 
     records: List[Any]
     size: int
+    # (records, size, topic, partition, done, error, base_offset, timestamp and plain are the base's)
     __slots__ = (
-        "topic", "partition", "created_ms", "deadline_ms", "open", "done", "base_offset",
-        "timestamp", "error", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch", "sequence",
-        "attempts", "order", "reserved", "plain",
+        "created_ms", "deadline_ms", "open", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch",
+        "sequence", "attempts", "order", "reserved",
     )
 
     def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int):
@@ -231,7 +231,7 @@ else:
     FutureRecordMetadata = _RecordFutureBase
     from pylog._native._sendpath import bind_future
 
-    bind_future(_result, _exception, _add_done_callback, _repr)
+    bind_future(_result, _exception, _add_done_callback, _repr, RecordMetadata)
 
 
 def failed_future(owner: Any, topic: str, partition: int, error: PylogError) -> FutureRecordMetadata:

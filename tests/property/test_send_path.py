@@ -23,6 +23,7 @@ import pylog.client.producer as producer_mod
 from pylog._native import _sendpath
 from pylog.client.accumulator import FutureRecordMetadata
 from pylog.cluster import Cluster
+from pylog.storage.record import Record
 
 
 def make_producer(c: Cluster, native: bool, **cfg: Any) -> Any:
@@ -298,6 +299,7 @@ def test_the_pure_python_fallback_works_without_the_extension(tmp_path):
 import sys, threading
 sys.modules["pylog._native._sendpath"] = None  # import fails, as without a build
 from pylog.cluster import Cluster
+from pylog.storage.record import Record
 from pylog.client import accumulator, producer
 assert producer._SendPath is None and producer._Lock is threading.Lock
 assert accumulator.ProducerBatch.__mro__[1] is accumulator._PyBatchBase
@@ -351,3 +353,38 @@ def test_future_methods_of_the_c_type(tmp_path):
         c.close()
     with pytest.raises(TypeError):
         _sendpath.bind_future(print, print, print, 42)
+
+
+@settings(max_examples=300, deadline=None)
+@given(topic=st.sampled_from(["t", "orders"]), partition=st.integers(0, 5),
+       base_offset=st.one_of(st.just(-1), st.integers(0, 2**40), st.just(2**70)),
+       timestamp=st.one_of(st.just(-1), st.integers(0, 2**45)),
+       records=st.lists(st.one_of(st.binary(max_size=3), st.builds(lambda ts: Record(b"v", timestamp=ts),
+                                                                   st.one_of(st.none(), st.integers(0, 99)))),
+                        min_size=1, max_size=5),
+       plain=st.booleans(), failed=st.booleans(), data=st.data())
+def test_result_of_a_done_future_matches_the_python_function(topic, partition, base_offset, timestamp, records, plain,
+                                                              failed, data):
+    """result() builds RecordMetadata in C for a plain, acknowledged batch; it must be what _result gives."""
+    from pylog.client.accumulator import ProducerBatch, RecordMetadata, _result
+    from pylog.errors import NotLeaderError
+
+    b = ProducerBatch(None, topic, partition, 0, 0, 0)
+    b.records.extend(records)
+    b.plain = plain and all(type(r) is bytes for r in records)  # what the producer guarantees
+    b.base_offset, b.timestamp = base_offset, timestamp
+    b.error = NotLeaderError("t-0: not the leader") if failed else None
+    b.done = True
+    f = FutureRecordMetadata(b, data.draw(st.integers(0, len(records) - 1)))
+    try:
+        expected: Any = _result(f)
+    except NotLeaderError as exc:
+        expected = exc
+    if isinstance(expected, Exception):
+        with pytest.raises(NotLeaderError) as info:
+            f.result()
+        assert info.value is expected
+    else:
+        got = f.result(timeout=1)
+        assert type(got) is RecordMetadata and got == expected
+        assert got.offset == (base_offset + f._index if base_offset >= 0 else -1)
