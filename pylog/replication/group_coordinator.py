@@ -731,8 +731,9 @@ class GroupCoordinator:
                     slot[(k.topic, k.partition)] = ot.decode_offset_commit_value(value)
             else:
                 if value is None:
+                    # As Kafka's loader: a group tombstone removes the group's metadata only. Its offsets
+                    # have their own tombstones (written before it); one that has none stays.
                     metas[k.group] = None
-                    offsets.pop(k.group, None)  # a group tombstone follows its offsets' tombstones
                 else:
                     metas[k.group] = ot.decode_group_metadata_value(value)
         # A group exists if it has metadata or offsets left (all its offsets tombstoned: gone, as in Kafka).

@@ -81,3 +81,27 @@ def test_last_member_leaving_empties_the_group_and_standalone_commits_are_allowe
     assert h.take("x")[0].error is None
     h.send("x", gm.OffsetFetchRequest(GROUP, h.next()))
     assert h.take("x")[0].offsets == (("t", 0, 1, -1, ""),)
+
+
+def test_a_group_tombstone_on_reload_removes_the_metadata_not_untombstoned_offsets():
+    """Kafka's loader: a group tombstone drops the group's metadata; each offset goes only with its own tombstone."""
+    meta = ot.encode_group_metadata_value(ot.GroupMetadataValue(
+        protocol_type="consumer", generation=3, protocol="range", leader=None, current_state_timestamp=-1,
+        members=()))
+    log = [
+        (ot.encode_group_metadata_key("kept"), meta),
+        (ot.encode_offset_commit_key("kept", "t", 0), ot.encode_offset_commit_value(ot.OffsetCommitValue(5))),
+        (ot.encode_offset_commit_key("kept", "t", 1), ot.encode_offset_commit_value(ot.OffsetCommitValue(6))),
+        (ot.encode_offset_commit_key("kept", "t", 1), None),  # this offset's own tombstone
+        (ot.encode_group_metadata_key("kept"), None),
+        (ot.encode_group_metadata_key("gone"), meta),
+        (ot.encode_offset_commit_key("gone", "t", 0), ot.encode_offset_commit_value(ot.OffsetCommitValue(7))),
+        (ot.encode_offset_commit_key("gone", "t", 0), None),
+        (ot.encode_group_metadata_key("gone"), None),
+    ]
+    co = GroupCoordinator(1)
+    co.num_partitions = 1
+    co.load(0, 1, log, 50)
+    assert set(co.groups) == {"kept"}
+    g = co.groups["kept"]
+    assert g.state == EMPTY and g.generation == 0 and {tp: v.offset for tp, v in g.offsets.items()} == {("t", 0): 5}
