@@ -25,12 +25,16 @@
  *       functions bound by pylog/client/accumulator.py (bind_future).
  *
  *   SendPath(lock, sticky, parts, batch_size, overhead, slow, batch_full,
- *            future_type)
+ *            future_type, record_proto=None)
  *       .send(topic, value, key=None, partition=None, headers=None,
  *             timestamp=None)
  *       The fast case - a bytes value and no key, headers or timestamp, with
  *       an open batch for the topic (sticky) or the given partition - appends
- *       under the producer's lock and returns future_type(batch, index).
+ *       under the producer's lock and returns future_type(batch, index). A
+ *       bytes key (with a bytes or null value, no headers or timestamp) is a
+ *       fast case too when record_proto is given: the partition is murmur2 of
+ *       the key modulo the partition count (Kafka's default partitioner)
+ *       unless one is given, and the batch holds Record(value, key).
  *       Anything else is handed to slow(topic, value, key, partition,
  *       headers, timestamp) with the same six arguments.
  *
@@ -46,6 +50,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <structmember.h>
 
 /* --------------------------------------------------------------- BatchBase */
@@ -497,6 +502,7 @@ typedef struct {
     PyObject *slow;        /* callable(topic, value, key, partition, headers, timestamp) */
     PyObject *batch_full;  /* callable(batch), called under the lock */
     PyTypeObject *future_type;
+    PyObject *record_proto; /* Record(None): keyed records are built as copies with value and key set; or NULL */
 } SendPath;
 
 static PyObject *str_open;
@@ -510,6 +516,7 @@ static int sendpath_traverse(SendPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->slow);
     Py_VISIT(self->batch_full);
     Py_VISIT((PyObject *)self->future_type);
+    Py_VISIT(self->record_proto);
     return 0;
 }
 
@@ -522,6 +529,7 @@ static int sendpath_clear(SendPath *self) {
     Py_CLEAR(self->slow);
     Py_CLEAR(self->batch_full);
     Py_CLEAR(self->future_type);
+    Py_CLEAR(self->record_proto);
     return 0;
 }
 
@@ -533,12 +541,17 @@ static void sendpath_dealloc(SendPath *self) {
 
 static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"lock", "sticky", "parts", "batch_size", "overhead", "slow", "batch_full",
-                             "future_type", NULL};
-    PyObject *lock, *sticky, *parts, *slow, *batch_full, *future_type;
+                             "future_type", "record_proto", NULL};
+    PyObject *lock, *sticky, *parts, *slow, *batch_full, *future_type, *record_proto = Py_None;
     Py_ssize_t batch_size, overhead;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!nnOOO!:SendPath", kwlist, &lock, &PyDict_Type, &sticky,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!nnOOO!|O:SendPath", kwlist, &lock, &PyDict_Type, &sticky,
                                      &PyDict_Type, &parts, &batch_size, &overhead, &slow, &batch_full,
-                                     &PyType_Type, &future_type)) {
+                                     &PyType_Type, &future_type, &record_proto)) {
+        return NULL;
+    }
+    if (record_proto != Py_None && (!PyTuple_Check(record_proto) || PyTuple_CheckExact(record_proto) ||
+                                    PyTuple_GET_SIZE(record_proto) < 2)) {
+        PyErr_SetString(PyExc_TypeError, "SendPath: record_proto must be a Record (a tuple subclass: value, key, ...)");
         return NULL;
     }
     if (!PyType_IsSubtype((PyTypeObject *)future_type, &RecordFutureType)) {
@@ -582,6 +595,10 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->batch_full = batch_full;
     Py_INCREF(future_type);
     self->future_type = (PyTypeObject *)future_type;
+    if (record_proto != Py_None) {
+        Py_INCREF(record_proto);
+        self->record_proto = record_proto;
+    }
     return (PyObject *)self;
 }
 
@@ -620,11 +637,68 @@ static PyObject *call_slow(SendPath *self, PyObject *const *argv) {
     return PyObject_Vectorcall(self->slow, argv, SEND_NPARAMS, NULL);
 }
 
+/* Kafka's Utils.murmur2 (the Java client's default partitioner hash), as an
+ * unsigned 32-bit value; reads exactly n bytes of data. */
+static uint32_t murmur2(const unsigned char *data, Py_ssize_t n) {
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)n;
+    Py_ssize_t nblocks = n >> 2;
+    for (Py_ssize_t i = 0; i < nblocks; i++) {
+        const unsigned char *b = data + 4 * i;
+        uint32_t k = (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t i = n & ~(Py_ssize_t)3;
+    switch (n & 3) {
+    case 3:
+        h ^= (uint32_t)data[i + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[i + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= data[i];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+static PyObject *py_murmur2(PyObject *module, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "murmur2() takes bytes");
+        return NULL;
+    }
+    uint32_t h = murmur2((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg));
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
 /* The open batch for the fast case, as a new reference; Py_None (new
  * reference) when there is none or the call is not the fast case; NULL with
  * an exception set on error. Called with the lock held. */
-static PyObject *open_batch(SendPath *self, PyObject *topic, PyObject *partition) {
+static PyObject *open_batch(SendPath *self, PyObject *topic, PyObject *partition, PyObject *key) {
     PyObject *b;
+    if (partition == Py_None && key != Py_None) { /* Kafka's default partitioner: murmur2 of the key */
+        PyObject *parts = PyDict_GetItemWithError(self->parts, topic); /* borrowed */
+        if (parts == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        if (!PyList_CheckExact(parts) || PyList_GET_SIZE(parts) == 0) {
+            Py_RETURN_NONE;
+        }
+        uint32_t h = murmur2((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) & 0x7fffffffu;
+        return PyObject_GetAttr(PyList_GET_ITEM(parts, (Py_ssize_t)(h % (uint32_t)PyList_GET_SIZE(parts))),
+                                str_open);
+    }
     if (partition == Py_None) {
         b = PyDict_GetItemWithError(self->sticky, topic); /* borrowed */
         if (b == NULL) {
@@ -698,9 +772,41 @@ static PyObject *sendpath_send(SendPath *self, PyObject *const *args, Py_ssize_t
                      argv[0] == NULL ? "topic" : "value");
         return NULL;
     }
-    PyObject *topic = argv[0], *value = argv[1];
-    if (argv[2] != Py_None || argv[4] != Py_None || argv[5] != Py_None || !PyBytes_CheckExact(value)) {
+    PyObject *topic = argv[0], *value = argv[1], *key = argv[2];
+    if (argv[4] != Py_None || argv[5] != Py_None) {
         return call_slow(self, argv);
+    }
+    PyObject *item = value; /* what the batch holds: the value, or a Record for a keyed record */
+    Py_ssize_t size = self->overhead;
+    if (key == Py_None) {
+        if (!PyBytes_CheckExact(value)) {
+            return call_slow(self, argv);
+        }
+        Py_INCREF(item);
+        size += PyBytes_GET_SIZE(value);
+    } else {
+        if (!PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)) ||
+            self->record_proto == NULL) {
+            return call_slow(self, argv);
+        }
+        /* Record(value=value, key=key) with the prototype's other fields (headers (), timestamp None, ...),
+         * built as tuple.__new__ would build the subclass. */
+        PyTypeObject *rt = Py_TYPE(self->record_proto);
+        Py_ssize_t nf = PyTuple_GET_SIZE(self->record_proto);
+        item = rt->tp_alloc(rt, nf);
+        if (item == NULL) {
+            return NULL;
+        }
+        Py_INCREF(value);
+        PyTuple_SET_ITEM(item, 0, value);
+        Py_INCREF(key);
+        PyTuple_SET_ITEM(item, 1, key);
+        for (Py_ssize_t f = 2; f < nf; f++) {
+            PyObject *v = PyTuple_GET_ITEM(self->record_proto, f);
+            Py_INCREF(v);
+            PyTuple_SET_ITEM(item, f, v);
+        }
+        size += PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value));
     }
 
     if (self->lock != NULL) {
@@ -708,17 +814,20 @@ static PyObject *sendpath_send(SendPath *self, PyObject *const *args, Py_ssize_t
     } else {
         PyObject *r = PyObject_CallNoArgs(self->acquire);
         if (r == NULL) {
+            Py_DECREF(item);
             return NULL;
         }
         Py_DECREF(r);
     }
-    PyObject *batch = open_batch(self, topic, argv[3]);
+    PyObject *batch = open_batch(self, topic, argv[3], key);
     if (batch == NULL) {
+        Py_DECREF(item);
         unlock(self);
         return NULL;
     }
     if (batch == Py_None) {
         Py_DECREF(batch);
+        Py_DECREF(item);
         if (unlock(self) < 0) {
             return NULL;
         }
@@ -729,13 +838,19 @@ static PyObject *sendpath_send(SendPath *self, PyObject *const *args, Py_ssize_t
     if (!PyObject_TypeCheck(batch, &BatchBaseType) || bb->records == NULL || !PyList_CheckExact(bb->records)) {
         PyErr_SetString(PyExc_TypeError, "send(): the open batch is not a ProducerBatch with a list of records");
         Py_DECREF(batch);
+        Py_DECREF(item);
         unlock(self);
         return NULL;
     }
     Py_ssize_t index = PyList_GET_SIZE(bb->records);
-    int failed = PyList_Append(bb->records, value);
+    int failed = PyList_Append(bb->records, item);
+    Py_DECREF(item);
     if (failed == 0) {
-        bb->size += PyBytes_GET_SIZE(value) + self->overhead;
+        if (key != Py_None && bb->plain != Py_False) { /* a Record: not the encoder's plain-values case */
+            Py_INCREF(Py_False);
+            Py_XSETREF(bb->plain, Py_False);
+        }
+        bb->size += size;
         if (bb->size >= self->batch_size) {
             PyObject *full = PyObject_CallOneArg(self->batch_full, batch);
             failed = full == NULL;
@@ -780,6 +895,7 @@ static PyTypeObject SendPathType = {
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
+    {"murmur2", py_murmur2, METH_O, "murmur2(data: bytes) -> int: Kafka's Utils.murmur2 (signed 32-bit)."},
     {"bind_future", bind_future, METH_VARARGS,
      "bind_future(result, exception, add_done_callback, repr, metadata_type): the Python functions behind "
      "FutureRecordMetadata's methods (each called with the future first), and the RecordMetadata type "

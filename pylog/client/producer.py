@@ -227,11 +227,13 @@ class Producer:
     def _make_fast_send(self) -> Any:
         """Build ``send``: the C send path (``pylog._native._sendpath``, sendpath.c) when it is built,
         else :meth:`_make_py_send`. Both take the fast case (a bytes value; no key, headers or
-        timestamp; an open batch) under the lock and hand everything else to :meth:`_send_slow`."""
+        timestamp; an open batch) under the lock and hand everything else to :meth:`_send_slow`; the C
+        path also takes a bytes key with a bytes or null value (the partition from murmur2 of the key,
+        as :meth:`_send_slow` computes it)."""
         if _SendPath is None:
             return self._make_py_send()
         return _SendPath(self._lock, self._sticky, self._parts, self.batch_size, _RECORD_OVERHEAD,
-                         self._send_slow, self._batch_full, FutureRecordMetadata).send
+                         self._send_slow, self._batch_full, FutureRecordMetadata, Record(None)).send
 
     def _make_py_send(self) -> Any:
         """Build ``send`` as a closure: the hot path (no key, partition, headers or timestamp; a bytes

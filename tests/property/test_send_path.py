@@ -62,7 +62,11 @@ general = st.tuples(topics, values, keys, partitions, headers, stamps)
 # The fast case: a bytes value and nothing else but maybe a partition (most calls, so that batches fill).
 fast = st.tuples(st.sampled_from(["a", "b", "b", "missing"]), st.integers(0, 60).map(lambda n: b"v" * n),
                  st.none(), st.one_of(st.none(), st.none(), st.none(), partitions), st.none(), st.none())
-calls = st.lists(st.one_of(fast, fast, fast, general), min_size=8, max_size=80)
+# A keyed record (bytes key, bytes or null value): the C path's other fast case.
+keyed = st.tuples(st.sampled_from(["a", "a", "b", "missing"]), st.one_of(st.none(), st.integers(0, 60).map(
+    lambda n: b"v" * n)), st.sampled_from([b"", b"k1", b"key-2", b"\xff\x00\x10"]),
+    st.one_of(st.none(), st.none(), st.none(), partitions), st.none(), st.none())
+calls = st.lists(st.one_of(fast, fast, keyed, fast, general), min_size=8, max_size=80)
 
 
 def run_calls(tmp: str, native: bool, ops: List[Tuple[Any, ...]], batch_size: int, flush_every: int,
@@ -388,3 +392,44 @@ def test_result_of_a_done_future_matches_the_python_function(topic, partition, b
         got = f.result(timeout=1)
         assert type(got) is RecordMetadata and got == expected
         assert got.offset == (base_offset + f._index if base_offset >= 0 else -1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=70))
+def test_c_murmur2_matches_the_python_partitioner(data):
+    from pylog.client.partitioner import murmur2
+
+    assert _sendpath.murmur2(data) == murmur2(data)
+
+
+def test_keyed_sends_take_the_c_path_to_the_java_clients_partition(tmp_path):
+    from pylog.client.partitioner import partition_for_key
+    from pylog.storage.record import Record
+
+    c = Cluster(tmp_path, brokers=1, seed=8)
+    try:
+        c.create_topic("k", 5, 1)
+        p = make_producer(c, True, linger_ms=1000)
+        for q in range(5):  # open a batch on every partition, so the keyed sends below find one
+            p.send("k", b"warm", partition=q)
+        slow_calls = []
+        real_slow = p._send_slow
+        p._send_slow = lambda *a: slow_calls.append(a) or real_slow(*a)
+        p.send = p._make_fast_send()  # rebuilt around the instrumented _send_slow
+        keys = [b"%d" % i for i in range(40)] + [b"", b"\x00\xff"]
+        futs = [p.send("k", b"v-" + k, key=k) for k in keys] + [p.send("k", None, key=b"tomb")]
+        assert slow_calls == []  # every one taken by C
+        for k, f in zip(keys + [b"tomb"], futs):
+            assert f._batch.partition == partition_for_key(k, 5)
+            rec = f._batch.records[f._index]
+            assert type(rec) is Record and rec == Record(None if k == b"tomb" else b"v-" + k, key=k)
+            assert f._batch.plain is False
+        p.flush(timeout=30)
+        for k, f in zip(keys + [b"tomb"], futs):
+            m = f.result()
+            log = c.brokers[c.leader_of("k", m.partition)].rm.partitions[("k", m.partition)].log
+            (got,) = [r for b in log.read_batches(m.offset, 1 << 20) for r in b.records() if r.offset == m.offset]
+            assert (got.key, got.value) == (k, None if k == b"tomb" else b"v-" + k)
+        p.close()
+    finally:
+        c.close()
