@@ -873,8 +873,8 @@ static PyObject *sendpath_send(SendPath *self, PyObject *const *args, Py_ssize_t
 
 static PyMethodDef sendpath_methods[] = {
     {"send", (PyCFunction)(void (*)(void))sendpath_send, METH_FASTCALL | METH_KEYWORDS,
-     "send(topic, value, key=None, partition=None, headers=None, timestamp=None): queue one record, "
-     "return its future (see Producer.send)."},
+     "send($self, /, topic, value, key=None, partition=None, headers=None, timestamp=None)\n--\n\n"
+     "Queue one record; returns a future of its RecordMetadata (see pylog.client.producer.Producer.send)."},
     {NULL, NULL, 0, NULL},
 };
 

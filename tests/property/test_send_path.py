@@ -152,6 +152,22 @@ def test_bad_calls_raise_the_same_type_error(tmp_path, call):
         c.close()
 
 
+def test_send_has_the_python_signature(tmp_path):
+    import inspect
+
+    c = Cluster(tmp_path, brokers=1, seed=3)
+    try:
+        c.create_topic("t", 1, 1)
+        p = c.producer()
+        sig = inspect.signature(p.send)
+        assert list(sig.parameters) == ["topic", "value", "key", "partition", "headers", "timestamp"]
+        assert sig.parameters["key"].default is None and sig.parameters["value"].default is inspect.Parameter.empty
+        assert "RecordMetadata" in (p.send.__doc__ or "")
+        p.close()
+    finally:
+        c.close()
+
+
 def test_keyword_arguments_take_the_fast_path_too(tmp_path):
     c = Cluster(tmp_path, brokers=1, seed=3)
     try:
