@@ -280,15 +280,17 @@ static PyObject *future_done(RecordFuture *self, PyObject *unused) {
 
 static PyMethodDef future_methods[] = {
     {"result", (PyCFunction)(void (*)(void))future_result, METH_FASTCALL | METH_KEYWORDS,
-     "result(timeout=None) -> RecordMetadata: block until the record is acknowledged; raise its error if it "
-     "failed."},
+     "result($self, /, timeout=None)\n--\n\nBlock until the record is acknowledged and return its "
+     "RecordMetadata; raise its error if it failed."},
     {"get", (PyCFunction)(void (*)(void))future_result, METH_FASTCALL | METH_KEYWORDS,
-     "get(timeout=None): result() under kafka-python's name."},
+     "get($self, /, timeout=None)\n--\n\nresult() under kafka-python's name."},
     {"exception", (PyCFunction)(void (*)(void))future_exception, METH_FASTCALL | METH_KEYWORDS,
-     "exception(timeout=None): the error the record failed with (None if it succeeded); waits like result()."},
+     "exception($self, /, timeout=None)\n--\n\nThe error the record failed with (None if it succeeded); "
+     "waits like result()."},
     {"add_done_callback", (PyCFunction)(void (*)(void))future_add_done_callback, METH_FASTCALL | METH_KEYWORDS,
-     "add_done_callback(fn): fn(future) on the producer's loop thread once done, or at once if already done."},
-    {"done", (PyCFunction)future_done, METH_NOARGS, "done() -> bool: acknowledged or failed."},
+     "add_done_callback($self, /, fn)\n--\n\nCall fn(future) on the producer's loop thread once the record "
+     "is done, or at once if it already is."},
+    {"done", (PyCFunction)future_done, METH_NOARGS, "done($self, /)\n--\n\nTrue once acknowledged or failed."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -163,6 +163,10 @@ def test_send_has_the_python_signature(tmp_path):
         assert list(sig.parameters) == ["topic", "value", "key", "partition", "headers", "timestamp"]
         assert sig.parameters["key"].default is None and sig.parameters["value"].default is inspect.Parameter.empty
         assert "RecordMetadata" in (p.send.__doc__ or "")
+        f = p.send("t", b"x")
+        assert list(inspect.signature(f.result).parameters) == ["timeout"]
+        assert list(inspect.signature(f.add_done_callback).parameters) == ["fn"]
+        assert f.result(timeout=10).offset == 0
         p.close()
     finally:
         c.close()
