@@ -158,7 +158,9 @@ class Partition:
 
     @property
     def effective_min_isr(self) -> int:
-        return min(self.min_insync_replicas, max(1, len(self.replicas)))
+        n = len(self.replicas) or 1  # min(min_insync_replicas, max(1, replicas)) without two calls
+        m = self.min_insync_replicas
+        return m if m < n else n
 
     @property
     def tp(self) -> Tuple[str, int]:
@@ -313,13 +315,22 @@ class Partition:
                                     dup.last_offset - dup.first_offset + 1)
             prev = self.log.log_end_offset
             res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
-            self._after_append(prev)
+            self._after_leader_append(prev, res.position)
             ps.update(pid, epoch, first_seq, last_seq, res.base_offset, res.last_offset, res.max_timestamp)
         else:
             prev = self.log.log_end_offset
             res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
-            self._after_append(prev)
+            self._after_leader_append(prev, res.position)
         return res
+
+    def _after_leader_append(self, prev_end: int, position: int) -> None:
+        """:meth:`_after_append` for an append written at byte ``position`` of the active segment:
+        an append that rolled the log starts its new segment at 0, so at any other position only
+        the producer state's end moves (no lookup of the active segment)."""
+        if position == 0:
+            self._after_append(prev_end)
+        else:
+            self.producer_state.map_end_offset = self.log.log_end_offset
 
     def _after_append(self, prev_end: int) -> None:
         """Called right after an append that started at ``prev_end``, before the producer state
