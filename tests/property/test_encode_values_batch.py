@@ -38,3 +38,37 @@ def test_record_counts_reuse_the_length_packer(n: int) -> None:
 def test_empty_batch_is_refused() -> None:
     with pytest.raises(InvalidRecordError):
         encode_values_batch([], 0)
+
+
+@given(vals=values, now=times, pid=ids, epoch=epochs, seq=seqs, attrs=st.sampled_from([0, 0x10]),
+       slack=st.integers(min_value=-40, max_value=40))
+def test_c_entry_point_equals_the_general_encoder(vals, now, pid, epoch, seq, attrs, slack) -> None:
+    # plg_batch_encode_values against plg_batch_encode with the same columns: same return code
+    # for every output capacity around the exact size (EOVERFLOW below it), same bytes when OK
+    from pylog._native import ffi, lib
+
+    n = len(vals)
+    joined = b"".join(vals)
+    lens = ffi.new("int32_t[]", [len(v) for v in vals])
+    size = ffi.new("uint64_t *")
+    cols = ffi.new("plg_record_columns_t *", {"count": n, "timestamps": ffi.NULL, "keys": ffi.from_buffer(joined),
+                                              "key_lens": ffi.NULL, "values": ffi.from_buffer(joined),
+                                              "value_lens": lens, "header_counts": ffi.NULL,
+                                              "header_keys": ffi.from_buffer(joined), "header_key_lens": ffi.NULL,
+                                              "header_values": ffi.from_buffer(joined),
+                                              "header_value_lens": ffi.NULL})
+    assert lib.plg_batch_size(cols, now, size) == lib.PLG_OK
+    cap = max(0, size[0] + slack)
+    hdr = ffi.new("plg_batch_header_t *", {"base_offset": 0, "partition_leader_epoch": -1, "attributes": attrs,
+                                            "base_timestamp": now, "max_timestamp": now, "producer_id": pid,
+                                            "producer_epoch": epoch, "base_sequence": seq})
+    out_a, out_b = bytearray(cap + 1), bytearray(cap + 1)
+    used_a, used_b = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    rc_a = lib.plg_batch_encode(hdr, cols, ffi.from_buffer(out_a), cap, used_a)
+    rc_b = lib.plg_batch_encode_values(joined, lens, n, now, pid, epoch, seq, attrs, ffi.from_buffer(out_b), cap, used_b)
+    assert rc_b == rc_a
+    assert rc_a == (lib.PLG_OK if cap >= size[0] else lib.PLG_EOVERFLOW)
+    if rc_a == lib.PLG_OK:
+        assert used_a[0] == used_b[0] == size[0]
+        assert out_a[: used_a[0]] == out_b[: used_b[0]]
+    assert out_b[cap] == 0  # nothing written past the capacity
