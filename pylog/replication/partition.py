@@ -154,6 +154,8 @@ class Partition:
 
     @property
     def maximal_isr(self) -> Set[int]:
+        if self.pending_isr is None and not self.unconfirmed_additions:
+            return set(self.isr)  # the usual case: one copy, not two unions
         return self.isr | (self.pending_isr or set()) | self.unconfirmed_additions
 
     @property

@@ -656,14 +656,20 @@ class Log:
         except OSError as exc:
             self._raise_storage_error(exc, f"roll before the append at offset {first_offset}")
         position = seg.append(data, last_offset, max_ts, offset_of_max)
-        prev_end, prev_epochs = self.log_end_offset, self.epochs.entries
+        prev_end = self.log_end_offset
+        prev_epochs: Optional[List[Tuple[int, int]]] = None  # the epoch cache before this append changed it
         self.log_end_offset = last_offset + 1
         count = self.log_end_offset - first_offset
         try:
-            changed = False
+            epochs = self.epochs
+            entries = epochs._entries  # read in place: most appends leave the cache as it is
             for epoch, base in epoch_starts:
-                changed |= self.epochs.assign(epoch, base)
-            if changed:
+                if epoch < 0 or base < 0 or (entries and epoch == entries[-1][0] and base >= entries[-1][1]):
+                    continue  # LeaderEpochCache.assign would change nothing (its first test)
+                if prev_epochs is None:
+                    prev_epochs = list(entries)
+                epochs.assign(epoch, base)
+            if prev_epochs is not None:
                 self._write_epochs()
             self._unflushed_messages += count
             cfg = self.config
@@ -677,7 +683,8 @@ class Log:
             except OSError:
                 pass
             self.log_end_offset = prev_end
-            self.epochs = LeaderEpochCache(prev_epochs)
+            if prev_epochs is not None:
+                self.epochs = LeaderEpochCache(prev_epochs)
             self._raise_storage_error(exc, f"append at offset {first_offset}")
         self.appended_records_total += n_records
         self.appended_bytes_total += size

@@ -235,10 +235,9 @@ class LogSegment:
                                               ffi.new("plg_segment_state_t *"))
         idx, tidx, flags, saved = scratch
         ffi.memmove(saved, st, _STATE_SIZE)
-        _native.check(
-            lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags),
-            f"index append in {self.log_path}",
-        )
+        rc = lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags)
+        if rc != _native.OK:
+            _native.check(rc, f"index append in {self.log_path}")
         added = 0  # 1 once the offset index entry is written (the undo removes it again)
         try:
             f = flags[0]
