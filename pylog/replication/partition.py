@@ -309,7 +309,7 @@ class Partition:
         delta, _, max_ts, pid, epoch, first_seq, count = _BATCH_FIELDS.unpack_from(data, 23)
         ps = self.producer_state
         if pid >= 0 and first_seq >= 0:
-            last_seq = last_sequence(first_seq, delta + 1)
+            last_seq = (first_seq + delta) & 0x7FFFFFFF  # last_sequence(first_seq, delta + 1), inline
             dup = ps.check(pid, epoch, first_seq, last_seq)
             if dup is not None:
                 self.duplicates += 1

@@ -708,7 +708,7 @@ class Log:
         if now is None:
             now = self.clock_ms()
         first_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else seg.created_ms
-        seg_size = seg.size
+        seg_size = seg._state.size  # (LogSegment.size without the property call)
         if seg_size > 0 and (
             seg_size > self.config.segment_bytes - size
             or now - first_ts > self.config.segment_ms

@@ -219,10 +219,11 @@ class LogSegment:
         if not self._indexes_ready:
             self.ensure_indexes()
         st = self._state
-        position = int(st.size)
+        position = st.size
         n = len(data)  # type: ignore[arg-type]
+        fd = self._fd
         try:
-            self.io.pwrite(self.fd, data, position)
+            self.io.pwrite(self.fd if fd is None else fd, data, position)
         except OSError as exc:
             try:
                 self.io.truncate(self.fd, position)
