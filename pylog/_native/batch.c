@@ -590,33 +590,65 @@ int plg_decode_legacy(const uint8_t *buf, uint64_t len, plg_legacy_message_t *ou
  * and non-null values (values concatenated, value_lens[i] >= 0), every record
  * at `timestamp`, as one uncompressed v2 batch at base offset 0 with no
  * partition leader epoch. The header fields are scalars, so a caller needs no
- * structs. Same results as plg_batch_encode with those columns. */
+ * structs. Same results (bytes and return codes) as plg_batch_encode with those
+ * columns, without its per-record branches for timestamps, keys and headers.
+ * The caller owns out (cap bytes) and promises values holds the sum of
+ * value_lens bytes. Thread-safe. */
 int plg_batch_encode_values(const uint8_t *values, const int32_t *value_lens, uint32_t count,
                             int64_t timestamp, int64_t producer_id, int16_t producer_epoch,
                             int32_t base_sequence, int16_t attributes,
                             uint8_t *out, uint64_t cap, uint64_t *len_out) {
-    if (!values || !value_lens || count == 0) return PLG_EINVAL;
-    for (uint32_t i = 0; i < count; i++)
-        if (value_lens[i] < 0) return PLG_EINVAL;
-    plg_batch_header_t hdr;
-    memset(&hdr, 0, sizeof hdr);
-    hdr.base_offset = 0;
-    hdr.partition_leader_epoch = -1;
-    hdr.attributes = attributes;
-    hdr.base_timestamp = timestamp;
-    hdr.max_timestamp = timestamp;
-    hdr.producer_id = producer_id;
-    hdr.producer_epoch = producer_epoch;
-    hdr.base_sequence = base_sequence;
-    plg_record_columns_t cols;
-    memset(&cols, 0, sizeof cols);
-    cols.count = count;
-    cols.values = values;
-    cols.value_lens = value_lens;
-    cols.keys = values; /* unused: key_lens NULL means every key is null */
-    cols.header_keys = values;
-    cols.header_values = values;
-    return plg_batch_encode(&hdr, &cols, out, cap, len_out);
+    if (!values || !value_lens || count == 0 || !out || !len_out) return PLG_EINVAL;
+    /* Pass 1: sizes, with records_size's limits. A record here is: length varint, attributes
+     * (0), timestampDelta (0: one byte), offsetDelta varint, keyLength (-1: one byte),
+     * valueLength varint, value, headerCount (0: one byte). */
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        int32_t vl = value_lens[i];
+        if (vl < 0) return PLG_EINVAL;
+        uint64_t body = 4 + varint_size((int64_t)i) + varint_size(vl) + (uint64_t)vl;
+        if (body > 0x7fffffffu) return PLG_EINVAL;
+        total += varint_size((int64_t)body) + body;
+        if (total > 0x7fffffffu) return PLG_EINVAL;
+    }
+    if (total > 0x7fffffffu - PLG_BATCH_OVERHEAD) return PLG_EINVAL;
+    uint64_t size = PLG_BATCH_OVERHEAD + total;
+    if (size > cap) return PLG_EOVERFLOW;
+
+    put64(out, 0);
+    put32(out + 12, (uint32_t)-1);
+    out[16] = 2;
+    put16(out + 21, (uint16_t)attributes);
+    put32(out + 23, count - 1);
+    put64(out + 27, (uint64_t)timestamp);
+    put64(out + 35, (uint64_t)timestamp);
+    put64(out + 43, (uint64_t)producer_id);
+    put16(out + 51, (uint16_t)producer_epoch);
+    put32(out + 53, (uint32_t)base_sequence);
+    put32(out + 57, count);
+
+    /* Pass 2: the records; pass 1 sized exactly these bytes, so size <= cap bounds every write. */
+    uint8_t *p = out + PLG_BATCH_OVERHEAD;
+    const uint8_t *val = values;
+    for (uint32_t i = 0; i < count; i++) {
+        int32_t vl = value_lens[i];
+        uint64_t body = 4 + varint_size((int64_t)i) + varint_size(vl) + (uint64_t)vl;
+        p = put_varint(p, (int64_t)body);
+        *p++ = 0; /* attributes */
+        *p++ = 0; /* timestampDelta 0 */
+        p = put_varint(p, (int64_t)i);
+        *p++ = 1; /* keyLength -1 (zig-zag) */
+        p = put_varint(p, vl);
+        if (vl > 0) {
+            memcpy(p, val, (size_t)vl);
+            p += vl;
+            val += vl;
+        }
+        *p++ = 0; /* headerCount 0 */
+    }
+    *len_out = (uint64_t)(p - out);
+    if (*len_out != size) return PLG_EINVAL; /* cannot happen: sizes computed above */
+    return plg_batch_seal(out, size);
 }
 
 /* Checks that buf[0, len) is exactly one v2 batch with a valid CRC and fills

@@ -50,9 +50,11 @@ class ClientNode:
         self._corr += 1
         return self._corr
 
-    def request(self, dst: Hashable, msg: Any, timeout_ms: int, callback: Callback) -> None:
+    def request(self, dst: Hashable, msg: Any, timeout_ms: int, callback: Callback,
+                now_ms: Optional[int] = None) -> None:
         """Send ``msg`` to ``dst``; ``callback(response)`` on the answer, ``callback(None)`` after
-        ``timeout_ms`` without one (or soon after, when ``dst`` is down). O(1) amortized."""
+        ``timeout_ms`` without one (or soon after, when ``dst`` is down). O(1) amortized.
+        ``now_ms``: the scheduler's time, when the caller has just read it."""
         corr = msg.correlation_id
         pending = self._pending
         pending[corr] = (callback, dst)
@@ -61,7 +63,7 @@ class ClientNode:
             fifo = self._deadlines[timeout_ms] = deque()
         while fifo and fifo[0][1] not in pending:  # answered since: drop them from the head
             fifo.popleft()
-        deadline = self.scheduler.clock.now_ms() + timeout_ms
+        deadline = (self.scheduler.clock.now_ms() if now_ms is None else now_ms) + timeout_ms
         fifo.append((deadline, corr))
         if self._timer is None or deadline < self._timer_when:
             self._arm(deadline)

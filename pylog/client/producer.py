@@ -45,6 +45,7 @@ import inspect
 import random
 import threading
 from collections import deque
+from functools import partial
 from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.client._node import ClientNode, error_from
@@ -64,7 +65,7 @@ from pylog.errors import (
 )
 from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, ProduceRequest
 from pylog.storage import compression as codecs
-from pylog.storage.record import Record, encode_batch
+from pylog.storage.record import Record, encode_batch, encode_values_batch
 
 try:  # the per-record hot path in C (sendpath.c); the pure-Python closure is the fallback
     from pylog._native._sendpath import Lock as _Lock
@@ -517,8 +518,12 @@ class Producer:
         now = self.scheduler.clock.now_ms()
         if b.data is None:
             try:
-                b.data = encode_batch(b.records, now_ms=now, compression=self.compression, producer_id=b.producer_id,
-                                      producer_epoch=b.producer_epoch, base_sequence=b.sequence, plain=b.plain)
+                if b.plain and self.compression == codecs.NONE:
+                    b.data = encode_values_batch(b.records, now, b.producer_id, b.producer_epoch, b.sequence)
+                else:
+                    b.data = encode_batch(b.records, now_ms=now, compression=self.compression,
+                                          producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                                          base_sequence=b.sequence, plain=b.plain)
             except PylogError as exc:
                 self._settle(ps, b)
                 self._fail(b, exc)
@@ -530,14 +535,14 @@ class Producer:
             self._on_failure(ps, b, LeaderNotAvailableError(f"{topic}-{p} has no leader"))
             return
         leader = st.leader
-        req = ProduceRequest(topic, p, b.data, self.acks, self.request_timeout_ms, self._node.next_corr())
+        node = self._node
+        req = ProduceRequest(topic, p, b.data, self.acks, self.request_timeout_ms, node.next_corr())
         self.batches_sent += 1
         if self.acks == 0:
-            self._node.transport.send(self._node.node_id, leader, req)
+            node.transport.send(node.node_id, leader, req)
             self._on_success(ps, b, -1, b.timestamp)
             return
-        self._node.request(leader, req, self.request_timeout_ms + 100,
-                           lambda resp: self._on_response(ps, b, leader, resp))
+        node.request(leader, req, self.request_timeout_ms + 100, partial(self._on_response, ps, b, leader), now)
 
     def _on_response(self, ps: _PartitionState, b: ProducerBatch, leader: int, resp: Any) -> None:
         if resp is None:

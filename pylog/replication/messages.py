@@ -13,6 +13,12 @@ from typing import List, Optional, Sequence, Tuple, Type
 from pylog.errors import PylogError
 
 ErrorType = Optional[Type[PylogError]]
+
+
+#: gives a frozen dataclass instance all its fields in one call: the hand-written ``__init__`` of
+#: the per-batch messages (tests/unit/test_messages_init.py holds them to the dataclass fields)
+_set_fields = object.__setattr__
+
 NO_LEADER = -1
 ACKS_ALL = -1
 
@@ -63,6 +69,13 @@ class ProduceRequest:
     timeout_ms: int
     correlation_id: int
 
+    def __init__(self, topic: str, partition: int, records: Sequence[object], acks: int, timeout_ms: int,
+                 correlation_id: int) -> None:
+        # The generated frozen __init__ sets each field with object.__setattr__: one call per
+        # field, about half of a produce request's cost to build. One dict, one call here.
+        _set_fields(self, "__dict__", {"topic": topic, "partition": partition, "records": records, "acks": acks,
+                                       "timeout_ms": timeout_ms, "correlation_id": correlation_id})
+
 
 @dataclass(frozen=True)
 class ProduceResponse:
@@ -73,6 +86,12 @@ class ProduceResponse:
     message: str = ""
     base_offset: int = -1
     timestamp: int = -1
+
+    def __init__(self, topic: str, partition: int, correlation_id: int, error: ErrorType = None, message: str = "",
+                 base_offset: int = -1, timestamp: int = -1) -> None:
+        _set_fields(self, "__dict__", {"topic": topic, "partition": partition, "correlation_id": correlation_id,
+                                       "error": error, "message": message, "base_offset": base_offset,
+                                       "timestamp": timestamp})
 
 
 @dataclass(frozen=True)

@@ -154,11 +154,15 @@ class Partition:
 
     @property
     def maximal_isr(self) -> Set[int]:
+        if self.pending_isr is None and not self.unconfirmed_additions:
+            return set(self.isr)  # the usual case: one copy, not two unions
         return self.isr | (self.pending_isr or set()) | self.unconfirmed_additions
 
     @property
     def effective_min_isr(self) -> int:
-        return min(self.min_insync_replicas, max(1, len(self.replicas)))
+        n = len(self.replicas) or 1  # min(min_insync_replicas, max(1, replicas)) without two calls
+        m = self.min_insync_replicas
+        return m if m < n else n
 
     @property
     def tp(self) -> Tuple[str, int]:
@@ -305,7 +309,7 @@ class Partition:
         delta, _, max_ts, pid, epoch, first_seq, count = _BATCH_FIELDS.unpack_from(data, 23)
         ps = self.producer_state
         if pid >= 0 and first_seq >= 0:
-            last_seq = last_sequence(first_seq, delta + 1)
+            last_seq = (first_seq + delta) & 0x7FFFFFFF  # last_sequence(first_seq, delta + 1), inline
             dup = ps.check(pid, epoch, first_seq, last_seq)
             if dup is not None:
                 self.duplicates += 1
@@ -313,13 +317,22 @@ class Partition:
                                     dup.last_offset - dup.first_offset + 1)
             prev = self.log.log_end_offset
             res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
-            self._after_append(prev)
+            self._after_leader_append(prev, res.position)
             ps.update(pid, epoch, first_seq, last_seq, res.base_offset, res.last_offset, res.max_timestamp)
         else:
             prev = self.log.log_end_offset
             res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
-            self._after_append(prev)
+            self._after_leader_append(prev, res.position)
         return res
+
+    def _after_leader_append(self, prev_end: int, position: int) -> None:
+        """:meth:`_after_append` for an append written at byte ``position`` of the active segment:
+        an append that rolled the log starts its new segment at 0, so at any other position only
+        the producer state's end moves (no lookup of the active segment)."""
+        if position == 0:
+            self._after_append(prev_end)
+        else:
+            self.producer_state.map_end_offset = self.log.log_end_offset
 
     def _after_append(self, prev_end: int) -> None:
         """Called right after an append that started at ``prev_end``, before the producer state

@@ -251,28 +251,51 @@ class ReplicaManager:
     def _on_produce(self, src: object, req: ProduceRequest, now_ms: int, out: Outbox) -> None:
         tp = (req.topic, req.partition)
         p = self.partitions.get(tp)
-
-        def reply(**kw: object) -> None:
-            if req.acks != 0:
-                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, **kw))  # type: ignore[arg-type]
-
+        acks = req.acks
         if p is None:
-            reply(error=NotLeaderError, message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}")
+            if acks != 0:
+                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=NotLeaderError,
+                                              message=f"broker {self.broker_id} has no replica of "
+                                              f"{req.topic}-{req.partition}"))
             return
         try:
-            res = p.append_as_leader(req.records, req.acks, now_ms)
+            res = p.append_as_leader(req.records, acks, now_ms)
         except PylogError as exc:
-            reply(error=type(exc), message=str(exc))
+            if acks != 0:
+                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=type(exc),
+                                              message=str(exc)))
             return
-        self._complete_delayed_fetch(tp, now_ms, out)
-        if req.acks != ACKS_ALL:
-            reply(base_offset=res.base_offset, timestamp=res.max_timestamp)
+        if self.delayed_fetch:
+            self._complete_delayed_fetch(tp, now_ms, out)
+        if acks != ACKS_ALL:
+            if acks != 0:
+                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id,
+                                              base_offset=res.base_offset, timestamp=res.max_timestamp))
             self._complete_delayed(tp, now_ms, out)
+            return
+        if p.high_watermark > res.last_offset and not self.delayed_produce.get(tp):
+            # Already committed (the ISR is the leader alone, or a duplicate below the HW) and
+            # nothing older waits: answer as the purgatory would at once, without parking it.
+            self._answer_produce(p, src, req, res.base_offset, res.max_timestamp, out)
+            if self.delayed_fetch:
+                self._complete_delayed_fetch(tp, now_ms, out)
             return
         self.delayed_produce.setdefault(tp, []).append(
             _DelayedProduce(src, req, res.last_offset + 1, now_ms + req.timeout_ms, res.base_offset, res.max_timestamp)
         )
         self._complete_delayed(tp, now_ms, out)
+
+    def _answer_produce(self, p: Partition, src: object, r: ProduceRequest, base_offset: int, timestamp: int,
+                        out: Outbox) -> None:
+        """The answer to an acks=all produce whose offsets the HW has passed (``p`` leads)."""
+        if len(p.maximal_isr) >= p.effective_min_isr:
+            out.send(src, ProduceResponse(r.topic, r.partition, r.correlation_id,
+                                          base_offset=base_offset, timestamp=timestamp))
+        else:
+            out.send(src, ProduceResponse(
+                r.topic, r.partition, r.correlation_id, error=NotEnoughReplicasAfterAppendError,
+                message=f"{r.topic}-{r.partition}: offset {base_offset} appended but the ISR "
+                f"{sorted(p.maximal_isr)} shrank below min_insync_replicas={p.min_insync_replicas}"))
 
     def _complete_delayed(self, tp: TP, now_ms: int, out: Outbox) -> None:
         """Re-check the produce and fetch purgatories of ``tp`` (after a HW or ISR change)."""
@@ -286,14 +309,7 @@ class ReplicaManager:
                     out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=NotLeaderError,
                                                     message=f"broker {self.broker_id} stopped leading {r.topic}-{r.partition}"))
                 elif p.high_watermark >= d.required_offset:
-                    if len(p.maximal_isr) >= p.effective_min_isr:
-                        out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id,
-                                                        base_offset=d.base_offset, timestamp=d.timestamp))
-                    else:
-                        out.send(d.src, ProduceResponse(
-                            r.topic, r.partition, r.correlation_id, error=NotEnoughReplicasAfterAppendError,
-                            message=f"{r.topic}-{r.partition}: offset {d.base_offset} appended but the ISR "
-                            f"{sorted(p.maximal_isr)} shrank below min_insync_replicas={p.min_insync_replicas}"))
+                    self._answer_produce(p, d.src, r, d.base_offset, d.timestamp, out)
                 elif now_ms >= d.deadline_ms:
                     out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=RequestTimedOutError,
                                                     message=f"{r.topic}-{r.partition}: offset {d.base_offset} not "

@@ -188,6 +188,9 @@ class Broker:
         if not self.running:
             return
         now = self.scheduler.clock.now_ms()
+        if msg.__class__ is ProduceRequest:  # the common message: none of the checks below applies
+            self._send(self.rm.handle(src, msg, now))  # type: ignore[union-attr]
+            return
         if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest)):
             if self.controller is not None and self.controller.active and self.store.controller_id == self.broker_id:
                 self._send(self.controller.handle(src, msg, now))

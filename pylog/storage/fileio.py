@@ -57,7 +57,11 @@ class FileIO:
 
     def pwrite(self, fd: int, data: object, offset: int) -> None:
         """Write all of ``data`` at ``offset``."""
-        view = memoryview(data)  # type: ignore[arg-type]
+        n = os.pwrite(fd, data, offset)  # type: ignore[arg-type]
+        if n == len(data):  # type: ignore[arg-type]
+            return
+        view = memoryview(data)[n:]  # type: ignore[arg-type]
+        offset += n
         while len(view):
             n = os.pwrite(fd, view, offset)
             view = view[n:]

@@ -68,9 +68,13 @@ class _Index:
 
     def append_raw(self, entry: bytes) -> None:
         """Append one encoded entry (from the C core's append bookkeeping)."""
-        data = self.data
-        pos = len(data)
-        self.io.pwrite(self._ensure_fd(), entry, pos)
+        data = self._data
+        if data is None:
+            data = self.data  # raises: used before load()
+        fd = self._fd
+        if fd is None:
+            fd = self._ensure_fd()
+        self.io.pwrite(fd, entry, len(data))
         data += entry
 
     def _truncate_entries(self, n: int) -> None:

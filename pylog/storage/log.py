@@ -298,6 +298,8 @@ class Log:
         self.clock_ms = clock
         self._lock = threading.RLock()
         self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one's output, used under the lock
+        self._compact_of: Optional[LogConfig] = None  # the config _compact was computed from
+        self._compact = False
         self._closed = False
         self._logdir: Optional[LogDir] = None
         self.recovery: Optional[RecoveryResult] = None
@@ -521,7 +523,7 @@ class Log:
         nothing is written.
         """
         buf = bytearray(data)
-        if not (assign_offsets and self.config.compact):  # (a compacted topic's leader checks keys)
+        if not assign_offsets or not self._is_compacted():  # (a compacted topic's leader checks keys)
             one = self._append_one(buf, assign_offsets, leader_epoch)
             if one is not None:
                 return one
@@ -582,20 +584,29 @@ class Log:
         return AppendResult(first.base_offset, last.last_offset, max_ts, first.position,
                             last.last_offset - first.base_offset + 1)
 
+    def _is_compacted(self) -> bool:
+        """``config.compact``, recomputed only when ``config`` is replaced (it splits a string)."""
+        cfg = self.config
+        if cfg is not self._compact_of:
+            self._compact_of, self._compact = cfg, cfg.compact
+        return self._compact
+
     def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int]) -> Optional[AppendResult]:
         """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
         brought one batch). One C call checks its framing and CRC - and for a leader stamps the
         next offset and the epoch; returns None (nothing done) when ``buf`` is anything else, for
         the general path to handle or refuse."""
-        if len(buf) < BATCH_OVERHEAD:
+        n = len(buf)
+        if n < BATCH_OVERHEAD:
             return None
         info = self._stamp_info
         with self._lock:
-            self._ensure_writable()
+            if self._closed or self.read_only:
+                self._ensure_writable()
             if assign_offsets:
                 base = self.log_end_offset
                 epoch = leader_epoch if leader_epoch is not None else _LEADER_EPOCH_FIELD.unpack_from(buf, 12)[0]
-                if lib.plg_batch_stamp_one(ffi.from_buffer(buf), len(buf), base, epoch, info) != _native.OK:
+                if lib.plg_batch_stamp_one(ffi.from_buffer(buf), n, base, epoch, info) != _native.OK:
                     return None
             else:
                 if lib.plg_batch_check_one(ffi.from_buffer(buf), len(buf), info) != _native.OK:
@@ -639,22 +650,31 @@ class Log:
             raise RecordTooLargeError(
                 f"append of {size} bytes to {self.topic}-{self.partition} exceeds segment_bytes={self.config.segment_bytes}"
             )
+        now = self.clock_ms()
         try:
-            seg = self._maybe_roll(size, first_offset, last_offset)
+            seg = self._maybe_roll(size, first_offset, last_offset, now)
         except OSError as exc:
             self._raise_storage_error(exc, f"roll before the append at offset {first_offset}")
         position = seg.append(data, last_offset, max_ts, offset_of_max)
-        prev_end, prev_epochs = self.log_end_offset, self.epochs.entries
+        prev_end = self.log_end_offset
+        prev_epochs: Optional[List[Tuple[int, int]]] = None  # the epoch cache before this append changed it
         self.log_end_offset = last_offset + 1
         count = self.log_end_offset - first_offset
         try:
-            changed = False
+            epochs = self.epochs
+            entries = epochs._entries  # read in place: most appends leave the cache as it is
             for epoch, base in epoch_starts:
-                changed |= self.epochs.assign(epoch, base)
-            if changed:
+                if epoch < 0 or base < 0 or (entries and epoch == entries[-1][0] and base >= entries[-1][1]):
+                    continue  # LeaderEpochCache.assign would change nothing (its first test)
+                if prev_epochs is None:
+                    prev_epochs = list(entries)
+                epochs.assign(epoch, base)
+            if prev_epochs is not None:
                 self._write_epochs()
             self._unflushed_messages += count
-            self._maybe_flush()
+            cfg = self.config
+            if cfg.flush_messages is not None or cfg.flush_ms is not None:
+                self._maybe_flush()
         except OSError as exc:
             # Not acknowledged, so not kept: cut the batch off again (all-or-nothing).
             self._unflushed_messages = max(0, self._unflushed_messages - count)
@@ -663,11 +683,11 @@ class Log:
             except OSError:
                 pass
             self.log_end_offset = prev_end
-            self.epochs = LeaderEpochCache(prev_epochs)
+            if prev_epochs is not None:
+                self.epochs = LeaderEpochCache(prev_epochs)
             self._raise_storage_error(exc, f"append at offset {first_offset}")
         self.appended_records_total += n_records
         self.appended_bytes_total += size
-        now = self.clock_ms()
         self._append_records_rate.record(now, n_records)
         self._append_bytes_rate.record(now, size)
         return AppendResult(first_offset, last_offset, max_ts, position, count)
@@ -683,12 +703,14 @@ class Log:
         where = f" ({exc.filename})" if exc.filename else ""
         return KafkaStorageError(exc.errno, f"{what} in {self.dir} failed: {exc.strerror or exc}{where}")
 
-    def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> LogSegment:
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int, now: Optional[int] = None) -> LogSegment:
         seg = self.active_segment
-        now = self.clock_ms()
+        if now is None:
+            now = self.clock_ms()
         first_ts = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else seg.created_ms
-        if seg.size > 0 and (
-            seg.size > self.config.segment_bytes - size
+        seg_size = seg._state.size  # (LogSegment.size without the property call)
+        if seg_size > 0 and (
+            seg_size > self.config.segment_bytes - size
             or now - first_ts > self.config.segment_ms
             or last_offset - seg.base_offset > 0x7FFFFFFF
         ):

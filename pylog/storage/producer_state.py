@@ -193,10 +193,15 @@ class ProducerStateManager:
                     f"{self._where()}: producer {producer_id} new epoch {epoch} starts at sequence {first_seq}, "
                     f"expected 0")
             return None
-        for b in e.batches:
+        batches = e.batches
+        last = batches[-1].last_seq if batches else NO_SEQUENCE
+        if first_seq == last + 1 and last_seq > last:
+            # The usual batch: the next sequence, not wrapping. No retained batch can repeat it
+            # (they end at ``last`` and span far less than 2**31 sequences).
+            return None
+        for b in batches:
             if b.first_seq == first_seq and b.last_seq == last_seq:
                 return b
-        last = e.last_seq
         if last != NO_SEQUENCE and not in_sequence(last, first_seq):
             raise OutOfOrderSequenceError(
                 f"{self._where()}: producer {producer_id} epoch {epoch} sent sequence {first_seq}..{last_seq}, "

@@ -216,12 +216,14 @@ class LogSegment:
 
         Complexity: O(bytes). Durability: page cache only until :meth:`flush`.
         """
-        self.ensure_indexes()
+        if not self._indexes_ready:
+            self.ensure_indexes()
         st = self._state
-        position = int(st.size)
+        position = st.size
         n = len(data)  # type: ignore[arg-type]
+        fd = self._fd
         try:
-            self.io.pwrite(self.fd, data, position)
+            self.io.pwrite(self.fd if fd is None else fd, data, position)
         except OSError as exc:
             try:
                 self.io.truncate(self.fd, position)
@@ -234,25 +236,25 @@ class LogSegment:
                                               ffi.new("plg_segment_state_t *"))
         idx, tidx, flags, saved = scratch
         ffi.memmove(saved, st, _STATE_SIZE)
-        n_index, n_time = len(self.offset_index), len(self.time_index)
-        _native.check(
-            lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags),
-            f"index append in {self.log_path}",
-        )
+        rc = lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags)
+        if rc != _native.OK:
+            _native.check(rc, f"index append in {self.log_path}")
+        added = 0  # 1 once the offset index entry is written (the undo removes it again)
         try:
-            if flags[0] & 1:
+            f = flags[0]
+            if f & 1:
                 self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
-            if flags[0] & 2:
+                added = 1
+            if f & 2:
                 self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
         except OSError as exc:
             # The batch is in the .log but its index entry is not: undo both,
             # so a failed append leaves nothing behind.
             ffi.memmove(st, saved, _STATE_SIZE)
-            for index, keep in ((self.offset_index, n_index), (self.time_index, n_time)):
-                try:
-                    index._truncate_entries(keep)
-                except OSError:
-                    pass
+            try:
+                self.offset_index._truncate_entries(len(self.offset_index) - added)
+            except OSError:
+                pass
             try:
                 self.io.truncate(self.fd, position)
             except OSError:
