@@ -453,3 +453,34 @@ def test_keyed_sends_take_the_c_path_to_the_java_clients_partition(tmp_path):
         p.close()
     finally:
         c.close()
+
+
+def test_sent_futures_stay_out_of_the_cycle_collector_until_a_callback_can_make_a_cycle():
+    """Futures from send() are untracked (so held futures cost no collection time); add_done_callback
+    tracks the future, so the cycle future -> batch -> callbacks -> closure -> future is still collected."""
+    import weakref
+    from types import SimpleNamespace
+
+    from pylog.client.accumulator import ProducerBatch
+    from pylog.storage.record import Record
+
+    owner = SimpleNamespace(_lock=_sendpath.Lock())
+    b = ProducerBatch(owner, "t", 0, 0, 0, 0)
+    state = SimpleNamespace(open=b)
+    sp = _sendpath.SendPath(owner._lock, {"t": b}, {"t": [state]}, 1 << 30, 16, print, print,
+                            FutureRecordMetadata, Record(None))
+    f = sp.send("t", b"x")
+    keyed = sp.send("t", b"y", key=b"k")
+    assert not gc.is_tracked(f) and not gc.is_tracked(keyed)
+    assert not gc.is_tracked(b.records[1]) and b.records[1] == Record(b"y", key=b"k")
+    assert gc.is_tracked(FutureRecordMetadata(b, 0))  # built from Python: tracked as usual
+
+    def on_done(fut: Any) -> None:
+        pass
+
+    probe = weakref.ref(on_done)
+    f.add_done_callback(on_done)
+    assert gc.is_tracked(f) and b.callbacks is not None
+    del on_done, f, keyed, sp, state, b, owner
+    gc.collect()
+    assert probe() is None  # the cycle through the callback was found and freed
