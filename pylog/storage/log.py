@@ -88,6 +88,7 @@ CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _DAY_MS = 24 * 3600 * 1000
 _LEADER_EPOCH_FIELD = struct.Struct(">i")  # partitionLeaderEpoch, bytes 12-15 of a v2 batch
+_TAIL_SCAN_BATCHES = 16  # batch infos per plg_scan call in Log._fetch_tail
 T = TypeVar("T")
 
 
@@ -298,6 +299,7 @@ class Log:
         self.clock_ms = clock
         self._lock = threading.RLock()
         self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one's output, used under the lock
+        self._scan_scratch: Optional[Tuple[object, object, object]] = None  # _fetch_tail's, under the lock
         self._closed = False
         self._logdir: Optional[LogDir] = None
         self.recovery: Optional[RecoveryResult] = None
@@ -643,7 +645,7 @@ class Log:
             seg = self._maybe_roll(size, first_offset, last_offset)
         except OSError as exc:
             self._raise_storage_error(exc, f"roll before the append at offset {first_offset}")
-        position = seg.append(data, last_offset, max_ts, offset_of_max)
+        position = seg.append(data, last_offset, max_ts, offset_of_max, first_offset)
         prev_end, prev_epochs = self.log_end_offset, self.epochs.entries
         self.log_end_offset = last_offset + 1
         count = self.log_end_offset - first_offset
@@ -940,11 +942,67 @@ class Log:
         disk is caught there (:class:`CorruptRecordError`) and never taken
         for data. The framing is still checked here; a damaged length or
         magic raises :class:`CorruptRecordError`.
+
+        The usual follower fetch - from where one of this process's recent
+        appends started, to the log end, within ``max_bytes`` - is served
+        from the active segment's map with one framing walk in C and one
+        copy (:meth:`_fetch_tail`); anything else takes the general path
+        below, which builds a :class:`RecordBatch` per batch.
         """
+        tail = self._fetch_tail(offset, max_bytes, max_offset)
+        if tail is not None:
+            return tail
         batches = self.read_batches(offset, max_bytes, max_offset=max_offset, verify_crc=False)
         if len(batches) == 1:
             return bytes(batches[0].buffer)
         return b"".join([b.buffer for b in batches])
+
+    def _fetch_tail(self, offset: int, max_bytes: int, max_offset: Optional[int]) -> Optional[bytes]:
+        """:meth:`fetch`'s fast path, or None when it does not apply (the general path decides).
+
+        It applies when ``offset`` is where a recent append of this process
+        started in the active segment (:attr:`LogSegment.recent_starts`), the
+        fetch runs to the log end (no ``max_offset`` below it) and the bytes
+        from there to the end fit in ``max_bytes``. The same framing as the
+        general path (lengths, magic, increasing offsets; no CRC) is checked
+        by one :func:`lib.plg_scan` walk that builds no Python objects; any
+        doubt (a framing error included) falls back to the general path, which
+        raises what it finds.
+        """
+        with self._lock:
+            if self._closed or self.read_only or offset < self.log_start_offset:
+                return None
+            end = self.log_end_offset
+            if offset >= end or (max_offset is not None and max_offset < end):
+                return None
+            seg = self.segments.peekitem(-1)[1]
+            position = seg.recent_starts.get(offset)
+            if position is None:
+                return None
+            n = seg.size - position
+            if n <= 0 or n > max_bytes:
+                return None
+            ptr = seg._mapped()
+            if ptr is None:
+                return None
+            scratch = self._scan_scratch
+            if scratch is None:
+                scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
+                                                ffi.new("uint64_t *"), ffi.new("uint64_t *"))
+            infos, n_out, valid = scratch
+            walked, prev_last = 0, offset - 1
+            while walked < n:
+                rc = lib.plg_scan(ptr + position + walked, n - walked, 0, infos, _TAIL_SCAN_BATCHES, n_out, valid)
+                got = n_out[0]
+                if rc != _native.OK or not got or infos[0].base_offset <= prev_last:
+                    return None
+                if walked == 0 and infos[0].base_offset != offset:
+                    return None
+                prev_last = infos[got - 1].last_offset
+                walked += valid[0]
+            if walked != n or prev_last != end - 1:
+                return None
+            return ffi.buffer(ptr + position, n)[:]
 
     def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
         """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.

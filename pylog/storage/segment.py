@@ -18,7 +18,7 @@ import mmap
 import os
 import struct
 import weakref
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from pylog import _native
 from pylog._native import ffi, lib
@@ -33,6 +33,8 @@ _new_tuple = tuple.__new__
 #: A writer's segment is mapped with room to grow: at least this much (or the segment's
 #: ``map_limit``, if smaller), and twice the file's size when it outgrows the map.
 MAP_MIN_BYTES = 1 << 20
+#: how many recent append starts a segment remembers (:attr:`LogSegment.recent_starts`)
+RECENT_STARTS = 64
 
 
 def _libc_mmap() -> Tuple[object, object]:
@@ -148,6 +150,11 @@ class LogSegment:
         #: how many times the .log was mapped (tests check that appends do not remap each time)
         self.maps_made = 0
         self._ref = ffi.new("plg_record_ref_t *")  # reused by lookup_record (the log's lock serialises it)
+        #: base offset -> position of the first batch of each recent append by this process (at most
+        #: :data:`RECENT_STARTS` of them): a fetch from where a follower stopped starts at one, so it is
+        #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
+        #: whenever the file shrinks (:meth:`truncate_to`, :meth:`recover`).
+        self.recent_starts: Dict[int, int] = {}
 
     # ---- properties ---------------------------------------------------------
     @property
@@ -207,8 +214,12 @@ class LogSegment:
             st.offset_of_max_timestamp = toff
 
     # ---- append --------------------------------------------------------------
-    def append(self, data: object, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> int:
+    def append(self, data: object, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
+               first_offset: int = -1) -> int:
         """Write ``data`` (whole batches) at the end; returns the position it starts at.
+
+        ``first_offset``, when given, is the base offset of the first batch in ``data``: the
+        position is remembered in :attr:`recent_starts` for a later fetch from that offset.
 
         Index entries follow Kafka's rule (C core). On an I/O error the file is
         cut back to its previous size and :class:`KafkaStorageError` raised, so
@@ -264,6 +275,11 @@ class LogSegment:
             self.first_batch_timestamp = max_timestamp
         if self.verified_bytes == position:
             self.verified_bytes = position + n
+        if first_offset >= 0:
+            starts = self.recent_starts
+            if len(starts) >= RECENT_STARTS:
+                starts.clear()
+            starts[first_offset] = position
         return position
 
     # ---- reads ---------------------------------------------------------------
@@ -550,6 +566,7 @@ class LogSegment:
         are written but not fsynced; the caller flushes.
         """
         self._drop_map()
+        self.recent_starts.clear()
         self.offset_index.reset()
         self.time_index.reset()
         st = self._state
@@ -624,6 +641,7 @@ class LogSegment:
         position = found[0]
         removed = self.size - position
         self._drop_map()
+        self.recent_starts.clear()
         self.verified_bytes = min(self.verified_bytes, position)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
