@@ -503,14 +503,20 @@ class Partition:
 
     def maybe_increment_hw(self, now_ms: int) -> bool:
         """Advance the HW to the min LEO over the maximal ISR; True if it moved."""
-        if self.role != LEADER or len(self.isr) < self.effective_min_isr:
+        isr = self.isr
+        if self.role != LEADER or len(isr) < min(self.min_insync_replicas, max(1, len(self.replicas))):
             return False
         new_hw = self.log.log_end_offset
-        for r in self.maximal_isr:
-            if r == self.broker_id:
+        # The maximal ISR is the ISR itself unless a change is pending (no set built then).
+        members = isr if self.pending_isr is None and not self.unconfirmed_additions else self.maximal_isr
+        me, remote = self.broker_id, self.remote
+        for r in members:
+            if r == me:
                 continue
-            st = self.remote.get(r)
-            new_hw = min(new_hw, st.log_end_offset if st is not None else -1)
+            st = remote.get(r)
+            leo = st.log_end_offset if st is not None else -1
+            if leo < new_hw:
+                new_hw = leo
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
