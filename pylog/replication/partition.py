@@ -603,7 +603,7 @@ class Partition:
                         self.topic, self.partition, self.broker_id, self.leader, req.fetch_offset, exc)
                 self.follower_state = TRUNCATING
                 return 0
-            appended = res.count
+            appended = res.records_count
             self._after_append(req.fetch_offset)
             # Build the same producer state as the leader, so a new leader deduplicates too
             # (from the headers the append read: no second scan of the bytes).
