@@ -74,6 +74,8 @@ from pylog.storage.record import (
     Record,
     RecordBatch,
     RecordInput,
+    _INFO_LAYOUT,
+    _INFO_ORDER,
     encode_batch,
     scan,
     set_base_offset,
@@ -607,26 +609,23 @@ class Log:
                 got = n_out[0]
                 if rc != _native.OK or not got:
                     return None
-                for i in range(got):
-                    b = infos[i]
-                    base, last = b.base_offset, b.last_offset
-                    if b.magic != 2 or base <= prev_last:
+                # Every info at once as tuples (BatchInfo's field order), not field by field through cffi.
+                for row in _INFO_LAYOUT.iter_unpack(ffi.buffer(infos, got * _INFO_LAYOUT.size)):
+                    _, size, magic, _, base, last, _, ts, epoch, pid, p_epoch, seq, count, _ = _INFO_ORDER(row)
+                    if magic != 2 or base <= prev_last:
                         return None
                     if first_offset < 0:
                         first_offset = base
                     prev_last = last
-                    n_records += b.records_count
-                    ts = b.max_timestamp
+                    n_records += count
                     if ts > max_ts or offset_of_max < 0:
                         max_ts, offset_of_max = ts, last
-                    size = b.size
                     if size >= big_size:  # as max() over (size, base offset)
                         big_size, big_offset = size, base
-                    epoch = b.partition_leader_epoch
                     if epoch != last_epoch:  # assign() ignores later batches of the latest epoch
                         epoch_starts.append((epoch, base))
                         last_epoch = epoch
-                    headers.append((b.producer_id, b.producer_epoch, b.base_sequence, base, last, ts))
+                    headers.append((pid, p_epoch, seq, base, last, ts))
                 walked += valid[0]
             if first_offset < self.log_end_offset:
                 raise self._below_end(first_offset)
