@@ -912,13 +912,28 @@ class Log:
 
         Complexity: O(log segments + log index entries + bytes read).
         """
+        return [
+            RecordBatch(info._replace(position=position + info.position),
+                        view[info.position : info.position + info.size], seg.log_path)
+            for seg, position, view, infos in self._read_spans(offset, max_bytes, max_offset, verify_crc)
+            for info in infos
+        ]
+
+    def _read_spans(
+        self, offset: int, max_bytes: int, max_offset: Optional[int], verify_crc: bool
+    ) -> List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]]:
+        """What :meth:`read_batches` returns, as ``(segment, position, view, infos)`` per chunk read:
+        ``view`` holds the chunk read at ``position`` of ``segment``, ``infos`` the batches taken
+        from it (positions relative to ``view``; they start at 0 and are consecutive). The rules
+        (and errors) are :meth:`read_batches`'s; :meth:`fetch` joins the spans' bytes without
+        making a :class:`RecordBatch` per batch."""
         if not isinstance(max_bytes, int) or max_bytes < 0:
             raise InvalidConfigurationError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         with self._lock:
             self._ensure_open()
             self._check_offset(offset)
             limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-            out: List[RecordBatch] = []
+            out: List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]] = []
             remaining = max_bytes
             idx = max(0, self.segments.bisect_right(offset) - 1)
             bases = self.segments.keys()
@@ -949,13 +964,16 @@ class Log:
                         position=position + res.valid_bytes,
                     )
                 stop = False
+                taken = 0
                 for info in res.batches:
                     if info.base_offset >= limit:
                         stop = True
                         break
-                    out.append(RecordBatch(info._replace(position=position + info.position), view[info.position : info.position + info.size], seg.log_path))
+                    taken += 1
                     remaining -= info.size
                     target = info.last_offset + 1
+                if taken:
+                    out.append((seg, position, view, res.batches[:taken]))
                 if res.status not in (_native.OK, _native.ETRUNCATED) and not stop and remaining > 0:
                     # Return the valid batches before the bad one; the next read,
                     # which starts at the bad batch, raises the error above.
@@ -1028,15 +1046,19 @@ class Log:
         appends started, to the log end, within ``max_bytes`` - is served
         from the active segment's map with one framing walk in C and one
         copy (:meth:`_fetch_tail`); anything else takes the general path
-        below, which builds a :class:`RecordBatch` per batch.
+        below (the chunks :meth:`read_batches` would read, joined without a
+        :class:`RecordBatch` per batch).
         """
         tail = self._fetch_tail(offset, max_bytes, max_offset)
         if tail is not None:
             return tail
-        batches = self.read_batches(offset, max_bytes, max_offset=max_offset, verify_crc=False)
-        if len(batches) == 1:
-            return bytes(batches[0].buffer)
-        return b"".join([b.buffer for b in batches])
+        parts = []
+        for _, _, view, infos in self._read_spans(offset, max_bytes, max_offset, False):
+            last = infos[-1]
+            parts.append(view[: last.position + last.size])  # the batches taken are consecutive from 0
+        if len(parts) == 1:
+            return bytes(parts[0])
+        return b"".join(parts)
 
     def _fetch_tail(self, offset: int, max_bytes: int, max_offset: Optional[int]) -> Optional[bytes]:
         """:meth:`fetch`'s fast path, or None when it does not apply (the general path decides).
