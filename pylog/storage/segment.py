@@ -153,7 +153,7 @@ class LogSegment:
         #: base offset -> position of the first batch of each recent append by this process (at most
         #: :data:`RECENT_STARTS` of them): a fetch from where a follower stopped starts at one, so it is
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
-        #: whenever the file shrinks (:meth:`truncate_to`, :meth:`recover`).
+        #: whenever the file shrinks (:meth:`truncate_to`, :meth:`recover`) and on a roll.
         self.recent_starts: Dict[int, int] = {}
 
     # ---- properties ---------------------------------------------------------
@@ -688,6 +688,7 @@ class LogSegment:
     # ---- lifecycle ---------------------------------------------------------------
     def on_become_inactive(self) -> None:
         """Record the final max timestamp in the time index (Kafka onBecomeInactiveSegment)."""
+        self.recent_starts.clear()  # only the active segment's starts serve the fetch fast path
         if self.read_only:
             return
         self.ensure_indexes()

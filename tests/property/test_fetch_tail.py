@@ -144,3 +144,19 @@ def test_the_fast_path_still_refuses_damaged_framing(tmp_path) -> None:
     assert scan(log.fetch(1)).batches[0].base_offset == 1  # stops before the damaged batch
     assert len(scan(log.fetch(1)).batches) == 1
     log.close()
+
+
+def test_a_rolled_segment_forgets_its_starts(tmp_path) -> None:
+    """Only the active segment serves the fast path; a rolled one keeps no starts (no memory
+    held per segment of a long log), and fetches from it still answer across the roll."""
+    log = pylog.Log.open(os.path.join(tmp_path, "t-0"))
+    for i in range(3):
+        log.append([b"value-%d" % i])
+    old = log.active_segment
+    assert set(old.recent_starts) == {0, 1, 2}
+    log.roll()
+    log.append([b"value-3"])
+    assert old.recent_starts == {} and set(log.active_segment.recent_starts) == {3}
+    assert [b.base_offset for b in scan(log.fetch(1)).batches] == [1, 2, 3]
+    assert log.fetch(1) == _general(log, 1, 1 << 20, None)
+    log.close()
