@@ -254,6 +254,9 @@ def _wall_clock_ms() -> int:
 class Log:
     """One partition: append, read by offset or time, truncate, retain, recover."""
 
+    #: plg_scan's outputs for _fetch_tail and _append_fetched, made on first use (under the lock)
+    _scan_scratch: Optional[Tuple[object, object, object]] = None
+
     def __init__(self) -> None:  # use Log.open()
         raise TypeError("use pylog.Log.open(path, ...) to open a log")
 
@@ -301,7 +304,6 @@ class Log:
         self.clock_ms = clock
         self._lock = threading.RLock()
         self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one's output, used under the lock
-        self._scan_scratch: Optional[Tuple[object, object, object]] = None  # _fetch_tail's, under the lock
         self._closed = False
         self._logdir: Optional[LogDir] = None
         self.recovery: Optional[RecoveryResult] = None
@@ -538,7 +540,7 @@ class Log:
             if fetched is not None:
                 return fetched
         buf = bytearray(data)
-        if assign_offsets and not self.config.compact:  # (a compacted topic's leader checks keys; followers: above)
+        if not (assign_offsets and self.config.compact):  # (a compacted topic's leader checks keys)
             one = self._append_one(buf, assign_offsets, leader_epoch)
             if one is not None:
                 return one
@@ -585,7 +587,10 @@ class Log:
         :class:`BatchInfo` objects. Returns None, having written nothing, for
         anything unusual (an invalid batch, a legacy one, a chunk to split
         across segments): the general path then appends it or raises the
-        precise error. A batch below the log end raises here, as there."""
+        precise error. A batch below the log end raises here, as there. (It
+        declines only what :meth:`_append_one` refuses too, so the one-batch
+        path of :meth:`append_batches` never appends a follower's chunk after
+        it without ``headers_out``.)"""
         n = len(data)
         if n < BATCH_OVERHEAD:
             return None
@@ -726,7 +731,7 @@ class Log:
             seg = self._maybe_roll(size, first_offset, last_offset)
         except OSError as exc:
             self._raise_storage_error(exc, f"roll before the append at offset {first_offset}")
-        position = seg.append(data, last_offset, max_ts, offset_of_max, first_offset)
+        position = seg.append(data, last_offset, max_ts, offset_of_max)
         prev_end, prev_epochs = self.log_end_offset, self.epochs.entries
         self.log_end_offset = last_offset + 1
         count = self.log_end_offset - first_offset

@@ -35,6 +35,7 @@ _new_tuple = tuple.__new__
 MAP_MIN_BYTES = 1 << 20
 #: how many recent append starts a segment remembers (:attr:`LogSegment.recent_starts`)
 RECENT_STARTS = 64
+_BASE_OFFSET = struct.Struct(">q")  # a batch's baseOffset, its first 8 bytes
 
 
 def _libc_mmap() -> Tuple[object, object]:
@@ -214,12 +215,11 @@ class LogSegment:
             st.offset_of_max_timestamp = toff
 
     # ---- append --------------------------------------------------------------
-    def append(self, data: object, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
-               first_offset: int = -1) -> int:
+    def append(self, data: object, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> int:
         """Write ``data`` (whole batches) at the end; returns the position it starts at.
 
-        ``first_offset``, when given, is the base offset of the first batch in ``data``: the
-        position is remembered in :attr:`recent_starts` for a later fetch from that offset.
+        The position is remembered in :attr:`recent_starts` under the first batch's base offset,
+        for a later fetch from that offset.
 
         Index entries follow Kafka's rule (C core). On an I/O error the file is
         cut back to its previous size and :class:`KafkaStorageError` raised, so
@@ -275,11 +275,11 @@ class LogSegment:
             self.first_batch_timestamp = max_timestamp
         if self.verified_bytes == position:
             self.verified_bytes = position + n
-        if first_offset >= 0:
+        if n >= 8:
             starts = self.recent_starts
             if len(starts) >= RECENT_STARTS:
                 starts.clear()
-            starts[first_offset] = position
+            starts[_BASE_OFFSET.unpack_from(data, 0)[0]] = position  # type: ignore[arg-type]
         return position
 
     # ---- reads ---------------------------------------------------------------

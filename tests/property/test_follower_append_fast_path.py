@@ -3,7 +3,8 @@ general one and with a pure-Python model of the batch headers.
 
 ``Log._append_fetched`` walks the fetched bytes once in C (framing, magic,
 increasing offsets, CRC) and writes them without a copy; anything unusual
-goes to the general path (``scan`` + ``_append_validated``). Two logs get the
+goes to the general path (``_append_one`` for one batch, else ``scan`` +
+``_append_validated``), the code every follower append took before. Two logs get the
 same chunks - one with the fast path, one with it switched off - and must
 end with the same bytes, offsets, epoch cache, results and errors; the
 headers handed to the follower's producer state must be what the pure-Python
@@ -82,7 +83,8 @@ def test_fast_and_general_follower_appends_agree(segment_bytes: int, chunks) -> 
             want = _append(slow, data)
             if want[2] is not None:
                 want = (want[0], want[1], (want[2][0], want[2][1].replace(slow.dir, fast.dir)))
-            assert got == want, (got, want)
+            # (the general path reports headers only for chunks it scans, not for one batch)
+            assert (got[0], got[2]) == (want[0], want[2]), (got, want)
             res, headers, err = got
             if err is not None:
                 assert headers == []  # nothing appended, nothing reported
