@@ -7,7 +7,7 @@ plain frozen dataclasses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import List, Optional, Sequence, Tuple, Type
 
 from pylog.errors import PylogError
@@ -111,6 +111,28 @@ class InitProducerIdResponse:
     producer_epoch: int = -1
 
 
+def _dict_init(cls: type) -> type:
+    """Give a frozen dataclass an ``__init__`` that fills the instance ``__dict__`` directly.
+
+    The generated ``__init__`` of a frozen dataclass sets each field through
+    ``object.__setattr__`` (about 4x slower); the fetch messages are made
+    several times per replicated batch. Same signature and defaults (taken
+    from the fields), and the instance is as frozen afterwards: equality,
+    hash, repr, ``dataclasses.replace`` and pickling are unchanged.
+    """
+    fs = fields(cls)
+    assert all(f.default_factory is MISSING for f in fs) and not hasattr(cls, "__post_init__")
+    params = ", ".join(f.name if f.default is MISSING else f"{f.name}=_default_{f.name}" for f in fs)
+    body = "".join(f"    d[{f.name!r}] = {f.name}\n" for f in fs)
+    namespace = {f"_default_{f.name}": f.default for f in fs if f.default is not MISSING}
+    exec(f"def __init__(self, {params}):\n    d = self.__dict__\n{body}", namespace)  # noqa: S102
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
+
+@_dict_init
 @dataclass(frozen=True)
 class FetchRequest:
     """A follower (``replica_id >= 0``, reads to the LEO) or consumer (``-1``, reads below the HW) fetch."""
@@ -129,6 +151,7 @@ class FetchRequest:
     replica_incarnation: int = -1
 
 
+@_dict_init
 @dataclass(frozen=True)
 class FetchResponse:
     topic: str

@@ -58,7 +58,6 @@ from pylog.replication.messages import (
 from pylog.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from pylog.storage.log import AppendResult, Log
 from pylog.storage.producer_state import ProducerStateManager, last_sequence
-from pylog.storage.record import scan
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -517,14 +516,20 @@ class Partition:
 
     def maybe_increment_hw(self, now_ms: int) -> bool:
         """Advance the HW to the min LEO over the maximal ISR; True if it moved."""
-        if self.role != LEADER or len(self.isr) < self.effective_min_isr:
+        isr = self.isr
+        if self.role != LEADER or len(isr) < min(self.min_insync_replicas, max(1, len(self.replicas))):
             return False
         new_hw = self.log.log_end_offset
-        for r in self.maximal_isr:
-            if r == self.broker_id:
+        # The maximal ISR is the ISR itself unless a change is pending (no set built then).
+        members = isr if self.pending_isr is None and not self.unconfirmed_additions else self.maximal_isr
+        me, remote = self.broker_id, self.remote
+        for r in members:
+            if r == me:
                 continue
-            st = self.remote.get(r)
-            new_hw = min(new_hw, st.log_end_offset if st is not None else -1)
+            st = remote.get(r)
+            leo = st.log_end_offset if st is not None else -1
+            if leo < new_hw:
+                new_hw = leo
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
@@ -597,8 +602,9 @@ class Partition:
             return 0
         appended = 0
         if resp.records:
+            headers: List[Tuple[int, int, int, int, int, int]] = []
             try:
-                res = self.log.append_batches(resp.records, assign_offsets=False)
+                res = self.log.append_batches(resp.records, assign_offsets=False, headers_out=headers)
             except (InvalidOffsetError, CorruptRecordError) as exc:
                 # Not contiguous with our log (or damaged in transit): find the divergence point again.
                 if isinstance(exc, CorruptRecordError):
@@ -610,20 +616,16 @@ class Partition:
                         self.topic, self.partition, self.broker_id, self.leader, req.fetch_offset, exc)
                 self.follower_state = TRUNCATING
                 return 0
-            appended = res.count
+            appended = res.records_count
             self._after_append(req.fetch_offset)
-            # Build the same producer state as the leader, so a new leader deduplicates too.
-            data = resp.records
-            if len(data) >= _BATCH_OVERHEAD and _BATCH_LENGTH.unpack_from(data, 8)[0] + 12 == len(data):
-                # one batch (the usual fetch), just appended and so valid: its header is enough
-                delta, _, max_ts, pid, epoch, first_seq, _ = _BATCH_FIELDS.unpack_from(data, 23)
+            # Build the same producer state as the leader, so a new leader deduplicates too
+            # (from the headers the append read: no second scan of the bytes).
+            ps = self.producer_state
+            for pid, epoch, first_seq, base, last, max_ts in headers:
                 if pid >= 0 and first_seq >= 0:
-                    self.producer_state.update(pid, epoch, first_seq, last_sequence(first_seq, delta + 1),
-                                               res.base_offset, res.last_offset, max_ts)
-                if res.last_offset + 1 > self.producer_state.map_end_offset:
-                    self.producer_state.map_end_offset = res.last_offset + 1
-            else:
-                self.producer_state.update_from_infos(scan(data, verify_crc=False).batches)
+                    ps.update(pid, epoch, first_seq, last_sequence(first_seq, last - base + 1), base, last, max_ts)
+            if res.last_offset + 1 > ps.map_end_offset:
+                ps.map_end_offset = res.last_offset + 1
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw

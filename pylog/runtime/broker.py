@@ -40,6 +40,8 @@ from pylog.replication.messages import (
     NO_LEADER,
     AlterPartitionRequest,
     BrokerHeartbeat,
+    FetchRequest,
+    FetchResponse,
     HeartbeatResponse,
     LeaderAndIsrRequest,
     Outbox,
@@ -198,6 +200,9 @@ class Broker:
         if isinstance(msg, HeartbeatResponse):
             self.leads = msg.leads
             self.shutdown_ok = msg.should_shut_down
+            return
+        if msg.__class__ is FetchRequest or msg.__class__ is FetchResponse:  # replication: none of the below applies
+            self._send(self.rm.handle(src, msg, now))  # type: ignore[union-attr]
             return
         assert self.rm is not None and self.coordinator is not None
         if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest)):

@@ -74,6 +74,8 @@ from pylog.storage.record import (
     Record,
     RecordBatch,
     RecordInput,
+    _INFO_LAYOUT,
+    _INFO_ORDER,
     encode_batch,
     scan,
     set_base_offset,
@@ -88,6 +90,7 @@ CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _DAY_MS = 24 * 3600 * 1000
 _LEADER_EPOCH_FIELD = struct.Struct(">i")  # partitionLeaderEpoch, bytes 12-15 of a v2 batch
+_TAIL_SCAN_BATCHES = 16  # batch infos per plg_scan call in Log._fetch_tail
 T = TypeVar("T")
 
 
@@ -250,6 +253,9 @@ def _wall_clock_ms() -> int:
 
 class Log:
     """One partition: append, read by offset or time, truncate, retain, recover."""
+
+    #: plg_scan's outputs for _fetch_tail and _append_fetched, made on first use (under the lock)
+    _scan_scratch: Optional[Tuple[object, object, object]] = None
 
     def __init__(self) -> None:  # use Log.open()
         raise TypeError("use pylog.Log.open(path, ...) to open a log")
@@ -511,7 +517,8 @@ class Log:
             return self._append_validated(batch, found.batches)
 
     def append_batches(
-        self, data: Union[bytes, bytearray, memoryview], *, assign_offsets: bool = True, leader_epoch: Optional[int] = None
+        self, data: Union[bytes, bytearray, memoryview], *, assign_offsets: bool = True, leader_epoch: Optional[int] = None,
+        headers_out: Optional[List[Tuple[int, int, int, int, int, int]]] = None,
     ) -> AppendResult:
         """Append already-encoded RecordBatch v2 bytes (from a producer or a leader).
 
@@ -521,7 +528,19 @@ class Log:
         offsets are kept and must start at or after the log end. Every batch
         is CRC-checked first; an invalid one raises CorruptRecordError and
         nothing is written.
+
+        ``headers_out`` (followers only: ``assign_offsets=False``), when given,
+        receives ``(producer_id, producer_epoch, base_sequence, base_offset,
+        last_offset, max_timestamp)`` of every batch appended, in order (what
+        the follower's producer state needs, without a second scan).
+
+        Complexity: O(bytes) (the CRC) + O(batches). Durability: see the
+        module docstring. Thread-safety: takes the log's lock.
         """
+        if not assign_offsets:
+            fetched = self._append_fetched(data, headers_out)
+            if fetched is not None:
+                return fetched
         buf = bytearray(data)
         if not assign_offsets or not self._is_compacted():  # (a compacted topic's leader checks keys)
             one = self._append_one(buf, assign_offsets, leader_epoch)
@@ -553,8 +572,77 @@ class Log:
                 if found.batches[0].base_offset < self.log_end_offset:
                     raise self._below_end(found.batches[0].base_offset)
                 if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
-                    return self._append_across_segments(buf, found.batches)
+                    res = self._append_across_segments(buf, found.batches)
+                else:
+                    res = self._append_validated(buf, found.batches)
+                if headers_out is not None:
+                    headers_out.extend((b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset,
+                                        b.last_offset, b.max_timestamp) for b in found.batches)
+                return res
             return self._append_validated(buf, found.batches)
+
+    def _append_fetched(self, data: Union[bytes, bytearray, memoryview],
+                        headers_out: Optional[List[Tuple[int, int, int, int, int, int]]]) -> Optional[AppendResult]:
+        """A follower's append of fetched batches (:meth:`append_batches` without
+        ``assign_offsets``), the usual case: one C walk (framing, magic,
+        increasing offsets, CRC) over the caller's bytes, no copy, no
+        :class:`BatchInfo` objects. Returns None, having written nothing, for
+        anything unusual (an invalid batch, a legacy one, a chunk to split
+        across segments): the general path then appends it or raises the
+        precise error. A batch below the log end raises here, as there. (It
+        declines only what :meth:`_append_one` refuses too, so the one-batch
+        path of :meth:`append_batches` never appends a follower's chunk after
+        it without ``headers_out``.)"""
+        n = len(data)
+        if n < BATCH_OVERHEAD:
+            return None
+        scratch = self._scan_scratch
+        if scratch is None:
+            scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
+                                            ffi.new("uint64_t *"), ffi.new("uint64_t *"))
+        infos, n_out, valid = scratch
+        with self._lock:
+            self._ensure_writable()
+            ptr = ffi.from_buffer(data)
+            walked, prev_last, n_records = 0, -1, 0
+            max_ts, offset_of_max, big_size, big_offset = -1, -1, -1, -1
+            first_offset = -1
+            epoch_starts: List[Tuple[int, int]] = []
+            headers: List[Tuple[int, int, int, int, int, int]] = []
+            last_epoch = None
+            while walked < n:
+                rc = lib.plg_scan(ptr + walked, n - walked, lib.PLG_SCAN_VERIFY_CRC, infos, _TAIL_SCAN_BATCHES,
+                                  n_out, valid)
+                got = n_out[0]
+                if rc != _native.OK or not got:
+                    return None
+                # Every info at once as tuples (BatchInfo's field order), not field by field through cffi.
+                for row in _INFO_LAYOUT.iter_unpack(ffi.buffer(infos, got * _INFO_LAYOUT.size)):
+                    _, size, magic, _, base, last, _, ts, epoch, pid, p_epoch, seq, count, _ = _INFO_ORDER(row)
+                    if magic != 2 or base <= prev_last:
+                        return None
+                    if first_offset < 0:
+                        first_offset = base
+                    prev_last = last
+                    n_records += count
+                    if ts > max_ts or offset_of_max < 0:
+                        max_ts, offset_of_max = ts, last
+                    if size >= big_size:  # as max() over (size, base offset)
+                        big_size, big_offset = size, base
+                    if epoch != last_epoch:  # assign() ignores later batches of the latest epoch
+                        epoch_starts.append((epoch, base))
+                        last_epoch = epoch
+                    headers.append((pid, p_epoch, seq, base, last, ts))
+                walked += valid[0]
+            if first_offset < self.log_end_offset:
+                raise self._below_end(first_offset)
+            if n > self.config.segment_bytes and len(headers) > 1:
+                return None  # split across segments by the general path
+            res = self._write_validated(data, first_offset, prev_last, max_ts, offset_of_max, n_records,
+                                        epoch_starts, (big_size, big_offset))
+            if headers_out is not None:
+                headers_out.extend(headers)
+            return res
 
     def _append_across_segments(self, buf: bytearray, batches: List[BatchInfo]) -> AppendResult:
         """A follower's fetch can hold more than ``segment_bytes``: append it in runs of whole
@@ -851,13 +939,28 @@ class Log:
 
         Complexity: O(log segments + log index entries + bytes read).
         """
+        return [
+            RecordBatch(info._replace(position=position + info.position),
+                        view[info.position : info.position + info.size], seg.log_path)
+            for seg, position, view, infos in self._read_spans(offset, max_bytes, max_offset, verify_crc)
+            for info in infos
+        ]
+
+    def _read_spans(
+        self, offset: int, max_bytes: int, max_offset: Optional[int], verify_crc: bool
+    ) -> List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]]:
+        """What :meth:`read_batches` returns, as ``(segment, position, view, infos)`` per chunk read:
+        ``view`` holds the chunk read at ``position`` of ``segment``, ``infos`` the batches taken
+        from it (positions relative to ``view``; they start at 0 and are consecutive). The rules
+        (and errors) are :meth:`read_batches`'s; :meth:`fetch` joins the spans' bytes without
+        making a :class:`RecordBatch` per batch."""
         if not isinstance(max_bytes, int) or max_bytes < 0:
             raise InvalidConfigurationError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         with self._lock:
             self._ensure_open()
             self._check_offset(offset)
             limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-            out: List[RecordBatch] = []
+            out: List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]] = []
             remaining = max_bytes
             idx = max(0, self.segments.bisect_right(offset) - 1)
             bases = self.segments.keys()
@@ -888,13 +991,16 @@ class Log:
                         position=position + res.valid_bytes,
                     )
                 stop = False
+                taken = 0
                 for info in res.batches:
                     if info.base_offset >= limit:
                         stop = True
                         break
-                    out.append(RecordBatch(info._replace(position=position + info.position), view[info.position : info.position + info.size], seg.log_path))
+                    taken += 1
                     remaining -= info.size
                     target = info.last_offset + 1
+                if taken:
+                    out.append((seg, position, view, res.batches[:taken]))
                 if res.status not in (_native.OK, _native.ETRUNCATED) and not stop and remaining > 0:
                     # Return the valid batches before the bad one; the next read,
                     # which starts at the bad batch, raises the error above.
@@ -962,11 +1068,71 @@ class Log:
         disk is caught there (:class:`CorruptRecordError`) and never taken
         for data. The framing is still checked here; a damaged length or
         magic raises :class:`CorruptRecordError`.
+
+        The usual follower fetch - from where one of this process's recent
+        appends started, to the log end, within ``max_bytes`` - is served
+        from the active segment's map with one framing walk in C and one
+        copy (:meth:`_fetch_tail`); anything else takes the general path
+        below (the chunks :meth:`read_batches` would read, joined without a
+        :class:`RecordBatch` per batch).
         """
-        batches = self.read_batches(offset, max_bytes, max_offset=max_offset, verify_crc=False)
-        if len(batches) == 1:
-            return bytes(batches[0].buffer)
-        return b"".join([b.buffer for b in batches])
+        tail = self._fetch_tail(offset, max_bytes, max_offset)
+        if tail is not None:
+            return tail
+        parts = []
+        for _, _, view, infos in self._read_spans(offset, max_bytes, max_offset, False):
+            last = infos[-1]
+            parts.append(view[: last.position + last.size])  # the batches taken are consecutive from 0
+        if len(parts) == 1:
+            return bytes(parts[0])
+        return b"".join(parts)
+
+    def _fetch_tail(self, offset: int, max_bytes: int, max_offset: Optional[int]) -> Optional[bytes]:
+        """:meth:`fetch`'s fast path, or None when it does not apply (the general path decides).
+
+        It applies when ``offset`` is where a recent append of this process
+        started in the active segment (:attr:`LogSegment.recent_starts`), the
+        fetch runs to the log end (no ``max_offset`` below it) and the bytes
+        from there to the end fit in ``max_bytes``. The same framing as the
+        general path (lengths, magic, increasing offsets; no CRC) is checked
+        by one :func:`lib.plg_scan` walk that builds no Python objects; any
+        doubt (a framing error included) falls back to the general path, which
+        raises what it finds.
+        """
+        with self._lock:
+            if self._closed or self.read_only or offset < self.log_start_offset:
+                return None
+            end = self.log_end_offset
+            if offset >= end or (max_offset is not None and max_offset < end):
+                return None
+            seg = self.segments.peekitem(-1)[1]
+            position = seg.recent_starts.get(offset)
+            if position is None:
+                return None
+            n = seg.size - position
+            if n <= 0 or n > max_bytes:
+                return None
+            ptr = seg._mapped()
+            if ptr is None:
+                return None
+            scratch = self._scan_scratch
+            if scratch is None:
+                scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
+                                                ffi.new("uint64_t *"), ffi.new("uint64_t *"))
+            infos, n_out, valid = scratch
+            walked, prev_last = 0, offset - 1
+            while walked < n:
+                rc = lib.plg_scan(ptr + position + walked, n - walked, 0, infos, _TAIL_SCAN_BATCHES, n_out, valid)
+                got = n_out[0]
+                if rc != _native.OK or not got or infos[0].base_offset <= prev_last:
+                    return None
+                if walked == 0 and infos[0].base_offset != offset:
+                    return None
+                prev_last = infos[got - 1].last_offset
+                walked += valid[0]
+            if walked != n or prev_last != end - 1:
+                return None
+            return ffi.buffer(ptr + position, n)[:]
 
     def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
         """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.

@@ -18,7 +18,7 @@ import mmap
 import os
 import struct
 import weakref
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from pylog import _native
 from pylog._native import ffi, lib
@@ -33,6 +33,9 @@ _new_tuple = tuple.__new__
 #: A writer's segment is mapped with room to grow: at least this much (or the segment's
 #: ``map_limit``, if smaller), and twice the file's size when it outgrows the map.
 MAP_MIN_BYTES = 1 << 20
+#: how many recent append starts a segment remembers (:attr:`LogSegment.recent_starts`)
+RECENT_STARTS = 64
+_BASE_OFFSET = struct.Struct(">q")  # a batch's baseOffset, its first 8 bytes
 
 
 def _libc_mmap() -> Tuple[object, object]:
@@ -148,6 +151,11 @@ class LogSegment:
         #: how many times the .log was mapped (tests check that appends do not remap each time)
         self.maps_made = 0
         self._ref = ffi.new("plg_record_ref_t *")  # reused by lookup_record (the log's lock serialises it)
+        #: base offset -> position of the first batch of each recent append by this process (at most
+        #: :data:`RECENT_STARTS` of them): a fetch from where a follower stopped starts at one, so it is
+        #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
+        #: whenever the file shrinks (:meth:`truncate_to`, :meth:`recover`) and on a roll.
+        self.recent_starts: Dict[int, int] = {}
 
     # ---- properties ---------------------------------------------------------
     @property
@@ -210,6 +218,9 @@ class LogSegment:
     def append(self, data: object, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> int:
         """Write ``data`` (whole batches) at the end; returns the position it starts at.
 
+        The position is remembered in :attr:`recent_starts` under the first batch's base offset,
+        for a later fetch from that offset.
+
         Index entries follow Kafka's rule (C core). On an I/O error the file is
         cut back to its previous size and :class:`KafkaStorageError` raised, so
         a failed append leaves no partial batch behind.
@@ -266,6 +277,11 @@ class LogSegment:
             self.first_batch_timestamp = max_timestamp
         if self.verified_bytes == position:
             self.verified_bytes = position + n
+        if n >= 8:
+            starts = self.recent_starts
+            if len(starts) >= RECENT_STARTS:
+                starts.clear()
+            starts[_BASE_OFFSET.unpack_from(data, 0)[0]] = position  # type: ignore[arg-type]
         return position
 
     # ---- reads ---------------------------------------------------------------
@@ -552,6 +568,7 @@ class LogSegment:
         are written but not fsynced; the caller flushes.
         """
         self._drop_map()
+        self.recent_starts.clear()
         self.offset_index.reset()
         self.time_index.reset()
         st = self._state
@@ -626,6 +643,7 @@ class LogSegment:
         position = found[0]
         removed = self.size - position
         self._drop_map()
+        self.recent_starts.clear()
         self.verified_bytes = min(self.verified_bytes, position)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -672,6 +690,7 @@ class LogSegment:
     # ---- lifecycle ---------------------------------------------------------------
     def on_become_inactive(self) -> None:
         """Record the final max timestamp in the time index (Kafka onBecomeInactiveSegment)."""
+        self.recent_starts.clear()  # only the active segment's starts serve the fetch fast path
         if self.read_only:
             return
         self.ensure_indexes()
