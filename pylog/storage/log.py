@@ -43,7 +43,9 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (
+    TYPE_CHECKING, Any, Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union,
+)
 
 from sortedcontainers import SortedDict
 
@@ -596,11 +598,7 @@ class Log:
         n = len(data)
         if n < BATCH_OVERHEAD:
             return None
-        scratch = self._scan_scratch
-        if scratch is None:
-            scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
-                                            ffi.new("uint64_t *"), ffi.new("uint64_t *"))
-        infos, n_out, valid = scratch
+        infos, n_out, valid = self._scan_buffers()
         with self._lock:
             self._ensure_writable()
             ptr = ffi.from_buffer(data)
@@ -678,6 +676,15 @@ class Log:
         if cfg is not self._compact_of:
             self._compact_of, self._compact = cfg, cfg.compact
         return self._compact
+
+    def _scan_buffers(self) -> Tuple[Any, Any, Any]:
+        """The log's ``plg_scan`` output buffers (batch infos, count, valid bytes), made on first use and
+        reused (callers hold the log's lock or run on the one thread that appends)."""
+        scratch = self._scan_scratch
+        if scratch is None:
+            scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
+                                            ffi.new("uint64_t *"), ffi.new("uint64_t *"))
+        return scratch  # type: ignore[return-value]
 
     def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int]) -> Optional[AppendResult]:
         """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
@@ -1115,11 +1122,7 @@ class Log:
             ptr = seg._mapped()
             if ptr is None:
                 return None
-            scratch = self._scan_scratch
-            if scratch is None:
-                scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
-                                                ffi.new("uint64_t *"), ffi.new("uint64_t *"))
-            infos, n_out, valid = scratch
+            infos, n_out, valid = self._scan_buffers()
             walked, prev_last = 0, offset - 1
             while walked < n:
                 rc = lib.plg_scan(ptr + position + walked, n - walked, 0, infos, _TAIL_SCAN_BATCHES, n_out, valid)
