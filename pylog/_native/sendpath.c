@@ -39,9 +39,8 @@
  *       headers, timestamp) with the same six arguments.
  *
  * Thread-safety: send() takes the producer's lock (the same lock the Python
- * code uses: a Lock from this module, taken without a method call, or any
- * object with acquire/release) around everything it reads or
- * writes in the batch, so it keeps the invariants the Python side relies on
+ * code uses: a Lock from this module, taken without a method call) around
+ * everything it reads or writes in the batch, so it keeps the invariants the Python side relies on
  * (a batch's records change only under the lock while it is open). Nothing
  * between acquire and release runs Python code except batch_full(), which
  * the Python path also calls under the lock.
@@ -497,9 +496,7 @@ static PyTypeObject LockType = {
 
 typedef struct {
     PyObject_HEAD
-    Lock *lock;            /* the producer's lock when it is a Lock (taken directly), else NULL */
-    PyObject *acquire;     /* lock.acquire */
-    PyObject *release;     /* lock.release */
+    Lock *lock;            /* the producer's lock, taken directly */
     PyObject *sticky;      /* dict: topic -> the open batch keyless records join */
     PyObject *parts;       /* dict: topic -> list of partition states (attribute "open") */
     Py_ssize_t batch_size;
@@ -514,8 +511,6 @@ static PyObject *str_open;
 
 static int sendpath_traverse(SendPath *self, visitproc visit, void *arg) {
     Py_VISIT((PyObject *)self->lock);
-    Py_VISIT(self->acquire);
-    Py_VISIT(self->release);
     Py_VISIT(self->sticky);
     Py_VISIT(self->parts);
     Py_VISIT(self->slow);
@@ -527,8 +522,6 @@ static int sendpath_traverse(SendPath *self, visitproc visit, void *arg) {
 
 static int sendpath_clear(SendPath *self) {
     Py_CLEAR(self->lock);
-    Py_CLEAR(self->acquire);
-    Py_CLEAR(self->release);
     Py_CLEAR(self->sticky);
     Py_CLEAR(self->parts);
     Py_CLEAR(self->slow);
@@ -567,27 +560,16 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
         PyErr_SetString(PyExc_TypeError, "SendPath: slow and batch_full must be callable");
         return NULL;
     }
-    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
-    if (acquire == NULL) {
-        return NULL;
-    }
-    PyObject *release = PyObject_GetAttrString(lock, "release");
-    if (release == NULL) {
-        Py_DECREF(acquire);
+    if (!Py_IS_TYPE(lock, &LockType)) {
+        PyErr_SetString(PyExc_TypeError, "SendPath: lock must be a pylog._native._sendpath.Lock");
         return NULL;
     }
     SendPath *self = (SendPath *)type->tp_alloc(type, 0);
     if (self == NULL) {
-        Py_DECREF(acquire);
-        Py_DECREF(release);
         return NULL;
     }
-    if (Py_IS_TYPE(lock, &LockType)) {
-        Py_INCREF(lock);
-        self->lock = (Lock *)lock;
-    }
-    self->acquire = acquire;
-    self->release = release;
+    Py_INCREF(lock);
+    self->lock = (Lock *)lock;
     Py_INCREF(sticky);
     self->sticky = sticky;
     Py_INCREF(parts);
@@ -610,32 +592,11 @@ static PyObject *sendpath_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 static const char *const send_params[] = {"topic", "value", "key", "partition", "headers", "timestamp"};
 #define SEND_NPARAMS 6
 
-/* Release the lock; on failure keep the first error (if any) and return -1. */
+/* Release the lock (taken by send); -1 when an error is pending, else 0. */
 static int unlock(SendPath *self) {
-    if (self->lock != NULL) {
-        self->lock->locked = 0;
-        PyThread_release_lock(self->lock->lock);
-        return PyErr_Occurred() ? -1 : 0;
-    }
-    PyObject *exc_type = NULL, *exc_value = NULL, *exc_tb = NULL;
-    int had_error = PyErr_Occurred() != NULL;
-    if (had_error) {
-        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    }
-    PyObject *r = PyObject_CallNoArgs(self->release);
-    if (had_error) {
-        if (r == NULL) {
-            PyErr_Clear();
-        }
-        Py_XDECREF(r);
-        PyErr_Restore(exc_type, exc_value, exc_tb);
-        return -1;
-    }
-    if (r == NULL) {
-        return -1;
-    }
-    Py_DECREF(r);
-    return 0;
+    self->lock->locked = 0;
+    PyThread_release_lock(self->lock->lock);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 static PyObject *call_slow(SendPath *self, PyObject *const *argv) {
@@ -815,16 +776,7 @@ static PyObject *sendpath_send(SendPath *self, PyObject *const *args, Py_ssize_t
         PyObject_GC_UnTrack(item); /* bytes, None, () and ints: it can be in no cycle */
     }
 
-    if (self->lock != NULL) {
-        lock_take(self->lock, -1);
-    } else {
-        PyObject *r = PyObject_CallNoArgs(self->acquire);
-        if (r == NULL) {
-            Py_DECREF(item);
-            return NULL;
-        }
-        Py_DECREF(r);
-    }
+    lock_take(self->lock, -1);
     PyObject *batch = open_batch(self, topic, argv[3], key);
     if (batch == NULL) {
         Py_DECREF(item);

@@ -256,8 +256,10 @@ def test_record_future_checks_its_arguments():
     assert (f._batch, f._index) == ("b", 7)
     with pytest.raises(AttributeError):
         f._batch = "other"  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        _sendpath.SendPath(threading.Lock(), {}, {}, 10, 16, print, print, dict)  # not a RecordFuture type
+    with pytest.raises(TypeError, match="RecordFuture"):
+        _sendpath.SendPath(_sendpath.Lock(), {}, {}, 10, 16, print, print, dict)  # not a RecordFuture type
+    with pytest.raises(TypeError, match="Lock"):  # send takes the lock by a direct C call: only its own Lock
+        _sendpath.SendPath(threading.Lock(), {}, {}, 10, 16, print, print, FutureRecordMetadata)
 
 
 def test_lock_behaves_like_threading_lock():
