@@ -36,8 +36,7 @@ def make_producer(c: Cluster, native: bool, **cfg: Any) -> Any:
 
 
 def test_the_default_producer_uses_the_c_send_path(tmp_path):
-    c = Cluster(tmp_path, brokers=1, seed=1)
-    try:
+    with Cluster(tmp_path, brokers=1, seed=1) as c:
         c.create_topic("t", 1, 1)
         p = c.producer()
         assert producer_mod._SendPath is _sendpath.SendPath
@@ -45,8 +44,6 @@ def test_the_default_producer_uses_the_c_send_path(tmp_path):
         f = p.send("t", b"x")
         assert type(f) is FutureRecordMetadata and isinstance(f, _sendpath.RecordFuture)
         assert f.result(timeout=10).offset == 0
-    finally:
-        c.close()
 
 
 # One call: (topic, value, key, partition, headers, timestamp); the kinds cover the fast case and
@@ -72,9 +69,8 @@ calls = st.lists(st.one_of(fast, fast, keyed, fast, general), min_size=8, max_si
 def run_calls(tmp: str, native: bool, ops: List[Tuple[Any, ...]], batch_size: int, flush_every: int,
               close_at: int) -> List[Any]:
     """Apply ``ops``; return what each call gave (batch number, index, records so far) and then resolved to."""
-    c = Cluster(tmp, brokers=1, seed=5)
     out: List[Any] = []
-    try:
+    with Cluster(tmp, brokers=1, seed=5) as c:
         c.create_topic("a", 3, 1)
         c.create_topic("b", 1, 1)
         p = make_producer(c, native, batch_size=batch_size, linger_ms=50)
@@ -112,8 +108,6 @@ def run_calls(tmp: str, native: bool, ops: List[Tuple[Any, ...]], batch_size: in
                 out.append(("log", t, part, log.log_start_offset, [
                     (r.offset, r.key, r.value, r.headers) for b in
                     log.read_batches(log.log_start_offset, 1 << 30) for r in b.records()]))
-    finally:
-        c.close()
     return out
 
 
@@ -135,8 +129,7 @@ def test_c_send_path_matches_the_python_closure(tmp_path_factory, ops, batch_siz
     lambda s: s(),
 ])
 def test_bad_calls_raise_the_same_type_error(tmp_path, call):
-    c = Cluster(tmp_path, brokers=1, seed=2)
-    try:
+    with Cluster(tmp_path, brokers=1, seed=2) as c:
         c.create_topic("t", 1, 1)
         messages = []
         for native in (True, False):
@@ -148,15 +141,12 @@ def test_bad_calls_raise_the_same_type_error(tmp_path, call):
         # The closure's message starts with its qualified name; what follows "send()" is the same.
         assert messages[0].startswith("send() ")
         assert messages[0] == "send() " + messages[1].split("send() ", 1)[1]
-    finally:
-        c.close()
 
 
 def test_send_has_the_python_signature(tmp_path):
     import inspect
 
-    c = Cluster(tmp_path, brokers=1, seed=3)
-    try:
+    with Cluster(tmp_path, brokers=1, seed=3) as c:
         c.create_topic("t", 1, 1)
         p = c.producer()
         sig = inspect.signature(p.send)
@@ -168,13 +158,10 @@ def test_send_has_the_python_signature(tmp_path):
         assert list(inspect.signature(f.add_done_callback).parameters) == ["fn"]
         assert f.result(timeout=10).offset == 0
         p.close()
-    finally:
-        c.close()
 
 
 def test_keyword_arguments_take_the_fast_path_too(tmp_path):
-    c = Cluster(tmp_path, brokers=1, seed=3)
-    try:
+    with Cluster(tmp_path, brokers=1, seed=3) as c:
         c.create_topic("t", 2, 1)
         p = make_producer(c, True, linger_ms=1000)
         f1 = p.send(topic="t", value=b"a", partition=1)
@@ -183,14 +170,11 @@ def test_keyword_arguments_take_the_fast_path_too(tmp_path):
         assert f2._batch.records == [b"a", b"b"] and f2._batch.plain
         assert [f.result(timeout=10).offset for f in (f1, f2)] == [0, 1]
         p.close()
-    finally:
-        c.close()
 
 
 def test_threads_sending_through_the_c_path_lose_and_reorder_nothing(tmp_path):
     """Real time, four threads, keyless and explicit-partition sends: every record once, each thread's in order."""
-    c = Cluster(tmp_path, brokers=1)
-    try:
+    with Cluster(tmp_path, brokers=1) as c:
         c.create_topic("rt", 2, 1)
         p = make_producer(c, True, batch_size=2048)
         futs: Dict[int, List[Any]] = {}
@@ -223,16 +207,13 @@ def test_threads_sending_through_the_c_path_lose_and_reorder_nothing(tmp_path):
                 m = f.result()
                 assert values[(m.partition, m.offset)] == b"%d-%d" % (n, i)
         p.close()
-    finally:
-        c.close()
 
 
 def test_the_c_path_keeps_no_reference_after_the_producer_is_gone(tmp_path):
     """A reference leaked per call (the value, its batch) would keep the value's refcount up."""
     value = b"refcount-probe-" + bytes(range(50))
     base = sys.getrefcount(value)
-    c = Cluster(tmp_path, brokers=1, seed=4)
-    try:
+    with Cluster(tmp_path, brokers=1, seed=4) as c:
         c.create_topic("t", 2, 1)
         p = make_producer(c, True, batch_size=500)
         futs = [p.send("t", value) for _ in range(200)] + [p.send("t", value, partition=1) for _ in range(200)]
@@ -241,8 +222,6 @@ def test_the_c_path_keeps_no_reference_after_the_producer_is_gone(tmp_path):
         assert all(f.result().offset >= 0 for f in futs)
         p.close()
         del futs, p
-    finally:
-        c.close()
     gc.collect()
     assert sys.getrefcount(value) == base
 
@@ -353,8 +332,7 @@ def test_future_methods_of_the_c_type(tmp_path):
     """FutureRecordMetadata is the C type; its methods (bound Python functions) work positionally and by keyword."""
     assert FutureRecordMetadata is _sendpath.RecordFuture
     assert FutureRecordMetadata.__module__ == "pylog.client.accumulator"
-    c = Cluster(tmp_path, brokers=1, seed=6)
-    try:
+    with Cluster(tmp_path, brokers=1, seed=6) as c:
         c.create_topic("t", 1, 1)
         p = c.producer(linger_ms=1000)
         f = p.send("t", b"a")
@@ -375,8 +353,6 @@ def test_future_methods_of_the_c_type(tmp_path):
             bad.get(1)
         assert "nope" in str(info.value)
         p.close()
-    finally:
-        c.close()
     with pytest.raises(TypeError):
         _sendpath.bind_future(print, print, print, 42)
 
@@ -428,8 +404,7 @@ def test_keyed_sends_take_the_c_path_to_the_java_clients_partition(tmp_path):
     from pylog.client.partitioner import partition_for_key
     from pylog.storage.record import Record
 
-    c = Cluster(tmp_path, brokers=1, seed=8)
-    try:
+    with Cluster(tmp_path, brokers=1, seed=8) as c:
         c.create_topic("k", 5, 1)
         p = make_producer(c, True, linger_ms=1000)
         for q in range(5):  # open a batch on every partition, so the keyed sends below find one
@@ -453,8 +428,6 @@ def test_keyed_sends_take_the_c_path_to_the_java_clients_partition(tmp_path):
             (got,) = [r for b in log.read_batches(m.offset, 1 << 20) for r in b.records() if r.offset == m.offset]
             assert (got.key, got.value) == (k, None if k == b"tomb" else b"v-" + k)
         p.close()
-    finally:
-        c.close()
 
 
 def test_sent_futures_stay_out_of_the_cycle_collector_until_a_callback_can_make_a_cycle():
