@@ -79,6 +79,17 @@ _RECORD_OVERHEAD = 16  # estimated bytes a record adds besides key and value (va
 _KEY_CACHE_MAX = 65_536
 
 
+class _RoomWaiter:
+    """A ``send()`` blocked until ``need`` bytes of buffer_memory are free; ``wake`` is a condition
+    on the producer's lock, notified when it is this waiter's turn (or on close)."""
+
+    __slots__ = ("need", "wake")
+
+    def __init__(self, need: int, wake: threading.Condition) -> None:
+        self.need = need
+        self.wake = wake
+
+
 class _PartitionState:
     """Per partition: the open batch, closed batches waiting, requests in flight, sequence numbers."""
 
@@ -179,8 +190,11 @@ class Producer:
         self._realtime = not self.scheduler.simulated
         self._store = cluster.store
         self._lock = _Lock()  # like threading.Lock; the C send path takes it without a method call
-        self._room = threading.Condition(self._lock)  # notified when a completed batch gives back buffer memory
-        self._room_waiters = 0  # senders blocked in _room.wait (under _lock): completions notify only then
+        # Senders blocked for buffer_memory, first come first served (Kafka's BufferPool waiters; under _lock).
+        self._room_queue: Deque[_RoomWaiter] = deque()
+        # A completion wakes the head only once this much more than it needs is free: one wake-up per
+        # several completed batches, not one per batch (measured: docs/producer.md "buffer_memory").
+        self._room_slack = max(buffer_memory // 4, batch_size)
         self._reserved = 0  # bytes of buffer_memory held by open and unacknowledged batches (under _lock)
         self._node: ClientNode = self.scheduler.run_sync(
             lambda: ClientNode("producer", cluster.scheduler, cluster.transport))
@@ -327,18 +341,15 @@ class Producer:
         if reserve > self.buffer_memory:
             raise RecordTooLargeError(f"a record of {size} bytes for topic {topic!r} is larger than the producer's "
                                       f"buffer_memory={self.buffer_memory}")
-        deadline: Optional[float] = None
         sticky = partition is None
         with self._lock:
-            while True:
-                if self._closed:
-                    raise ProducerClosedError("send() after the producer was closed")
-                part = self._sticky_part.partition(topic, n) if sticky else partition
-                ps = parts[part]  # type: ignore[index]
-                b = ps.open
-                if b is not None or self._reserved + reserve <= self.buffer_memory:
-                    break
-                deadline = self._wait_for_room(topic, part, reserve, deadline)  # type: ignore[arg-type]
+            if self._closed:
+                raise ProducerClosedError("send() after the producer was closed")
+            part = self._sticky_part.partition(topic, n) if sticky else partition
+            ps = parts[part]  # type: ignore[index]
+            b = ps.open
+            if b is None and (self._room_queue or self._reserved + reserve > self.buffer_memory):
+                ps, b = self._wait_for_room(topic, parts, partition, reserve)
             if b is None:
                 b = self._new_batch(ps, reserve)
             if sticky:
@@ -352,39 +363,81 @@ class Producer:
                 self._batch_full(b)
             return FutureRecordMetadata(b, i)
 
-    def _wait_for_room(self, topic: str, partition: int, reserve: int, deadline: Optional[float]) -> float:
-        """Block (under the lock, which waiting releases) until completed batches give back memory,
-        or raise BufferExhaustedError after ``max_block_ms``. Returns the deadline, for the next wait."""
+    def _wait_for_room(self, topic: str, parts: List[_PartitionState], partition: Optional[int],
+                       reserve: int) -> Tuple[_PartitionState, Optional[ProducerBatch]]:
+        """Block (under the lock, which waiting releases) until this send may go on: the partition
+        it picks has an open batch to join, or ``reserve`` bytes of buffer_memory are free and no
+        earlier sender still waits for room. Returns the partition's state and its open batch (None:
+        the caller opens one). Raises BufferExhaustedError after ``max_block_ms`` without room (with
+        room at that point it goes on even out of turn), ProducerClosedError on close().
+
+        Fairness (Kafka's BufferPool): waiting senders queue first come first served; a sender that
+        finds room while others wait queues behind them; a completed batch wakes only the head,
+        and only once ``reserve`` plus ``_room_slack`` bytes are free, and the head passes the turn
+        on when it leaves. Thread-safety: called with ``_lock`` held, returns with it held.
+        Complexity: O(waiting senders) to leave the queue.
+        """
         import time
 
-        now = time.monotonic()
-        if deadline is None:
-            deadline = now + self.max_block_ms / 1000.0
-        on_loop = self.scheduler.simulated is False and self.scheduler.on_loop()  # type: ignore[attr-defined]
-        if now >= deadline or on_loop or self._node.closed:
-            raise BufferExhaustedError(
-                f"{topic}-{partition}: no room for a new batch of {reserve} bytes in buffer_memory="
-                f"{self.buffer_memory} ({self._reserved} bytes held by {len(self._incomplete)} unacknowledged "
-                f"batches)" + (" after waiting max_block_ms=%d" % self.max_block_ms if not on_loop else
-                               "; send() in a producer callback cannot wait for room"))
-        if not self.scheduler.simulated:
-            self._room_waiters += 1
-            try:
-                self._room.wait(deadline - now)
-            finally:
-                self._room_waiters -= 1
-            return deadline
-        # Simulated: virtual time runs on this thread, so let go of the lock while it runs.
-        self._wake_locked()
-        self._lock.release()
+        queue = self._room_queue
+        sticky = partition is None
+        deadline: Optional[float] = None
+        me: Optional[_RoomWaiter] = None
         try:
-            want = self.buffer_memory - reserve
-            done = self.scheduler.wait_until(lambda: self._reserved <= want or self._closed, self.max_block_ms)
+            while True:
+                if self._closed:
+                    raise ProducerClosedError("send() after the producer was closed")
+                part = self._sticky_part.partition(topic, len(parts)) if sticky else partition
+                ps = parts[part]  # type: ignore[index]
+                if ps.open is not None:
+                    return ps, ps.open
+                room = self._reserved + reserve <= self.buffer_memory
+                if room and (not queue or queue[0] is me):
+                    return ps, None
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.max_block_ms / 1000.0
+                on_loop = self._realtime and self.scheduler.on_loop()  # type: ignore[attr-defined]
+                if now >= deadline or on_loop or self._node.closed:
+                    if room and not on_loop:
+                        return ps, None  # max_block_ms is up and the room is there: go on out of turn
+                    raise BufferExhaustedError(
+                        f"{topic}-{part}: no room for a new batch of {reserve} bytes in buffer_memory="
+                        f"{self.buffer_memory} ({self._reserved} bytes held by {len(self._incomplete)} "
+                        f"unacknowledged batches)" + (" after waiting max_block_ms=%d" % self.max_block_ms
+                                                      if not on_loop else
+                                                      "; send() in a producer callback cannot wait for room"))
+                if self._realtime:
+                    if me is None:
+                        me = _RoomWaiter(reserve, threading.Condition(self._lock))
+                        queue.append(me)
+                    me.wake.wait(deadline - now)
+                    continue
+                # Simulated: one thread, virtual time runs on it, so let go of the lock while it runs.
+                self._wake_locked()
+                self._lock.release()
+                try:
+                    want = self.buffer_memory - reserve
+                    done = self.scheduler.wait_until(lambda: self._reserved <= want or self._closed,
+                                                     self.max_block_ms)
+                finally:
+                    self._lock.acquire()
+                if not done and self._reserved > want:
+                    deadline = now  # virtual time passed max_block_ms: the next round raises
         finally:
-            self._lock.acquire()
-        if not done and self._reserved > want:
-            return now  # the next call raises (virtual time passed max_block_ms)
-        return deadline
+            if me is not None:
+                queue.remove(me)
+                self._wake_head(0)  # the next sender's turn, if its room is there now
+
+    def _wake_head(self, slack: int) -> None:
+        """Wake the first waiting sender if its reservation plus ``slack`` bytes fits (under the lock).
+
+        The slack is capped so that an empty buffer always wakes it. O(1).
+        """
+        head = self._room_queue[0] if self._room_queue else None
+        if head is not None and self._reserved + head.need + min(slack, self.buffer_memory - head.need) \
+                <= self.buffer_memory:
+            head.wake.notify()
 
     def _new_batch(self, ps: _PartitionState, reserve: int) -> ProducerBatch:
         """Open a batch for ``ps`` holding ``reserve`` bytes of buffer_memory (under the lock)."""
@@ -405,8 +458,13 @@ class Producer:
     def _give_back(self, reserved: int) -> None:
         """A batch completed: its share of buffer_memory is free again (under the lock)."""
         self._reserved -= reserved
-        if self._room_waiters:
-            self._room.notify_all()
+        if self._room_queue:
+            self._wake_head(self._room_slack)
+
+    def _wake_all_waiters(self) -> None:
+        """Wake every sender waiting for room, to see the producer closed (under the lock)."""
+        for waiter in self._room_queue:
+            waiter.wake.notify()
 
     def _batch_full(self, b: ProducerBatch) -> None:
         """Close a full batch (under the lock) and hand it to the loop."""
@@ -703,7 +761,7 @@ class Producer:
             return
         self._closed = True
         with self._lock:
-            self._room.notify_all()  # a send() waiting for buffer room raises ProducerClosedError
+            self._wake_all_waiters()  # a send() waiting for buffer room raises ProducerClosedError
         try:
             if timeout is None or timeout > 0:
                 try:
@@ -727,7 +785,7 @@ class Producer:
                     ps.queue.clear()
                     ps.retry = []
                     ps.inflight = []
-            self._room.notify_all()
+            self._wake_all_waiters()
         err = self._closed_error()
         for b in pending:
             self._fail(b, err)

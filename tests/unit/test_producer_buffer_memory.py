@@ -82,7 +82,7 @@ def test_bad_buffer_settings_are_refused(sim, kw):
 
 def _wait_for_blocked_sender(p, thread: threading.Thread) -> None:
     """Until ``thread`` waits for room on the producer's condition (no sleep-based timing)."""
-    while not p._room._waiters:  # the condition's waiter list: a send() inside _wait_for_room
+    while not p._room_queue:  # the FIFO of senders waiting for room: a send() inside _wait_for_room
         assert thread.is_alive(), "the sender finished without blocking"
         time.sleep(0.001)
 
@@ -141,5 +141,126 @@ def test_real_time_close_wakes_a_blocked_sender(tmp_path):
         sender.join(60)
         assert not sender.is_alive()
         assert len(raised) == 1 and isinstance(raised[0], ProducerClosedError)
+    finally:
+        c.close()
+
+
+def _wait_for_queue(p, threads: list, length: int) -> None:
+    """Until ``length`` senders wait for room (no sleep-based timing: polls the producer's queue)."""
+    while len(p._room_queue) < length:
+        assert all(t.is_alive() for t in threads), "a sender finished without blocking"
+        time.sleep(0.001)
+
+
+def test_real_time_waiting_senders_get_room_first_come_first_served(tmp_path):
+    """Kafka's BufferPool order: a sender that needs little room does not overtake an earlier one
+    that needs more. The big record waits first, then the small one. Half of the buffer comes back
+    (broker 0's batches are acknowledged) while broker 1 is still down: the small record would fit
+    now, but it is not its turn, so it gets its room only after the big one, once broker 1's
+    batches are acknowledged too, and lands after the big record in the log. (Waking every waiter at
+    every completion, as before, let the small record through first.)"""
+    c = Cluster(tmp_path, brokers=2)
+    try:
+        c.create_topic("t", partitions=2, replication_factor=1, start_index=0)  # t-0 on broker 0, t-1 on 1
+        leaders = {pt: c.leader_of("t", pt) for pt in (0, 1)}
+        p = c.producer(batch_size=1000, buffer_memory=4000, max_block_ms=120_000, request_timeout_ms=300,
+                       retry_backoff_ms=20)
+        for b in (0, 1):
+            c.stop_broker(b, clean=True, shutdown_timeout_ms=100)
+        held = {pt: [p.send("t", VALUE, partition=pt) for _ in range(2 * PER_BATCH)] for pt in (0, 1)}  # full
+        results: dict = {}
+
+        def send(name: str, value: bytes) -> None:
+            results[name] = p.send("t", value, partition=0)
+
+        big = threading.Thread(target=send, args=("big", b"B" * 2500))  # needs 2577 bytes of room
+        big.start()
+        _wait_for_queue(p, [big], 1)
+        small = threading.Thread(target=send, args=("small", b"small"))  # needs 1000
+        small.start()
+        _wait_for_queue(p, [big, small], 2)
+        c.start_broker(leaders[0])
+        assert [f.result(timeout=60).offset for f in held[0]] == list(range(2 * PER_BATCH))
+        assert available(p) == 2000  # room for the small batch, not for the big one
+        c.start_broker(leaders[1])
+        big.join(60)
+        small.join(60)
+        assert not big.is_alive() and not small.is_alive()
+        p.flush(60)
+        assert [f.result(timeout=60).offset for f in held[1]] == list(range(2 * PER_BATCH))
+        assert results["big"].result(timeout=60).offset == 2 * PER_BATCH
+        assert results["small"].result(timeout=60).offset == 2 * PER_BATCH + 1
+        assert available(p) == 4000 and not p._room_queue
+        p.close()
+    finally:
+        c.close()
+
+
+def test_real_time_a_head_that_times_out_passes_the_turn_on(tmp_path):
+    """The first waiter needs more room than will come before max_block_ms; it raises
+    BufferExhaustedError, and the sender queued behind it, whose smaller batch fits, goes on at once
+    (no starvation behind a head that gave up); its record is delivered once the broker is back."""
+    c = Cluster(tmp_path, brokers=1)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=1)
+        p = c.producer(batch_size=1000, buffer_memory=4000, max_block_ms=400, request_timeout_ms=300,
+                       retry_backoff_ms=20)
+        c.stop_broker(0, clean=True, shutdown_timeout_ms=100)
+        filler = [p.send("t", VALUE) for _ in range(3 * PER_BATCH)]  # 3000 of 4000 bytes held
+        outcome: dict = {}
+
+        def send(name: str, value: bytes) -> None:
+            try:
+                outcome[name] = p.send("t", value)
+            except BaseException as exc:
+                outcome[name] = exc
+
+        big = threading.Thread(target=send, args=("big", b"B" * 2500))  # 2577 bytes: no room
+        big.start()
+        _wait_for_queue(p, [big], 1)
+        small = threading.Thread(target=send, args=("small", b"small"))  # room, but not its turn
+        small.start()
+        _wait_for_queue(p, [big, small], 2)
+        big.join(60)
+        small.join(60)
+        assert isinstance(outcome["big"], BufferExhaustedError)
+        assert "2577 bytes" in str(outcome["big"]) and "max_block_ms=400" in str(outcome["big"])
+        assert not isinstance(outcome["small"], BaseException)
+        assert not p._room_queue
+        c.start_broker(0)
+        p.flush(60)
+        assert [f.result(timeout=60).offset for f in filler] == list(range(3 * PER_BATCH))
+        assert outcome["small"].result(timeout=60).offset == 3 * PER_BATCH
+        assert available(p) == 4000
+        p.close()
+    finally:
+        c.close()
+
+
+def test_real_time_close_wakes_every_waiting_sender(tmp_path):
+    c = Cluster(tmp_path, brokers=1)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=1)
+        p = c.producer(batch_size=1000, buffer_memory=2000, max_block_ms=120_000)
+        c.stop_broker(0, clean=True, shutdown_timeout_ms=100)
+        for _ in range(2 * PER_BATCH):
+            p.send("t", VALUE)
+        raised: list = []
+
+        def send() -> None:
+            try:
+                p.send("t", VALUE)
+            except BaseException as exc:
+                raised.append(exc)
+
+        senders = [threading.Thread(target=send) for _ in range(3)]
+        for i, t in enumerate(senders):
+            t.start()
+            _wait_for_queue(p, senders[: i + 1], i + 1)
+        p.close(0)
+        for t in senders:
+            t.join(60)
+        assert not any(t.is_alive() for t in senders)
+        assert len(raised) == 3 and all(isinstance(e, ProducerClosedError) for e in raised)
     finally:
         c.close()
