@@ -68,7 +68,7 @@ def pylog_send(n: int, *, acks: Any = "all", batch_size: int = 16384, linger_ms:
         batches = p.batches_sent - batches0
         p.close()
         return {"records_per_s": n / (t2 - t0), "send_loop_per_s": n / (t1 - t0), "seconds": t2 - t0,
-                "batches": batches, "cpu_us_per_record": cpu / n * 1e6}
+                "batches": batches, "cpu_us_per_record": cpu / n * 1e6, "buffer_waits": p.buffer_waits}
     finally:
         c.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -150,6 +150,8 @@ def main() -> None:
     print(f"  send loop alone (records queued):        {best_pl['send_loop_per_s']:>12,.0f} records/s")
     print(f"  CPU (all threads) per record:            {best_pl['cpu_us_per_record']:>12.2f} us "
           f"(about load-independent: 1e6 / this ~ the rate on one free core)")
+    print(f"  times send() blocked for buffer_memory:  {best_pl['buffer_waits']:>12,.0f} "
+          f"(buffer_memory fills once the leader acknowledges slower than send() queues)")
     print(f"SQLite autocommit INSERT per row (journal=delete, synchronous=FULL): {best_sq['records_per_s']:,.0f} rows/s")
     print(f"SQLite autocommit INSERT per row (WAL, synchronous=NORMAL):         {best_wal['records_per_s']:,.0f} rows/s")
     ratio = best_pl["records_per_s"] / best_sq["records_per_s"]

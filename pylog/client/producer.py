@@ -196,6 +196,8 @@ class Producer:
         # several completed batches, not one per batch (measured: docs/producer.md "buffer_memory").
         self._room_slack = max(buffer_memory // 4, batch_size)
         self._reserved = 0  # bytes of buffer_memory held by open and unacknowledged batches (under _lock)
+        self.buffer_waits = 0  # times a send() blocked for room (Kafka's bufferpool-wait; under _lock)
+        self.buffer_wait_seconds = 0.0  # wall time send() spent blocked for room (under _lock)
         self._node: ClientNode = self.scheduler.run_sync(
             lambda: ClientNode("producer", cluster.scheduler, cluster.transport))
         self._node.on_close.append(self._on_node_closed)
@@ -411,9 +413,12 @@ class Producer:
                     if me is None:
                         me = _RoomWaiter(reserve, threading.Condition(self._lock))
                         queue.append(me)
+                    self.buffer_waits += 1
                     me.wake.wait(deadline - now)
+                    self.buffer_wait_seconds += time.monotonic() - now
                     continue
                 # Simulated: one thread, virtual time runs on it, so let go of the lock while it runs.
+                self.buffer_waits += 1
                 self._wake_locked()
                 self._lock.release()
                 try:
@@ -818,6 +823,11 @@ class Producer:
             metric("pylog_producer_buffer_available_bytes", "gauge",
                    "buffer_memory not held by open or unacknowledged batches.",
                    self.buffer_memory - self._reserved, client_id=cid),
+            metric("pylog_producer_bufferpool_waits_total", "counter",
+                   "Times send() blocked because buffer_memory was full.", self.buffer_waits, client_id=cid),
+            metric("pylog_producer_bufferpool_wait_seconds_total", "counter",
+                   "Wall time send() spent blocked for buffer_memory (real time; 0 in simulated clusters).",
+                   self.buffer_wait_seconds, client_id=cid),
         ]
 
 

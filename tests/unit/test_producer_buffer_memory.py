@@ -264,3 +264,19 @@ def test_real_time_close_wakes_every_waiting_sender(tmp_path):
         assert len(raised) == 3 and all(isinstance(e, ProducerClosedError) for e in raised)
     finally:
         c.close()
+
+
+def test_bufferpool_wait_metrics_count_blocked_sends(sim):
+    p = sim.producer(batch_size=1000, buffer_memory=2000, max_block_ms=60_000, request_timeout_ms=500)
+    metric = {m.name: m.value for m in p.metrics()}
+    assert metric["pylog_producer_bufferpool_waits_total"] == 0
+    for _ in range(2 * PER_BATCH):
+        p.send("t", VALUE)  # fills the buffer; an open batch never waits
+    assert p.buffer_waits == 0
+    sim.partition_network([0])
+    sim.scheduler.call_later(1000, sim.heal_network)
+    p.send("t", VALUE)  # blocks once, until the first batches are acknowledged
+    metric = {m.name: m.value for m in p.metrics()}
+    assert metric["pylog_producer_bufferpool_waits_total"] >= 1
+    p.flush()
+    p.close()
