@@ -372,7 +372,11 @@ class ReplicaManager:
             return
         if now_ms < self.next_fetch_at.get(tp, 0):
             return
-        req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms, self.incarnation)
+        try:
+            req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms, self.incarnation)
+        except (PylogError, OSError) as exc:  # a truncation failed: stop fetching, raise nothing
+            p.fail_fetching(p.log_end_offset, exc, "truncation")
+            return
         if req is None:
             return
         self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
@@ -392,7 +396,10 @@ class ReplicaManager:
         if req is None or p is None or not isinstance(req, FetchRequest):
             return
         corrupt_before = p.corrupt_fetches
-        p.on_fetch_response(req, resp, now_ms)
+        try:
+            p.on_fetch_response(req, resp, now_ms)  # (an append failure is handled inside)
+        except (PylogError, OSError) as exc:  # a truncation or log-start move failed
+            p.fail_fetching(req.fetch_offset, exc, "truncation")
         if resp.error is not None or p.corrupt_fetches != corrupt_before:
             self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
         self._maybe_send_follower(tp, now_ms, out)
@@ -404,7 +411,10 @@ class ReplicaManager:
         if req is None or p is None:
             return
         if isinstance(req, OffsetsForLeaderEpochRequest) and req.current_leader_epoch == p.leader_epoch:
-            p.on_offsets_for_leader_epoch(resp)
+            try:
+                p.on_offsets_for_leader_epoch(resp)
+            except (PylogError, OSError) as exc:  # the truncation failed: stop fetching, raise nothing
+                p.fail_fetching(p.log_end_offset, exc, "truncation")
         if resp.error is not None:
             self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
         self._maybe_send_follower(tp, now_ms, out)
@@ -441,7 +451,13 @@ class ReplicaManager:
                 del self.inflight[tp]
             self._maybe_send_follower(tp, now_ms, out)
         if now_ms - self._last_hw_checkpoint >= cfg.hw_checkpoint_interval_ms:
-            self.checkpoint_high_watermarks()
+            try:
+                self.checkpoint_high_watermarks()
+            except OSError as exc:  # a failing disk: retried next interval, never raised out of tick
+                import logging
+
+                logging.getLogger("pylog.replication").error(
+                    "broker %d: high-watermark checkpoint in %s failed: %s", self.broker_id, self.log_dir, exc)
         return out
 
     def checkpoint_high_watermarks(self) -> None:
