@@ -11,8 +11,7 @@ from __future__ import annotations
 import errno
 
 from pylog.cluster import Cluster
-from pylog.replication.partition import records_equal_below
-FAILED = "failed"
+from pylog.replication.partition import FAILED, records_equal_below
 
 
 def read_all(c: Cluster, topic: str, expect: int):
