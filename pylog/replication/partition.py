@@ -230,7 +230,18 @@ class Partition:
         self._proposal = None
         leo = self.log.log_end_offset
         # Kafka's Partition.makeLeader: the new epoch starts at the current LEO.
-        self.log.assign_epoch(st.leader_epoch, leo)
+        try:
+            self.log.assign_epoch(st.leader_epoch, leo)
+        except (PylogError, OSError) as exc:
+            # Only the checkpoint file failed (the cache in memory has the epoch). A replica on a
+            # failing disk still leads from its log, which holds every committed record (it was
+            # in the ISR); its appends fail and producers get KafkaStorageError until it restarts.
+            self.storage_failed = True
+            import logging
+
+            logging.getLogger("pylog.replication").error(
+                "%s-%d: broker %d leads epoch %d on a failing disk (leader-epoch checkpoint at offset %d): %s",
+                self.topic, self.partition, self.broker_id, st.leader_epoch, leo, exc)
         self.leader_epoch_start_offset = leo
         self.remote = {
             r: ReplicaState(now_ms if r in self.isr else 0) for r in self.replicas if r != self.broker_id

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import errno
 
+from pylog import errors
 from pylog.cluster import Cluster
-from pylog.replication.partition import FAILED, records_equal_below
+from pylog.replication.partition import FAILED, FETCHING, records_equal_below
 
 
 def read_all(c: Cluster, topic: str, expect: int):
@@ -69,4 +70,139 @@ def test_follower_disk_full_leaves_isr_keeps_acked_records_and_recovers_on_resta
     finally:
         for b in c.brokers.values():
             b.disk.fail_write_after = None
+        c.close()
+
+
+def test_leader_crash_before_the_shrink_may_elect_the_failed_replica_nothing_escapes_nothing_lost(tmp_path):
+    """The controller does not know about the follower's disk (docs/replication.md): if the leader
+    crashes while the failed follower is still in the ISR it may be elected. It holds every
+    committed record; its appends fail (KafkaStorageError to the producer) until it restarts."""
+    c = Cluster(tmp_path, brokers=3, seed=11)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+        p = c.producer(acks="all")
+        acked = {}
+        for i in range(10):
+            m = p.send("t", b"a%d" % i).result()
+            acked[m.offset] = b"a%d" % i
+        old_leader = c.leader_of("t")
+        f = c.describe("t")[0].replicas[1]  # elected first from the ISR after the leader (seed 11)
+        disk = c.brokers[f].disk
+        disk.fail_write_after = disk.writes
+        pending = [p.send("t", b"b%d" % i) for i in range(5)]
+        c.advance(100)
+        assert c.brokers[f].rm.partitions[("t", 0)].follower_state == FAILED
+        c.stop_broker(old_leader, clean=False)
+        c.advance(8_000)  # session timeout: the controller elects the next ISR member
+        d = c.describe("t")[0]
+        assert d.leader == f and d.high_watermark == 10, d
+        assert c.brokers[f].rm.partitions[("t", 0)].storage_failed
+        for fut in pending:  # never acknowledged: refused by the failing leader
+            try:
+                fut.result()
+            except errors.KafkaStorageError as exc:
+                assert f"broker-{f}" in str(exc)
+            else:
+                raise AssertionError("an append on a failing disk was acknowledged")
+        c._check()
+
+        disk.fail_write_after = None
+        c.stop_broker(f, clean=False)
+        c.start_broker(f)
+        c.start_broker(old_leader)
+        assert c.scheduler.wait_until(lambda: len(c.store.partitions[("t", 0)].isr) == 3, 60_000)
+        fp = c.brokers[f].rm.partitions[("t", 0)]  # the restarted broker's replica: its disk works again
+        assert not fp.storage_failed and fp.fetch_failure is None
+        for i in range(5):
+            m = p.send("t", b"c%d" % i).result()
+            acked[m.offset] = b"c%d" % i
+        assert read_all(c, "t", len(acked)) == acked
+        c._check()
+    finally:
+        for b in c.brokers.values():
+            b.disk.fail_write_after = None
+        c.close()
+
+
+def test_a_batch_one_follower_refuses_fails_only_that_partition_and_a_new_epoch_retries(tmp_path):
+    c = Cluster(tmp_path, brokers=3, seed=12)
+    try:
+        for topic in ("t", "u"):
+            c.create_topic(topic, partitions=1, replication_factor=3, min_insync_replicas=2)
+        p = c.producer(acks="all")
+        acked = {"t": {}, "u": {}}
+        for i in range(5):
+            for topic in ("t", "u"):
+                m = p.send(topic, b"%s%d" % (topic.encode(), i)).result()
+                acked[topic][m.offset] = b"%s%d" % (topic.encode(), i)
+        leader = c.leader_of("t")
+        f = next(r for r in c.describe("t")[0].replicas if r != leader)
+        fp = c.brokers[f].rm.partitions[("t", 0)]
+        fp.log.config = fp.log.config._replace(max_message_bytes=500)  # this replica refuses big batches
+        big = b"B" * 1_000
+        m = p.send("t", big).result()  # completes once the leader drops f from the ISR
+        acked["t"][m.offset] = big
+        assert fp.follower_state == FAILED and not fp.storage_failed
+        assert "RecordTooLargeError" in fp.fetch_failure and "offset 5" in fp.fetch_failure
+        assert f not in c.describe("t")[0].isr
+        for i in range(5, 10):  # the broker's other partition replicates as before
+            m = p.send("u", b"u%d" % i).result()
+            acked["u"][m.offset] = b"u%d" % i
+        du = c.describe("u")[0]
+        assert sorted(du.isr) == [0, 1, 2] and du.log_end_offsets[f] == 10, du
+        fp._check()
+
+        fp.log.config = fp.log.config._replace(max_message_bytes=1 << 20)
+        c.stop_broker(leader, clean=True)  # a new leader epoch: f's fetcher tries again
+        assert c.scheduler.wait_until(lambda: f in c.store.partitions[("t", 0)].isr, 60_000)
+        assert c.leader_of("t") != f and fp.follower_state == FETCHING and fp.fetch_failure is None
+        c.start_broker(leader)
+        for i in range(5):
+            m = p.send("t", b"t-after%d" % i).result()
+            acked["t"][m.offset] = b"t-after%d" % i
+        assert read_all(c, "t", len(acked["t"])) == acked["t"]
+        assert read_all(c, "u", len(acked["u"])) == acked["u"]
+        c._check()
+    finally:
+        c.close()
+
+
+def test_real_time_cluster_follower_disk_full_nothing_escapes_the_loop(tmp_path):
+    """Real time: before the fix the error went to the loop thread's error list and the follower
+    retried the failing append every tick; now the partition stops fetching and leaves the ISR."""
+    c = Cluster(tmp_path, brokers=3, session_timeout_ms=1_000, heartbeat_interval_ms=100,
+                replica_lag_time_max_ms=1_000)
+    disk = None
+    try:
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+        p = c.producer(acks="all")
+        acked = {}
+        for i in range(10):
+            m = p.send("t", b"a%d" % i).result()
+            acked[m.offset] = b"a%d" % i
+        leader = c.leader_of("t")
+        f = next(r for r in c.describe("t")[0].replicas if r != leader)
+        disk = c.brokers[f].disk
+
+        def full(fd, data, offset):  # the broker's real FileIO, out of space from now on
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        disk.pwrite = full  # type: ignore[method-assign]
+        for i in range(10):
+            m = p.send("t", b"b%d" % i).result(timeout=30)
+            acked[m.offset] = b"b%d" % i
+        assert f not in c.describe("t")[0].isr
+        fp = c.scheduler.run_sync(lambda: c.brokers[f].rm.partitions[("t", 0)])
+        assert c.scheduler.run_sync(lambda: (fp.follower_state, fp.storage_failed)) == (FAILED, True)
+        assert c.scheduler.errors == []  # nothing raised on the loop thread
+        assert read_all(c, "t", len(acked)) == acked
+
+        del disk.pwrite
+        c.stop_broker(f, clean=False)
+        c.start_broker(f)
+        assert c.scheduler.wait_until(lambda: f in c.store.partitions[("t", 0)].isr, 30_000)
+        c._check()
+    finally:
+        if disk is not None and "pwrite" in vars(disk):
+            del disk.pwrite
         c.close()
