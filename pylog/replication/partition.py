@@ -19,7 +19,9 @@ Leader rules (research §3.2-3.7, Kafka's Partition.scala):
 
 Follower rules: on every new leader epoch the follower first truncates by
 OffsetsForLeaderEpoch with KIP-279's iteration (never to its HW), then fetches
-from its LEO; its HW is ``min(leader HW, own LEO)``.
+from its LEO; its HW is ``min(leader HW, own LEO)``. An append or truncation that fails on
+the follower raises nothing: the replica stops fetching (``FAILED``, :meth:`Partition.fail_fetching`)
+with its bookkeeping matched to its log, and leaves the ISR by the lag rule.
 
 Deviation from Kafka: the HW only waits for ISR members, not for caught-up
 non-ISR replicas (Kafka's "ISR-eligible" extension of maybeIncrementLeaderHW).
