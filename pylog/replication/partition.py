@@ -239,6 +239,7 @@ class Partition:
             # failing disk still leads from its log, which holds every committed record (it was
             # in the ISR); its appends fail and producers get KafkaStorageError until it restarts.
             self.storage_failed = True
+            self.fetch_failure = f"leader-epoch checkpoint at offset {leo} failed: {type(exc).__name__}: {exc}"
             import logging
 
             logging.getLogger("pylog.replication").error(
@@ -749,6 +750,7 @@ class Partition:
             assert self.pending_isr <= set(self.replicas)
         assert self.unconfirmed_additions <= set(self.replicas), (self.unconfirmed_additions, self.replicas)
         assert self.producer_state.map_end_offset == leo, (self, self.producer_state.map_end_offset)
+        assert self.follower_state != FAILED or self.fetch_failure is not None, self
         self.producer_state._check()
 
 

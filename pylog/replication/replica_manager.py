@@ -222,8 +222,18 @@ class ReplicaManager:
         for st in req.states:
             if self.broker_id not in st.replicas:
                 continue
-            p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
-            outcome = p.apply_state(st, now_ms)
+            try:
+                p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
+                outcome = p.apply_state(st, now_ms)
+            except (PylogError, OSError) as exc:
+                # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
+                # the other states still apply, and the controller's resend retries this one.
+                import logging
+
+                logging.getLogger("pylog.replication").error(
+                    "%s-%d: broker %d skipped leader epoch %d (leader %d): its replica failed: %s",
+                    st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
+                continue
             tp = (st.topic, st.partition)
             if outcome == "follower":
                 self._fail_delayed_produce(tp, NotLeaderError, out)

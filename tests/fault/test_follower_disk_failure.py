@@ -206,3 +206,35 @@ def test_real_time_cluster_follower_disk_full_nothing_escapes_the_loop(tmp_path)
         if disk is not None and "pwrite" in vars(disk):
             del disk.pwrite
         c.close()
+
+
+def test_a_replica_that_cannot_be_created_on_a_failing_disk_is_skipped_and_created_after_restart(tmp_path):
+    """LeaderAndIsr for a new partition on a broker whose disk fails: the open fails, nothing escapes
+    (the other states of the request still apply), the leader drops the replica from the ISR."""
+    c = Cluster(tmp_path, brokers=3, seed=13)
+    try:
+        disk = c.brokers[2].disk
+        disk.fail_write_after = disk.writes
+        # start_index=0, shift=0: t-0 on (0, 1, 2), u-0 on (0, 1, 2) as well; broker 2 follows both.
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2, start_index=0, shift=0)
+        c.create_topic("u", partitions=1, replication_factor=1, start_index=0, shift=0)
+        assert ("t", 0) not in c.brokers[2].rm.partitions
+        p = c.producer(acks="all")
+        acked = {}
+        for i in range(10):
+            m = p.send("t", b"a%d" % i).result()
+            acked[m.offset] = b"a%d" % i
+        assert sorted(c.describe("t")[0].isr) == [0, 1]
+        assert p.send("u", b"x").result().offset == 0  # the cluster's other work goes on
+
+        disk.fail_write_after = None
+        c.stop_broker(2, clean=False)
+        c.start_broker(2)
+        assert c.scheduler.wait_until(lambda: 2 in c.store.partitions[("t", 0)].isr, 60_000)
+        assert c.brokers[2].rm.partitions[("t", 0)].log_end_offset == 10
+        assert read_all(c, "t", len(acked)) == acked
+        c._check()
+    finally:
+        for b in c.brokers.values():
+            b.disk.fail_write_after = None
+        c.close()
