@@ -12,7 +12,11 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
 * Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
   and complete when the leader appends or its HW moves.
 * Followers keep one request in flight per partition (OffsetsForLeaderEpoch
-  while truncating, then Fetch) and resend after ``request_timeout_ms``.
+  while truncating, then Fetch) and resend after ``request_timeout_ms``. A
+  follower append or truncation that fails (a failing disk, a batch this
+  replica refuses), or a replica that cannot be opened for a LeaderAndIsr, is
+  logged and that partition stops fetching (``Partition.fail_fetching``):
+  nothing raises out of :meth:`ReplicaManager.handle` or :meth:`ReplicaManager.tick`.
 * ISR expiration runs every ``replica_lag_time_max_ms / 2``; the HW
   checkpoint (``replication-offset-checkpoint``) every
   ``hw_checkpoint_interval_ms`` and on clean shutdown.
