@@ -413,7 +413,7 @@ class ReplicaManager:
         try:
             p.on_fetch_response(req, resp, now_ms)  # (an append failure is handled inside)
         except (PylogError, OSError) as exc:  # a truncation or log-start move failed
-            p.fail_fetching(req.fetch_offset, exc, "truncation")
+            p.fail_fetching(req.fetch_offset, exc, "fetch response")
         if resp.error is not None or p.corrupt_fetches != corrupt_before:
             self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
         self._maybe_send_follower(tp, now_ms, out)
