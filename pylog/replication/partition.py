@@ -709,7 +709,9 @@ class Partition:
         leo = log.log_end_offset
         try:
             self._active_base = log.active_segment.base_offset
-            if ps.map_end_offset < leo:
+            if log.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
+                ps.producers = {}
+            elif ps.map_end_offset < leo:
                 ps.update_from_infos(self._read_infos(ps.map_end_offset, leo))
             elif ps.map_end_offset > leo:
                 ps.truncate_and_reload(log.log_start_offset, leo, self._read_infos)

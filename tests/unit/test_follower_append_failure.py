@@ -14,9 +14,10 @@ from typing import Dict, List
 
 import pytest
 
-from pylog.errors import RecordTooLargeError
+from pylog.errors import OffsetOutOfRangeError, RecordTooLargeError
 from pylog.replication.messages import (
     FetchRequest,
+    FetchResponse,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
     PartitionState,
@@ -164,4 +165,32 @@ def test_a_failing_truncation_stops_fetching_in_the_replica_manager(tmp_path) ->
     assert _producers(f) == _expected_producers(leader, 9, tmp_path)
     f._check()
     disk.fail_fsync_after = None
+    rm.shutdown(clean=False)
+
+
+def test_a_failing_restart_of_the_log_after_offset_out_of_range_stops_fetching(tmp_path) -> None:
+    """The leader's log starts past the follower's end: the follower empties its log to restart there,
+    and the disk fails half-way (the epoch checkpoint): nothing escapes, the state follows the log."""
+    leader = _leader(tmp_path, n_batches=6)
+    disk = SimulatedDiskIO()
+    rm = ReplicaManager(1, os.path.join(tmp_path, "b1"), file_io=disk, clock_ms=lambda: 0)
+    f = rm.get_or_create("t", 0)
+    f.apply_state(_state(0), 0)
+    f.follower_state = FETCHING
+    req = FetchRequest(1, "t", 0, 0, 0, 1)
+    resp, _ = leader.handle_fetch(req, 0)
+    f.on_fetch_response(req, resp, 0)
+    assert f.log_end_offset == 18 and f.producer_state.producers
+    req2 = f.next_follower_request(7)
+    rm.inflight[("t", 0)] = (7, req2, 0)
+    disk.fail_write_after = disk.writes
+    out = rm.handle(0, FetchResponse("t", 0, 7, error=OffsetOutOfRangeError, high_watermark=150,
+                                     log_start_offset=100, log_end_offset=200, leader_epoch=0), 0)
+    assert not out.items
+    assert f.follower_state == FAILED and f.storage_failed
+    assert "fetch response at offset 18" in (f.fetch_failure or "")
+    assert f.log.log_start_offset == f.log_end_offset == 100  # the files were replaced before the failure
+    assert f.producer_state.map_end_offset == 100 and not _producers(f)
+    f._check()
+    disk.fail_write_after = None
     rm.shutdown(clean=False)
