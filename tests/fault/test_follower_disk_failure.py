@@ -238,3 +238,49 @@ def test_a_replica_that_cannot_be_created_on_a_failing_disk_is_skipped_and_creat
         for b in c.brokers.values():
             b.disk.fail_write_after = None
         c.close()
+
+
+def test_min_isr_equal_to_rf_refuses_acks_all_until_the_failed_broker_is_back(tmp_path):
+    """RF 3, min ISR 3: once the failed follower leaves the ISR nothing can be committed; acks=all
+    sends are refused (NotEnoughReplicas, nothing appended) and retried until the broker is back."""
+    c = Cluster(tmp_path, brokers=3, seed=14)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=3)
+        p = c.producer(acks="all", delivery_timeout_ms=20_000, request_timeout_ms=5_000)
+        acked = {}
+        for i in range(5):
+            m = p.send("t", b"a%d" % i).result()
+            acked[m.offset] = b"a%d" % i
+        leader = c.leader_of("t")
+        f = next(r for r in c.describe("t")[0].replicas if r != leader)
+        disk = c.brokers[f].disk
+        disk.fail_write_after = disk.writes
+        late = p.send("t", b"late")
+        c.advance(15_000)  # past replica_lag_time_max_ms: the ISR shrinks to two
+        d = c.describe("t")[0]
+        assert f not in d.isr and d.high_watermark == 5, d
+        refused = p.send("t", b"refused")
+        for fut in (late, refused):  # retried until the delivery timeout, never acknowledged
+            try:
+                fut.result()
+            except errors.NotEnoughReplicasError as exc:
+                assert "nothing was appended" in str(exc) and "t-0" in str(exc)
+            else:
+                raise AssertionError("acknowledged with an ISR below min_insync_replicas")
+        d = c.describe("t")[0]
+        assert d.high_watermark == 5 and d.log_end_offsets[leader] <= 6  # at most "late"'s first try
+
+        disk.fail_write_after = None
+        c.stop_broker(f, clean=False)
+        c.start_broker(f)
+        assert c.scheduler.wait_until(lambda: len(c.store.partitions[("t", 0)].isr) == 3, 60_000)
+        for i in range(3):
+            m = p.send("t", b"c%d" % i).result()
+            acked[m.offset] = b"c%d" % i
+        got = read_all(c, "t", c.describe("t")[0].high_watermark)
+        assert all(got.get(o) == v for o, v in acked.items()), (got, acked)
+        c._check()
+    finally:
+        for b in c.brokers.values():
+            b.disk.fail_write_after = None
+        c.close()
