@@ -14,7 +14,7 @@ from typing import Dict, List
 
 import pytest
 
-from pylog.errors import OffsetOutOfRangeError, RecordTooLargeError
+from pylog.errors import KafkaStorageError, OffsetOutOfRangeError, RecordTooLargeError
 from pylog.replication.messages import (
     FetchRequest,
     FetchResponse,
@@ -194,3 +194,22 @@ def test_a_failing_restart_of_the_log_after_offset_out_of_range_stops_fetching(t
     f._check()
     disk.fail_write_after = None
     rm.shutdown(clean=False)
+
+
+def test_when_the_landed_headers_cannot_be_read_back_the_producer_state_still_matches_the_log_end(tmp_path) -> None:
+    """The last resort of the reconciliation: the disk fails reads too (SimulatedDiskIO cannot, so the
+    replica's header reader is made to fail): producer entries stay below the log end, nothing raises."""
+    leader = _leader(tmp_path, big_last=True)
+    follower = _follower(os.path.join(tmp_path, "f", "t-0"), FileIO(), segment_bytes=1024)
+    req = FetchRequest(1, "t", 0, 0, 0, 1)
+    resp, _ = leader.handle_fetch(req, 0)
+
+    def unreadable(start: int, end: int):
+        raise KafkaStorageError(errno.EIO, f"read of {follower.log.dir} [{start}, {end}) failed")
+
+    follower._read_infos = unreadable  # type: ignore[method-assign]
+    assert follower.on_fetch_response(req, resp, 0) == 0
+    assert follower.follower_state == FAILED and 0 < follower.log_end_offset < leader.log_end_offset
+    assert follower.producer_state.map_end_offset == follower.log_end_offset
+    assert _producers(follower) == {}  # nothing known before the append, nothing readable after it
+    follower._check()
