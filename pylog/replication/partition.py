@@ -19,7 +19,9 @@ Leader rules (research §3.2-3.7, Kafka's Partition.scala):
 
 Follower rules: on every new leader epoch the follower first truncates by
 OffsetsForLeaderEpoch with KIP-279's iteration (never to its HW), then fetches
-from its LEO; its HW is ``min(leader HW, own LEO)``.
+from its LEO; its HW is ``min(leader HW, own LEO)``. An append or truncation that fails on
+the follower raises nothing: the replica stops fetching (``FAILED``, :meth:`Partition.fail_fetching`)
+with its bookkeeping matched to its log, and leaves the ISR by the lag rule.
 
 Deviation from Kafka: the HW only waits for ISR members, not for caught-up
 non-ISR replicas (Kafka's "ISR-eligible" extension of maybeIncrementLeaderHW).
@@ -42,6 +44,7 @@ from pylog.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    PylogError,
     UnknownLeaderEpochError,
 )
 from pylog.replication.messages import (
@@ -64,6 +67,9 @@ FOLLOWER = "follower"
 NONE = "none"
 TRUNCATING = "truncating"
 FETCHING = "fetching"
+#: a follower that stopped fetching after an append or truncation failed (Kafka's fetcher
+#: ``markPartitionFailed``); see :meth:`Partition.fail_fetching`
+FAILED = "failed"
 
 # RecordBatch v2 header fields read before an append: batchLength at 8; lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount from 23.
@@ -141,6 +147,10 @@ class Partition:
         #: fetch responses whose bytes failed the follower's check (CRC, framing); the replica
         #: manager backs off after one, as Kafka's fetcher does for a partition in error
         self.corrupt_fetches = 0
+        #: why this follower stopped fetching (None: it did not); see :meth:`fail_fetching`
+        self.fetch_failure: Optional[str] = None
+        #: the failure was the disk's (KafkaStorageError / OSError): sticky until the broker restarts
+        self.storage_failed = False
 
     # ------------------------------------------------------------ properties
     @property
@@ -222,7 +232,19 @@ class Partition:
         self._proposal = None
         leo = self.log.log_end_offset
         # Kafka's Partition.makeLeader: the new epoch starts at the current LEO.
-        self.log.assign_epoch(st.leader_epoch, leo)
+        try:
+            self.log.assign_epoch(st.leader_epoch, leo)
+        except (PylogError, OSError) as exc:
+            # Only the checkpoint file failed (the cache in memory has the epoch). A replica on a
+            # failing disk still leads from its log, which holds every committed record (it was
+            # in the ISR); its appends fail and producers get KafkaStorageError until it restarts.
+            self.storage_failed = True
+            self.fetch_failure = f"leader-epoch checkpoint at offset {leo} failed: {type(exc).__name__}: {exc}"
+            import logging
+
+            logging.getLogger("pylog.replication").error(
+                "%s-%d: broker %d leads epoch %d on a failing disk (leader-epoch checkpoint at offset %d): %s",
+                self.topic, self.partition, self.broker_id, st.leader_epoch, leo, exc)
         self.leader_epoch_start_offset = leo
         self.remote = {
             r: ReplicaState(now_ms if r in self.isr else 0) for r in self.replicas if r != self.broker_id
@@ -240,11 +262,14 @@ class Partition:
         self.unconfirmed_additions = set()
         self._proposal = None
         self.remote = {}
-        if self.truncate_to_hw_on_become_follower:
+        if self.storage_failed:
+            self.follower_state = FAILED  # an offline replica stays offline until its broker restarts
+        elif self.truncate_to_hw_on_become_follower:
             self._truncate(self.high_watermark)
             self.follower_state = FETCHING
         else:
-            self.follower_state = TRUNCATING
+            self.follower_state = TRUNCATING  # a new leader or epoch retries a failed partition
+            self.fetch_failure = None
 
     def stop(self) -> None:
         """Stop serving (StopReplica or broker shutdown); the log stays open."""
@@ -540,7 +565,7 @@ class Partition:
                               incarnation: int = -1) -> Optional[object]:
         """The follower's next request to its leader: OffsetsForLeaderEpoch while truncating, else Fetch
         (carrying the broker's ``incarnation``, KIP-903)."""
-        if self.role != FOLLOWER or self.leader < 0:
+        if self.role != FOLLOWER or self.leader < 0 or self.follower_state == FAILED:
             return None
         if self.follower_state == TRUNCATING:
             if self.log.epochs.latest_epoch == UNDEFINED_EPOCH:
@@ -583,7 +608,13 @@ class Partition:
         return True
 
     def on_fetch_response(self, req: FetchRequest, resp: FetchResponse, now_ms: int) -> int:
-        """Append what the leader sent; returns the number of records appended."""
+        """Append what the leader sent; returns the number of records appended.
+
+        An append that fails on this replica (other than a batch not contiguous with the log or
+        damaged in transit, which sends it back to truncation) raises nothing: the partition
+        stops fetching (:meth:`fail_fetching`) and 0 is returned, though runs of a multi-run
+        append before the failing one stay in the log.
+        """
         if self.role != FOLLOWER or self.follower_state != FETCHING or resp.leader_epoch != self.leader_epoch:
             return 0
         if req.fetch_offset != self.log.log_end_offset:
@@ -616,6 +647,11 @@ class Partition:
                         self.topic, self.partition, self.broker_id, self.leader, req.fetch_offset, exc)
                 self.follower_state = TRUNCATING
                 return 0
+            except (PylogError, OSError) as exc:
+                # A failing disk (KafkaStorageError) or a batch this replica refuses (RecordTooLargeError,
+                # ...): stop fetching this partition, keeping what landed of a multi-run append.
+                self.fail_fetching(req.fetch_offset, exc, "append")
+                return 0
             appended = res.records_count
             self._after_append(req.fetch_offset)
             # Build the same producer state as the leader, so a new leader deduplicates too
@@ -635,6 +671,61 @@ class Partition:
         if new_start > self.log.log_start_offset:
             self.log.delete_records_before(new_start)
         return appended
+
+    def fail_fetching(self, offset: int, exc: BaseException, what: str = "append") -> None:
+        """Stop fetching this partition after ``what`` failed at ``offset`` (Kafka's fetcher
+        ``markPartitionFailed``): the error is logged, nothing is raised.
+
+        The replica's bookkeeping is made to match what is in its log: a multi-run append that
+        failed part-way keeps the runs that landed (a valid prefix of the leader's log) and the
+        producer state takes them in from the log; a truncation that failed part-way reloads it.
+        The HW is at most the LEO. The follower sends nothing more for this partition, so its
+        leader drops it from the ISR after ``replica_lag_time_max_ms``. A disk error
+        (KafkaStorageError, OSError) is sticky until the broker restarts (Kafka takes the log
+        directory offline); any other error is retried on the next leader or leader epoch.
+
+        Complexity: O(batches that landed) reading their headers back. Durability: none added.
+        Thread-safety: none (the scheduler thread).
+        """
+        storage = isinstance(exc, OSError)
+        self.follower_state = FAILED
+        self.storage_failed = self.storage_failed or storage
+        self.fetch_failure = f"{what} at offset {offset} failed: {type(exc).__name__}: {exc}"
+        self._reconcile_producer_state()
+        if self.high_watermark > self.log.log_end_offset:
+            self.high_watermark = self.log.log_end_offset
+        import logging
+
+        logging.getLogger("pylog.replication").error(
+            "%s-%d: broker %d stopped fetching from leader %d (epoch %d): %s at offset %d failed "
+            "(log end offset now %d; %s): %s: %s", self.topic, self.partition, self.broker_id, self.leader,
+            self.leader_epoch, what, offset, self.log.log_end_offset,
+            "disk error: offline until the broker restarts" if self.storage_failed else "retried on a new leader epoch",
+            type(exc).__name__, exc)
+
+    def _reconcile_producer_state(self) -> None:
+        """After a failed append or truncation: make the producer state cover exactly ``[start, LEO)``."""
+        ps, log = self.producer_state, self.log
+        leo = log.log_end_offset
+        try:
+            self._active_base = log.active_segment.base_offset
+            if log.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
+                ps.producers = {}
+            elif ps.map_end_offset < leo:
+                ps.update_from_infos(self._read_infos(ps.map_end_offset, leo))
+            elif ps.map_end_offset > leo:
+                ps.truncate_and_reload(log.log_start_offset, leo, self._read_infos)
+        except (PylogError, OSError):
+            # The disk will not even give the headers back: keep only what is below the log end
+            # (deduplication may miss a batch that landed; the replica is out of the ISR anyway).
+            for pid in list(ps.producers):
+                entry = ps.producers[pid]
+                kept = [b for b in entry.batches if b.last_offset < leo]
+                entry.batches.clear()
+                entry.batches.extend(kept)
+                if not kept:
+                    del ps.producers[pid]
+        ps.map_end_offset = leo
 
     def _truncate(self, offset: int) -> None:
         if offset < self.log.log_end_offset:
@@ -661,6 +752,7 @@ class Partition:
             assert self.pending_isr <= set(self.replicas)
         assert self.unconfirmed_additions <= set(self.replicas), (self.unconfirmed_additions, self.replicas)
         assert self.producer_state.map_end_offset == leo, (self, self.producer_state.map_end_offset)
+        assert self.follower_state != FAILED or self.fetch_failure is not None, self
         self.producer_state._check()
 
 
@@ -698,4 +790,5 @@ def _batch_index(log: Log, end: int) -> Dict[int, Tuple[int, int, int]]:
     return out
 
 
-__all__: List[str] = ["Partition", "ReplicaState", "records_equal_below", "LEADER", "FOLLOWER", "TRUNCATING", "FETCHING"]
+__all__: List[str] = ["Partition", "ReplicaState", "records_equal_below", "LEADER", "FOLLOWER", "TRUNCATING", "FETCHING",
+                       "FAILED"]

@@ -12,7 +12,11 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
 * Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
   and complete when the leader appends or its HW moves.
 * Followers keep one request in flight per partition (OffsetsForLeaderEpoch
-  while truncating, then Fetch) and resend after ``request_timeout_ms``.
+  while truncating, then Fetch) and resend after ``request_timeout_ms``. A
+  follower append or truncation that fails (a failing disk, a batch this
+  replica refuses), or a replica that cannot be opened for a LeaderAndIsr, is
+  logged and that partition stops fetching (``Partition.fail_fetching``):
+  nothing raises out of :meth:`ReplicaManager.handle` or :meth:`ReplicaManager.tick`.
 * ISR expiration runs every ``replica_lag_time_max_ms / 2``; the HW
   checkpoint (``replication-offset-checkpoint``) every
   ``hw_checkpoint_interval_ms`` and on clean shutdown.
@@ -222,8 +226,18 @@ class ReplicaManager:
         for st in req.states:
             if self.broker_id not in st.replicas:
                 continue
-            p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
-            outcome = p.apply_state(st, now_ms)
+            try:
+                p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
+                outcome = p.apply_state(st, now_ms)
+            except (PylogError, OSError) as exc:
+                # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
+                # the other states still apply, and the controller's resend retries this one.
+                import logging
+
+                logging.getLogger("pylog.replication").error(
+                    "%s-%d: broker %d skipped leader epoch %d (leader %d): its replica failed: %s",
+                    st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
+                continue
             tp = (st.topic, st.partition)
             if outcome == "follower":
                 self._fail_delayed_produce(tp, NotLeaderError, out)
@@ -372,7 +386,11 @@ class ReplicaManager:
             return
         if now_ms < self.next_fetch_at.get(tp, 0):
             return
-        req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms, self.incarnation)
+        try:
+            req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms, self.incarnation)
+        except (PylogError, OSError) as exc:  # a truncation failed: stop fetching, raise nothing
+            p.fail_fetching(p.log_end_offset, exc, "truncation")
+            return
         if req is None:
             return
         self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
@@ -392,7 +410,10 @@ class ReplicaManager:
         if req is None or p is None or not isinstance(req, FetchRequest):
             return
         corrupt_before = p.corrupt_fetches
-        p.on_fetch_response(req, resp, now_ms)
+        try:
+            p.on_fetch_response(req, resp, now_ms)  # (an append failure is handled inside)
+        except (PylogError, OSError) as exc:  # a truncation or log-start move failed
+            p.fail_fetching(req.fetch_offset, exc, "fetch response")
         if resp.error is not None or p.corrupt_fetches != corrupt_before:
             self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
         self._maybe_send_follower(tp, now_ms, out)
@@ -404,7 +425,10 @@ class ReplicaManager:
         if req is None or p is None:
             return
         if isinstance(req, OffsetsForLeaderEpochRequest) and req.current_leader_epoch == p.leader_epoch:
-            p.on_offsets_for_leader_epoch(resp)
+            try:
+                p.on_offsets_for_leader_epoch(resp)
+            except (PylogError, OSError) as exc:  # the truncation failed: stop fetching, raise nothing
+                p.fail_fetching(p.log_end_offset, exc, "truncation")
         if resp.error is not None:
             self.next_fetch_at[tp] = now_ms + self.config.replica_fetch_backoff_ms
         self._maybe_send_follower(tp, now_ms, out)
@@ -441,7 +465,13 @@ class ReplicaManager:
                 del self.inflight[tp]
             self._maybe_send_follower(tp, now_ms, out)
         if now_ms - self._last_hw_checkpoint >= cfg.hw_checkpoint_interval_ms:
-            self.checkpoint_high_watermarks()
+            try:
+                self.checkpoint_high_watermarks()
+            except OSError as exc:  # a failing disk: retried next interval, never raised out of tick
+                import logging
+
+                logging.getLogger("pylog.replication").error(
+                    "broker %d: high-watermark checkpoint in %s failed: %s", self.broker_id, self.log_dir, exc)
         return out
 
     def checkpoint_high_watermarks(self) -> None:
