@@ -29,10 +29,13 @@ class KafkaStorageError(PylogError, OSError):
     """An I/O error in a log directory (Kafka's KafkaStorageException)."""
 
     kafka_name = "KAFKA_STORAGE_ERROR"
+    retriable = True  # as Kafka's (an InvalidMetadataException): the leadership may move off the failing disk
 
 
 class LogDirLockedError(KafkaStorageError):
     """Another writer (a process, or another object in this one) holds the log directory."""
+
+    retriable = False  # raised when opening, not by a request: waiting does not free the lock
 
 
 class LogClosedError(PylogError):

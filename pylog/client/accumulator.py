@@ -72,7 +72,7 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
     # (records, size, topic, partition, done, error, base_offset, timestamp and plain are the base's)
     __slots__ = (
         "created_ms", "deadline_ms", "open", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch",
-        "sequence", "attempts", "order", "reserved",
+        "sequence", "attempts", "order", "reserved", "last_error",
     )
 
     def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int):
@@ -97,6 +97,7 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
         self.attempts = 0
         self.order = order
         self.reserved = 0  # bytes of the producer's buffer_memory this batch holds until completed
+        self.last_error: Optional[BaseException] = None  # the error of its latest retried attempt
         self.plain = True  # every record a bytes value (no key, headers, timestamp or null): the encoder's fast path
 
     def __repr__(self) -> str:

@@ -520,9 +520,11 @@ class Producer:
             if self.enable_idempotence and self.producer_id < 0 and any(ps.open or ps.queue for ps in dirty):
                 need_pid = True
         for b in expired:
+            last = b.last_error
             self._fail(b, RequestTimedOutError(
                 f"{b.topic}-{b.partition}: delivery timed out ({self.delivery_timeout_ms} ms since the batch was "
-                f"created; {len(b.records)} records)"))
+                f"created; {len(b.records)} records)"
+                + (f"; last error: {type(last).__name__}: {last}" if last is not None else "")))
         for ps, b in to_send:
             self._send_batch(ps, b)
         if need_pid:
@@ -663,6 +665,7 @@ class Producer:
                                     and 0 <= x.sequence < b.sequence for x in pending)
         if retriable and not self._node.closed and now < b.deadline_ms and b.attempts <= self.max_retries:
             self.retries += 1
+            b.last_error = err
             with self._lock:
                 ps.retry_mode = True
                 ps.retry.append(b)
@@ -671,7 +674,7 @@ class Producer:
             return
         if isinstance(err, OutOfOrderSequenceError) or b.sequence >= 0:
             # b failed for good after taking sequence numbers (retries exhausted, or a
-            # non-retriable error such as KafkaStorageError): whether the leader wrote it is
+            # non-retriable error such as RecordTooLargeError): whether the leader wrote it is
             # unknown, so its sequence state is too. Start a new producer id (Kafka bumps the
             # epoch, KIP-360) and renumber this partition's batches not written under the old one.
             self._reset_producer_id(ps, b)

@@ -576,7 +576,7 @@ class Log:
                 if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
                     res = self._append_across_segments(buf, found.batches)
                 else:
-                    res = self._append_validated(buf, found.batches)
+                    res = self._append_validated(buf, found.batches, follower=True)
                 if headers_out is not None:
                     headers_out.extend((b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset,
                                         b.last_offset, b.max_timestamp) for b in found.batches)
@@ -637,7 +637,7 @@ class Log:
             if n > self.config.segment_bytes and len(headers) > 1:
                 return None  # split across segments by the general path
             res = self._write_validated(data, first_offset, prev_last, max_ts, offset_of_max, n_records,
-                                        epoch_starts, (big_size, big_offset))
+                                        epoch_starts, (big_size, big_offset), follower=True)
             if headers_out is not None:
                 headers_out.extend(headers)
             return res
@@ -661,7 +661,7 @@ class Log:
                 size += batches[j].size
                 j += 1
             start = batches[i].position
-            res = self._append_validated(view[start : start + size], batches[i:j])
+            res = self._append_validated(view[start : start + size], batches[i:j], follower=True)
             first = first or res
             last = res
             max_ts = max(max_ts, res.max_timestamp)
@@ -710,7 +710,8 @@ class Log:
                 if base < self.log_end_offset:
                     raise self._below_end(base)
             return self._write_validated(buf, base, info.last_offset, info.max_timestamp, info.last_offset,
-                                         info.records_count, ((epoch, base),), (info.size, base))
+                                         info.records_count, ((epoch, base),), (info.size, base),
+                                         follower=not assign_offsets)
 
     def _below_end(self, base_offset: int) -> InvalidOffsetError:
         return InvalidOffsetError(
@@ -718,25 +719,29 @@ class Log:
             f"is below the log end offset {self.log_end_offset}"
         )
 
-    def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo]) -> AppendResult:
+    def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo], *,
+                          follower: bool = False) -> AppendResult:
         first, last = batches[0], batches[-1]
         max_ts = max(b.max_timestamp for b in batches)
         offset_of_max = next(b.last_offset for b in batches if b.max_timestamp == max_ts)
         return self._write_validated(data, first.base_offset, last.last_offset, max_ts, offset_of_max,
                                      sum(b.records_count for b in batches),
                                      [(b.partition_leader_epoch, b.base_offset) for b in batches],
-                                     max((b.size, b.base_offset) for b in batches))
+                                     max((b.size, b.base_offset) for b in batches), follower=follower)
 
     def _write_validated(self, data: Union[bytes, bytearray], first_offset: int, last_offset: int, max_ts: int,
                          offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
-                         largest_batch: Tuple[int, int]) -> AppendResult:
+                         largest_batch: Tuple[int, int], *, follower: bool = False) -> AppendResult:
         """Write validated, offset-stamped batches ``[first_offset, last_offset]`` at the log end
         (under the lock): size limits, roll, segment append, epoch cache, flush policy, counters.
         ``largest_batch`` is (size, base offset) of the largest batch, for the size limit's error.
+        A ``follower`` copying its leader skips ``max_message_bytes``, as Kafka's ``appendAsFollower``
+        does (the leader checked it under the config of the time; a smaller value now must not strand
+        a lagging replica); ``segment_bytes`` applies to both.
         All-or-nothing: a failure after the bytes are written cuts them off again."""
         size = len(data)
         big_size, big_offset = largest_batch
-        if big_size > self.config.max_message_bytes:
+        if big_size > self.config.max_message_bytes and not follower:
             raise RecordTooLargeError(
                 f"batch at offset {big_offset} for {self.topic}-{self.partition} is {big_size} bytes, "
                 f"over max_message_bytes={self.config.max_message_bytes}"

@@ -138,7 +138,7 @@ def test_a_batch_one_follower_refuses_fails_only_that_partition_and_a_new_epoch_
         leader = c.leader_of("t")
         f = next(r for r in c.describe("t")[0].replicas if r != leader)
         fp = c.brokers[f].rm.partitions[("t", 0)]
-        fp.log.config = fp.log.config._replace(max_message_bytes=500)  # this replica refuses big batches
+        fp.log.config = fp.log.config._replace(segment_bytes=500)  # this replica refuses big batches
         big = b"B" * 1_000
         m = p.send("t", big).result()  # completes once the leader drops f from the ISR
         acked["t"][m.offset] = big
@@ -152,7 +152,7 @@ def test_a_batch_one_follower_refuses_fails_only_that_partition_and_a_new_epoch_
         assert sorted(du.isr) == [0, 1, 2] and du.log_end_offsets[f] == 10, du
         fp._check()
 
-        fp.log.config = fp.log.config._replace(max_message_bytes=1 << 20)
+        fp.log.config = fp.log.config._replace(segment_bytes=1 << 20)
         c.stop_broker(leader, clean=True)  # a new leader epoch: f's fetcher tries again
         assert c.scheduler.wait_until(lambda: f in c.store.partitions[("t", 0)].isr, 60_000)
         assert c.leader_of("t") != f and fp.follower_state == FETCHING and fp.fetch_failure is None
@@ -283,4 +283,29 @@ def test_min_isr_equal_to_rf_refuses_acks_all_until_the_failed_broker_is_back(tm
     finally:
         for b in c.brokers.values():
             b.disk.fail_write_after = None
+        c.close()
+
+
+def test_a_leaders_transient_disk_error_is_retried_by_the_producer(tmp_path):
+    """KafkaStorageError is retriable, as Kafka's KafkaStorageException (an InvalidMetadataException):
+    the producer retries within delivery_timeout_ms instead of failing the record at once, and the
+    record lands exactly once when the disk works again."""
+    assert errors.KafkaStorageError.retriable and not errors.LogDirLockedError.retriable
+    c = Cluster(tmp_path, brokers=1, seed=3)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=1)
+        p = c.producer(acks="all")
+        assert p.send("t", b"a").result().offset == 0
+        disk = c.brokers[0].disk
+        disk.fail_errno = errno.EIO
+        disk.fail_write_after = disk.writes  # the leader's next writes fail
+
+        def heal() -> None:
+            disk.fail_write_after = None
+
+        c.scheduler.call_later(300, heal)
+        assert p.send("t", b"b").result().offset == 1
+        assert p.retries >= 1 and p.record_errors == 0
+        assert read_all(c, "t", 2) == {0: b"a", 1: b"b"}
+    finally:
         c.close()

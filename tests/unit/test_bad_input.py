@@ -120,15 +120,34 @@ def test_record_over_max_message_bytes(log: pylog.Log) -> None:
     assert log.append([b"x" * 900]).base_offset == 3  # a smaller one still fits
 
 
-def test_a_fetch_with_one_batch_over_max_message_bytes_names_that_batch(log: pylog.Log) -> None:
-    # a follower's append of several batches: the error names the batch over the limit, not the first
+def test_a_request_with_one_batch_over_max_message_bytes_names_that_batch(log: pylog.Log) -> None:
+    # a leader's append of several batches: the error names the batch over the limit, not the first
     from pylog.storage.record import encode_batch
 
     end = log.log_end_offset
-    data = encode_batch([b"a"], now_ms=1, base_offset=end) + encode_batch([b"x" * 1000], now_ms=1, base_offset=end + 1)
+    data = encode_batch([b"a"], now_ms=1, base_offset=0) + encode_batch([b"x" * 1000], now_ms=1, base_offset=1)
     with _Unchanged(log), pytest.raises(errors.RecordTooLargeError) as info:
-        log.append_batches(bytes(data), assign_offsets=False)
+        log.append_batches(bytes(data))
     assert f"batch at offset {end + 1} " in str(info.value) and "max_message_bytes=1000" in str(info.value)
+
+
+@pytest.mark.parametrize("batches", [1, 2])
+def test_a_follower_copies_batches_over_max_message_bytes(log: pylog.Log, batches: int) -> None:
+    """Kafka's appendAsFollower ignores max.message.bytes: the leader checked each batch under the
+    config of its time, and a replica with a smaller limit now must still copy its leader's log.
+    (One batch and several take different append paths.) segment_bytes still applies."""
+    from pylog.storage.record import encode_batch
+
+    end = log.log_end_offset
+    data = encode_batch([b"x" * 1000], now_ms=1, base_offset=end)
+    if batches == 2:
+        data += encode_batch([b"a"], now_ms=1, base_offset=end + 1)
+    res = log.append_batches(bytes(data), assign_offsets=False)
+    assert (res.base_offset, res.last_offset) == (end, end + batches - 1)
+    assert [r.value for r in log.read(end)] == [b"x" * 1000, b"a"][:batches]
+    too_big = encode_batch([b"y" * 4200], now_ms=1, base_offset=log.log_end_offset)
+    with _Unchanged(log), pytest.raises(errors.RecordTooLargeError, match="segment_bytes=4096"):
+        log.append_batches(bytes(too_big), assign_offsets=False)
 
 
 def test_raw_batches_that_are_not_batches(log: pylog.Log) -> None:

@@ -87,13 +87,15 @@ def test_oversized_record_names_topic_and_partition(cluster: Cluster) -> None:
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
 @pytest.mark.parametrize("rf, acks", [(3, "all"), (1, 1)])
 def test_disk_error_on_the_leader(tmp_path, where: str, err: int, rf: int, acks: object) -> None:
-    """ENOSPC/EIO on the leader's write or fsync: the send fails with KafkaStorageError (its errno,
-    naming the partition's file), nothing unacknowledged becomes visible, every acknowledged record
-    stays readable, and the partition takes new records afterwards."""
+    """ENOSPC/EIO on the leader's write or fsync: KafkaStorageError is retriable (as Kafka's), so the
+    producer retries until ``delivery_timeout_ms`` and then fails the send with the storage error
+    (its errno, naming the partition) - itself, or named as the last error of the timeout; nothing
+    unacknowledged becomes visible, every acknowledged record stays readable, and the partition
+    takes new records afterwards."""
     c = Cluster(tmp_path / "c", brokers=3, seed=7, log_config={"flush_messages": 1})
     try:
         c.create_topic("t", partitions=1, replication_factor=rf)
-        p = c.producer(acks=acks)
+        p = c.producer(acks=acks, delivery_timeout_ms=3_000, request_timeout_ms=1_000)
         acked: List[Tuple[int, bytes]] = [(p.send("t", b"a%d" % i).result().offset, b"a%d" % i) for i in range(3)]
         disk = c.brokers[c.leader_of("t", 0)].disk
         disk.fail_errno = err
@@ -102,10 +104,13 @@ def test_disk_error_on_the_leader(tmp_path, where: str, err: int, rf: int, acks:
         else:
             disk.fail_fsync_after = disk.fsyncs
         try:
-            with pytest.raises(errors.KafkaStorageError) as info:
+            with pytest.raises((errors.KafkaStorageError, errors.RequestTimedOutError)) as info:
                 p.send("t", b"never-acked").result()
         finally:
             disk.fail_write_after = disk.fail_fsync_after = None
+        assert p.retries >= 1
+        if isinstance(info.value, errors.RequestTimedOutError):
+            assert "last error: KafkaStorageError" in str(info.value)
         # The error crossed the transport as Kafka's error code plus message: the errno is in the text.
         assert os.strerror(err) in str(info.value) and "t-0" in str(info.value)
         c.advance(3_000)
