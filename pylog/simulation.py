@@ -42,6 +42,7 @@ Thread-safety: none; a simulation runs on the calling thread only.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import random
@@ -123,6 +124,7 @@ class SimConfig:
     partition_rate: float = 0.08
     heal_rate: float = 0.08
     slow_rate: float = 0.04
+    disk_fail_rate: float = 0.0
     loss: Optional[float] = 0.0
     max_latency_ms: Optional[int] = 5
     replica_lag_time_max_ms: int = 2_000
@@ -134,7 +136,7 @@ class SimConfig:
 
     def validate(self) -> None:
         rates = (self.produce_rate, self.crash_rate, self.stop_rate, self.restart_rate, self.partition_rate,
-                 self.heal_rate, self.slow_rate)
+                 self.heal_rate, self.slow_rate, self.disk_fail_rate)
         if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
             raise InvalidConfigurationError(f"simulation rates must be >= 0 and sum to at most 1 per step, got {rates}")
         if self.brokers < 1 or not 1 <= self.rf <= self.brokers:
@@ -246,7 +248,8 @@ class Simulation:
         self.trace: Optional[Trace] = Trace(config.brokers) if trace else None
         self.violations: Dict[str, Violation] = {}
         self.stats = {"crashes": 0, "stops": 0, "partitions": 0, "acked": 0, "restarts": 0, "heals": 0,
-                      "slows": 0, "produced": 0, "steps": 0, "virtual_ms": 0, "leader_changes": 0}
+                      "slows": 0, "produced": 0, "steps": 0, "virtual_ms": 0, "leader_changes": 0,
+                      "disk_failures": 0}
         # Checker state.
         self.futures: List[Tuple[Any, bytes]] = []
         self.acked: Dict[TP, Dict[int, bytes]] = {}
@@ -256,6 +259,7 @@ class Simulation:
         self.replica_hw: Dict[Tuple[int, int, TP], int] = {}
         self.max_hw: Dict[TP, int] = {}
         self.down: Dict[int, bool] = {}
+        self.disk_failed: Dict[int, None] = {}  # brokers whose disk fails every write (insertion-ordered)
         self._step = 0
         self._action = "start"
         self._t0 = 0
@@ -362,13 +366,14 @@ class Simulation:
         if self.trace is not None:
             self.trace.events.append({"t": self._now(), "kind": kind, **detail})
 
-    def _all_in_sync(self) -> bool:
+    def _all_in_sync(self, but: Optional[int] = None) -> bool:
         # Every broker up, registered with the controller under its current incarnation
-        # (a restarted broker is dropped from ISRs at registration), and every ISR full again.
+        # (a restarted broker is dropped from ISRs at registration), and every ISR full again
+        # (``but``: except that broker, which may be missing from ISRs).
         c = self.c
         assert c is not None
         registered = all(c.store.broker_incarnations.get(b) == c.brokers[b].incarnation for b in c.brokers)
-        full = all(len(st.isr) == len(st.replicas) and st.leader >= 0 for st in c.store.partitions.values())
+        full = all(set(st.replicas) - {but} <= set(st.isr) and st.leader >= 0 for st in c.store.partitions.values())
         return registered and full and not any(self.down.values())
 
     def _act(self) -> str:
@@ -387,7 +392,7 @@ class Simulation:
                 self.futures.append((self.producer.send(topic, value, partition=rng.randrange(self.partitions)), value))
             return f"produce {k}"
         cut += cfg.crash_rate + cfg.stop_rate
-        if roll < cut and self._all_in_sync() and not c.transport.blocked:
+        if roll < cut and self._all_in_sync() and not c.transport.blocked and not self.disk_failed:
             target = rng.choice([c.store.partitions[(cfg.topics[0], 0)].leader, c.store.controller_id, rng.randrange(n)])
             stops = cfg.crash_rate + cfg.stop_rate
             clean = rng.random() < (cfg.stop_rate / stops if stops else 0.0)
@@ -397,8 +402,14 @@ class Simulation:
             self.stats["stops" if clean else "crashes"] += 1
             return f"stop {target} clean={clean}"
         cut += cfg.restart_rate
-        if roll < cut and any(self.down.values()):
-            b = rng.choice([b for b, d in self.down.items() if d])
+        if roll < cut and (any(self.down.values()) or self.disk_failed):
+            b = rng.choice([b for b, d in self.down.items() if d] + list(self.disk_failed))
+            if b in self.disk_failed:
+                # Its crash must be the only fault, as any crash here: every other replica in sync.
+                if not self._all_in_sync(but=b) or c.transport.blocked:
+                    return ""
+                self._replace_disk(b)
+                return f"replace disk {b}"
             c.start_broker(b)
             self._event("start", broker=b)
             self.down[b] = False
@@ -427,7 +438,35 @@ class Simulation:
             self._event("slow", broker=b, extra_ms=ms)
             self.stats["slows"] += 1
             return f"slow {b}"
+        cut += cfg.disk_fail_rate
+        if roll < cut and self._all_in_sync() and not c.transport.blocked and not self.disk_failed:
+            # Like a crash, only while every replica is in sync: the broker keeps running, but
+            # every write and fsync of its disk fails until the disk is replaced (a restart step).
+            b = rng.choice([c.store.partitions[(cfg.topics[0], 0)].leader, rng.randrange(n)])
+            disk = c.brokers[b].disk
+            disk.fail_errno = rng.choice([errno.ENOSPC, errno.EIO])
+            disk.fail_write_after = disk.writes
+            disk.fail_fsync_after = disk.fsyncs
+            self.disk_failed[b] = None
+            self._event("disk_fail", broker=b)
+            self.stats["disk_failures"] += 1
+            return f"disk fail {b}"
         return ""
+
+    def _replace_disk(self, b: int) -> None:
+        """The operator's answer to a failed disk: the broker dies (unsynced bytes lost, as in a
+        crash), the disk works again, the broker restarts and recovers from its files."""
+        c = self.c
+        assert c is not None
+        self._event("crash", broker=b)
+        c.stop_broker(b, clean=False)
+        disk = c.brokers[b].disk
+        disk.fail_write_after = disk.fail_fsync_after = None
+        del self.disk_failed[b]
+        self.stats["crashes"] += 1
+        c.start_broker(b)
+        self._event("start", broker=b)
+        self.stats["restarts"] += 1
 
     def _settle(self, step: int) -> None:
         """Heal, restart everyone, finish every send, check, run 5 s, check, read everything back."""
@@ -445,6 +484,14 @@ class Simulation:
                 c.start_broker(b)
                 self._event("start", broker=b)
                 self.down[b] = False
+        for b in list(self.disk_failed):
+            # The other replicas catch up first (the broker keeps serving what it has), so its
+            # crash is the only fault; then the disk is replaced.
+            for _ in range(60):
+                if self._all_in_sync(but=b):
+                    break
+                self._advance(500)
+            self._replace_disk(b)
         for fut, _ in list(self.futures):
             try:
                 fut.result()

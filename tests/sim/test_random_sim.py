@@ -12,7 +12,9 @@ Opt-in soak (10,000 seeds, roughly an hour on one core)::
 
     PYLOG_SOAK=1 .venv/bin/python -m pytest tests/sim/test_random_sim.py -m soak -q
 
-``PYLOG_SOAK_SEEDS=N`` and ``PYLOG_SOAK_START=S`` change the range.
+``PYLOG_SOAK_SEEDS=N`` and ``PYLOG_SOAK_START=S`` change the range;
+``PYLOG_SIM_DISK_FAIL_RATE=0.08`` adds failing disks to every step's choices
+(the soak and the replay; the default run has its own 60 seeds with them).
 """
 from __future__ import annotations
 
@@ -39,6 +41,23 @@ def test_random_simulation(tmp_path, first):
     assert totals["partitions"] >= CHUNK // 2
 
 
+DISK_FAIL_RATE = 0.08
+
+
+@pytest.mark.parametrize("first", range(0, 60, CHUNK))
+def test_random_simulation_with_failing_disks(tmp_path, first):
+    """Also a broker's disk failing every write and fsync (ENOSPC or EIO) while the broker runs on,
+    until the disk is replaced (the broker crashes and restarts): its replicas stop fetching or fail
+    their appends, ISRs shrink, and still no acknowledged record is lost."""
+    totals = {"crashes": 0, "acked": 0, "disk_failures": 0}
+    for seed in range(100_000 + first, 100_000 + first + CHUNK):
+        stats = run_seed(str(tmp_path / f"seed-{seed}"), seed, disk_fail_rate=DISK_FAIL_RATE)
+        for k in totals:
+            totals[k] += stats[k]
+    assert totals["disk_failures"] >= CHUNK // 4  # the fault really happened
+    assert totals["acked"] > 20 * CHUNK
+
+
 #: seeds the 10,000-seed soak found failing, each fixed (a committed write lost after a lost
 #: AlterPartition reply; a restarted follower added to the ISR on a fetch from its previous life;
 #: a consumer whose coordinator was lost in the middle of a JoinGroup)
@@ -55,7 +74,8 @@ def test_replay_seed(tmp_path):
     seed = os.environ.get("PYLOG_SIM_SEED")
     if seed is None:
         pytest.skip("set PYLOG_SIM_SEED=<seed> to replay one simulation")
-    stats = run_seed(str(tmp_path / "replay"), int(seed))
+    rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
+    stats = run_seed(str(tmp_path / "replay"), int(seed), disk_fail_rate=rate)
     assert stats["acked"] >= 0
 
 
@@ -72,9 +92,10 @@ def test_same_seed_replays_exactly(tmp_path):
 def test_soak_random_simulation(tmp_path):
     start = int(os.environ.get("PYLOG_SOAK_START", "1000"))
     count = int(os.environ.get("PYLOG_SOAK_SEEDS", "10000"))
+    rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
     for seed in range(start, start + count):
         path = tmp_path / f"seed-{seed}"
-        run_seed(str(path), seed)
+        run_seed(str(path), seed, disk_fail_rate=rate)
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
