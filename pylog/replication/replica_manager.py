@@ -521,6 +521,8 @@ class ReplicaManager:
             p.log._check()
         for tp in self.inflight:
             assert tp in self.partitions, tp
+        for tp in self.fetch_wakeups:
+            assert tp in self.partitions, tp
 
 
 __all__ = ["ReplicaManager", "ReplicaManagerConfig", "CONTROLLER", "HW_CHECKPOINT_FILE"]
