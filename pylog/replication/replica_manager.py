@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     BrokerNotAvailableError,
@@ -121,6 +121,10 @@ class ReplicaManager:
         self.controller_epoch = -1
         self.delayed_produce: Dict[TP, List[_DelayedProduce]] = {}
         self.delayed_fetch: Dict[TP, List[_DelayedFetch]] = {}
+        #: partitions a produce appended to while fetches were parked on them: the parked fetches
+        #: are answered by :meth:`complete_fetch_wakeups`, which the broker runs once after the
+        #: messages already queued (so one answer carries every batch appended meanwhile)
+        self.fetch_wakeups: Set[TP] = set()
         self.inflight: Dict[TP, Tuple[int, object, int]] = {}
         self.next_fetch_at: Dict[TP, int] = {}
         # Correlation ids are unique across this broker's incarnations: a response to a request the
@@ -279,25 +283,39 @@ class ReplicaManager:
                 out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=type(exc),
                                               message=str(exc)))
             return
-        if self.delayed_fetch:
-            self._complete_delayed_fetch(tp, now_ms, out)
+        if self.delayed_fetch.get(tp):
+            # The parked fetches see the new data once the messages queued now are handled
+            # (complete_fetch_wakeups): a producer's requests in flight are appended first and
+            # each follower gets them in one response, not one round per batch.
+            self.fetch_wakeups.add(tp)
         if acks != ACKS_ALL:
             if acks != 0:
                 out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id,
                                               base_offset=res.base_offset, timestamp=res.max_timestamp))
-            self._complete_delayed(tp, now_ms, out)
+            self._complete_delayed(tp, now_ms, out, fetches=False)
             return
         if p.high_watermark > res.last_offset and not self.delayed_produce.get(tp):
             # Already committed (the ISR is the leader alone, or a duplicate below the HW) and
             # nothing older waits: answer as the purgatory would at once, without parking it.
             self._answer_produce(p, src, req, res.base_offset, res.max_timestamp, out)
-            if self.delayed_fetch:
-                self._complete_delayed_fetch(tp, now_ms, out)
             return
         self.delayed_produce.setdefault(tp, []).append(
             _DelayedProduce(src, req, res.last_offset + 1, now_ms + req.timeout_ms, res.base_offset, res.max_timestamp)
         )
-        self._complete_delayed(tp, now_ms, out)
+        self._complete_delayed(tp, now_ms, out, fetches=False)
+
+    def complete_fetch_wakeups(self, now_ms: int) -> Outbox:
+        """Answer the fetches parked on partitions that produces appended to since the last call
+        (:attr:`fetch_wakeups`); what to send."""
+        out = Outbox()
+        wakeups = self.fetch_wakeups
+        if wakeups and not self.closed:
+            self.fetch_wakeups = set()
+            for tp in wakeups:
+                self._complete_delayed_fetch(tp, now_ms, out)
+        else:
+            wakeups.clear()
+        return out
 
     def _answer_produce(self, p: Partition, src: object, r: ProduceRequest, base_offset: int, timestamp: int,
                         out: Outbox) -> None:
@@ -311,8 +329,9 @@ class ReplicaManager:
                 message=f"{r.topic}-{r.partition}: offset {base_offset} appended but the ISR "
                 f"{sorted(p.maximal_isr)} shrank below min_insync_replicas={p.min_insync_replicas}"))
 
-    def _complete_delayed(self, tp: TP, now_ms: int, out: Outbox) -> None:
-        """Re-check the produce and fetch purgatories of ``tp`` (after a HW or ISR change)."""
+    def _complete_delayed(self, tp: TP, now_ms: int, out: Outbox, fetches: bool = True) -> None:
+        """Re-check the produce and fetch purgatories of ``tp`` (after a HW or ISR change); the
+        fetch purgatory only with ``fetches`` (else :meth:`complete_fetch_wakeups` does)."""
         p = self.partitions.get(tp)
         waiting = self.delayed_produce.get(tp)
         if waiting and p is not None:
@@ -331,7 +350,8 @@ class ReplicaManager:
                 else:
                     keep.append(d)
             self.delayed_produce[tp] = keep
-        self._complete_delayed_fetch(tp, now_ms, out)
+        if fetches:
+            self._complete_delayed_fetch(tp, now_ms, out)
 
     def _fail_delayed_produce(self, tp: TP, error: type, out: Outbox) -> None:
         for d in self.delayed_produce.pop(tp, []):
@@ -530,6 +550,8 @@ class ReplicaManager:
             p._check()
             p.log._check()
         for tp in self.inflight:
+            assert tp in self.partitions, tp
+        for tp in self.fetch_wakeups:
             assert tp in self.partitions, tp
 
 

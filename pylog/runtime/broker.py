@@ -121,6 +121,7 @@ class Broker:
             os.path.join(self.log_dir, ".kafka_cleanshutdown")) or not any(
             "-" in n for n in os.listdir(self.log_dir))
         self._timer: Optional[Timer] = None
+        self._wakeup_queued = False  # a _run_fetch_wakeups call is queued on the scheduler
         self._last_heartbeat = -(10**12)
 
     # ------------------------------------------------------------ lifecycle
@@ -191,7 +192,10 @@ class Broker:
             return
         now = self.scheduler.clock.now_ms()
         if msg.__class__ is ProduceRequest:  # the common message: none of the checks below applies
-            self._send(self.rm.handle(src, msg, now))  # type: ignore[union-attr]
+            rm = self.rm
+            self._send(rm.handle(src, msg, now))  # type: ignore[union-attr]
+            if rm.fetch_wakeups and not self._wakeup_queued:  # type: ignore[union-attr]
+                self._queue_fetch_wakeups()
             return
         if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest)):
             if self.controller is not None and self.controller.active and self.store.controller_id == self.broker_id:
@@ -219,8 +223,24 @@ class Broker:
             self.transport.send(self.broker_id, src, self._list_offsets(msg))
             return
         self._send(self.rm.handle(src, msg, now))
+        if self.rm.fetch_wakeups and not self._wakeup_queued:
+            self._queue_fetch_wakeups()
         if isinstance(msg, LeaderAndIsrRequest):
             self._sync_coordinator(now)
+
+    def _queue_fetch_wakeups(self) -> None:
+        """Answer the fetches a produce woke after the messages queued now (see
+        ``ReplicaManager.fetch_wakeups``): a producer's pipelined requests are all appended
+        first, and each parked follower gets them in one response."""
+        self._wakeup_queued = True
+        self.scheduler.call_soon(self._run_fetch_wakeups)
+
+    def _run_fetch_wakeups(self) -> None:
+        # (For the current replica manager, also after a restart: its parked fetches are
+        # answered only if they can be, whoever asks.)
+        self._wakeup_queued = False
+        if self.running and self.rm is not None:
+            self._send(self.rm.complete_fetch_wakeups(self.scheduler.clock.now_ms()))
 
     # ---------------------------------------------------------- coordinator
     def _sync_coordinator(self, now: int) -> None:

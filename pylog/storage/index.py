@@ -2,13 +2,25 @@
 
 The entries live in memory as the exact bytes of the file (big-endian, 8 or
 12 bytes each) so that the C core binary-searches them where they are, and
-appending an entry is one ``bytearray`` extend plus one positional write.
-Files are loaded lazily on first use (Kafka's LazyIndex), validated by the C
-core, and never preallocated: the file length is always ``entries *
-entry_size``, which is also what Kafka leaves after trimming a segment.
+appending an entry is one ``bytearray`` extend. The file is written behind
+the memory: the entries not yet in it (at most :data:`PENDING_ENTRIES`) go
+out with one positional write when that many are pending, and on
+:meth:`_Index.flush`, :meth:`_Index.close` and any truncation - where Kafka
+writes its entries into an mmap of the file, pylog saves a system call per
+entry this way (an append of one batch used to cost one ``pwrite`` per
+entry, more than the batch's own). Files are loaded lazily on first use
+(Kafka's LazyIndex), validated by the C core, and never preallocated: the
+file length is always a whole number of entries, which is also what Kafka
+leaves after trimming a segment.
 
-Durability: entries reach the disk on :meth:`flush` (fsync). An index is
-derived data: after a crash, recovery rebuilds it from the log.
+Durability: entries reach the disk on :meth:`_Index.flush` (written, then
+fsynced). Until then the file may lag the memory by up to
+:data:`PENDING_ENTRIES` entries - after a crash as on a live reader's view
+from another process - and a lagging index is still a valid sparse index
+(each entry points at a batch start below the log's end; a lookup scans
+forward from an earlier entry). An index is derived data: after a crash,
+recovery rebuilds the index of every segment from the recovery point on
+(the segments before it were flushed, indexes included).
 Thread-safety: none; the owning segment's log serialises access.
 """
 from __future__ import annotations
@@ -20,6 +32,9 @@ from pylog import _native
 from pylog._native import ffi, lib
 from pylog.errors import CorruptIndexError
 from pylog.storage.fileio import FileIO
+
+#: at most this many entries of an index are in memory only (the file lags by at most this many)
+PENDING_ENTRIES = 64
 
 
 class _Index:
@@ -33,6 +48,10 @@ class _Index:
         self.read_only = read_only
         self._data: Optional[bytearray] = None
         self._fd: Optional[int] = None
+        #: bytes of ``_data`` known to be in the file (its prefix); the rest is pending
+        self._written = 0
+        #: write the pending entries once ``_data`` grows to this many bytes
+        self._write_at = PENDING_ENTRIES * self.entry_size
 
     # -- loading ------------------------------------------------------------
     def load(self, log_size: int) -> None:
@@ -46,6 +65,8 @@ class _Index:
         if rc != _native.OK:
             raise CorruptIndexError(f"invalid index: {_native.strerror(rc)}", path=self.path)
         self._data = data
+        self._written = len(data)
+        self._write_at = len(data) + PENDING_ENTRIES * self.entry_size
 
     @property
     def loaded(self) -> bool:
@@ -67,42 +88,101 @@ class _Index:
         return self._fd
 
     def append_raw(self, entry: bytes) -> None:
-        """Append one encoded entry (from the C core's append bookkeeping)."""
+        """Append one encoded entry (from the C core's append bookkeeping).
+
+        In memory at once (lookups see it); in the file once
+        :data:`PENDING_ENTRIES` are pending, or at the next flush, close or
+        truncation. Complexity: O(1) amortised, one ``pwrite`` per
+        :data:`PENDING_ENTRIES` entries. Durability: none until
+        :meth:`flush`. Raises OSError when the write of the pending entries
+        fails: ``entry`` is then not appended, the earlier ones stay pending.
+        """
         data = self._data
         if data is None:
             data = self.data  # raises: used before load()
-        fd = self._fd
-        if fd is None:
-            fd = self._ensure_fd()
-        self.io.pwrite(fd, entry, len(data))
         data += entry
+        if len(data) >= self._write_at:
+            try:
+                self.write_pending()
+            except OSError:
+                del data[-len(entry):]  # as if never appended; the earlier entries stay pending
+                raise
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of entries held in memory but not yet written to the file."""
+        return 0 if self._data is None else len(self._data) - self._written
+
+    def write_pending(self) -> None:
+        """Write the entries not yet in the file, with one positional write (no fsync).
+
+        Complexity: O(pending entries). Durability: page cache only; see
+        :meth:`flush`. Raises OSError on a failed write; the entries stay
+        pending and a later call writes them again from the same position.
+        """
+        data = self._data
+        if data is None:
+            return
+        written = self._written
+        if len(data) > written:
+            fd = self._fd
+            if fd is None:
+                fd = self._ensure_fd()
+            self.io.pwrite(fd, data[written:], written)  # a copy: no export pins the bytearray
+            self._written = written = len(data)
+        self._write_at = written + PENDING_ENTRIES * self.entry_size
 
     def _truncate_entries(self, n: int) -> None:
         data = self.data
-        if n * self.entry_size < len(data):
-            del data[n * self.entry_size :]
-            self.io.truncate(self._ensure_fd(), len(data))
+        keep = n * self.entry_size
+        if keep < len(data):
+            del data[keep:]
+            if keep < self._written:  # pending entries past ``keep`` were never in the file
+                self.io.truncate(self._ensure_fd(), keep)
+                self._written = keep
+            self._write_at = self._written + PENDING_ENTRIES * self.entry_size
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
         self._data = bytearray()
+        self._written = 0
+        self._write_at = PENDING_ENTRIES * self.entry_size
         if self.io.exists(self.path) or self._fd is not None:
             self.io.truncate(self._ensure_fd(), 0)
 
     def flush(self) -> None:
+        """Write the pending entries and fsync the file. Durability: every entry survives power loss."""
+        self.write_pending()
         if self._fd is not None:
             self.io.fsync(self._fd)
 
     def close(self) -> None:
+        """Write the pending entries (no fsync), best effort, and close the file.
+
+        A failed write is not raised: the entries are derived data, and an index
+        can only hold unwritten entries past the log's recovery point (a
+        :meth:`flush` writes them, and the recovery point moves only after every
+        segment flushed), where the next open rebuilds it anyway, as it does
+        after a crash. (A clean close flushes first, so nothing is pending here.)
+        """
+        if self._fd is None and not self.pending_bytes:
+            return
+        try:
+            self.write_pending()
+        except OSError:
+            pass
         if self._fd is not None:
             self.io.close(self._fd)
             self._fd = None
 
     def delete(self) -> None:
+        if self._data is not None:
+            self._written = len(self._data)  # the file goes: nothing pending is worth a write
         self.close()
         if self.io.exists(self.path):
             self.io.unlink(self.path)
         self._data = bytearray()
+        self._written = 0
 
 
 class OffsetIndex(_Index):
