@@ -1473,8 +1473,7 @@ class Log:
                 self._raise_storage_error(exc, "close")
             finally:
                 self._closed = True
-                for seg in self.segments.values():
-                    seg.close()
+                close_error = self._close_segments()
                 if self._logdir is not None:
                     tp = (self.topic, self.partition)
                     if not clean:  # not flushed: no clean-shutdown marker, the next open recovers
@@ -1485,6 +1484,18 @@ class Log:
                     except OSError as exc:
                         if clean:
                             self._raise_storage_error(exc, "close")
+                if close_error is not None and clean:
+                    self._raise_storage_error(close_error, "close")
+
+    def _close_segments(self) -> Optional[OSError]:
+        """Close every segment's files, going on past a failure; returns the first OSError."""
+        first: Optional[OSError] = None
+        for seg in self.segments.values():
+            try:
+                seg.close()
+            except OSError as exc:
+                first = first or exc
+        return first
 
     def abandon(self) -> None:
         """Drop the log as a killed process would: no flush, no checkpoint, no marker.
@@ -1495,8 +1506,7 @@ class Log:
             if self._closed:
                 return
             self._closed = True
-            for seg in self.segments.values():
-                seg.close()
+            self._close_segments()  # a killed process's descriptors go away whatever happens
             if self._logdir is not None:
                 self._logdir.mark_dirty((self.topic, self.partition))
                 self._logdir.unregister((self.topic, self.partition))

@@ -712,12 +712,23 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
+        """Release the map and the three descriptors. Every one is released even if closing an
+        earlier one raises; the first OSError is raised after. Idempotent."""
+        first: Optional[OSError] = None
         self._drop_map()
         if self._fd is not None:
-            self.io.close(self._fd)
-            self._fd = None
-        self.offset_index.close()
-        self.time_index.close()
+            fd, self._fd = self._fd, None
+            try:
+                self.io.close(fd)
+            except OSError as exc:
+                first = exc
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.close()
+            except OSError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the segment's three files from the current suffix to ``new_suffix``
