@@ -15,10 +15,6 @@ from pylog.errors import PylogError
 ErrorType = Optional[Type[PylogError]]
 
 
-#: gives a frozen dataclass instance all its fields in one call: the hand-written ``__init__`` of
-#: the per-batch messages (tests/unit/test_messages_init.py holds them to the dataclass fields)
-_set_fields = object.__setattr__
-
 NO_LEADER = -1
 ACKS_ALL = -1
 
@@ -57,6 +53,28 @@ class LeaderAndIsrRequest:
     producer_id_block: Tuple[int, int] = (-1, 0)
 
 
+def _dict_init(cls: type) -> type:
+    """Give a frozen dataclass an ``__init__`` that fills the instance ``__dict__`` directly.
+
+    The generated ``__init__`` of a frozen dataclass sets each field through
+    ``object.__setattr__`` (about 4x slower); the produce and fetch messages are
+    made several times per replicated batch. Same signature and defaults (taken
+    from the fields), and the instance is as frozen afterwards: equality,
+    hash, repr, ``dataclasses.replace`` and pickling are unchanged.
+    """
+    fs = fields(cls)
+    assert all(f.default_factory is MISSING for f in fs) and not hasattr(cls, "__post_init__")
+    params = ", ".join(f.name if f.default is MISSING else f"{f.name}=_default_{f.name}" for f in fs)
+    body = "".join(f"    d[{f.name!r}] = {f.name}\n" for f in fs)
+    namespace = {f"_default_{f.name}": f.default for f in fs if f.default is not MISSING}
+    exec(f"def __init__(self, {params}):\n    d = self.__dict__\n{body}", namespace)  # noqa: S102
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
+
+@_dict_init
 @dataclass(frozen=True)
 class ProduceRequest:
     """``records``: encoded RecordBatch v2 bytes (what the producer sends; carries the producer id,
@@ -69,14 +87,8 @@ class ProduceRequest:
     timeout_ms: int
     correlation_id: int
 
-    def __init__(self, topic: str, partition: int, records: Sequence[object], acks: int, timeout_ms: int,
-                 correlation_id: int) -> None:
-        # The generated frozen __init__ sets each field with object.__setattr__: one call per
-        # field, about half of a produce request's cost to build. One dict, one call here.
-        _set_fields(self, "__dict__", {"topic": topic, "partition": partition, "records": records, "acks": acks,
-                                       "timeout_ms": timeout_ms, "correlation_id": correlation_id})
 
-
+@_dict_init
 @dataclass(frozen=True)
 class ProduceResponse:
     topic: str
@@ -86,12 +98,6 @@ class ProduceResponse:
     message: str = ""
     base_offset: int = -1
     timestamp: int = -1
-
-    def __init__(self, topic: str, partition: int, correlation_id: int, error: ErrorType = None, message: str = "",
-                 base_offset: int = -1, timestamp: int = -1) -> None:
-        _set_fields(self, "__dict__", {"topic": topic, "partition": partition, "correlation_id": correlation_id,
-                                       "error": error, "message": message, "base_offset": base_offset,
-                                       "timestamp": timestamp})
 
 
 @dataclass(frozen=True)
@@ -109,27 +115,6 @@ class InitProducerIdResponse:
     message: str = ""
     producer_id: int = -1
     producer_epoch: int = -1
-
-
-def _dict_init(cls: type) -> type:
-    """Give a frozen dataclass an ``__init__`` that fills the instance ``__dict__`` directly.
-
-    The generated ``__init__`` of a frozen dataclass sets each field through
-    ``object.__setattr__`` (about 4x slower); the fetch messages are made
-    several times per replicated batch. Same signature and defaults (taken
-    from the fields), and the instance is as frozen afterwards: equality,
-    hash, repr, ``dataclasses.replace`` and pickling are unchanged.
-    """
-    fs = fields(cls)
-    assert all(f.default_factory is MISSING for f in fs) and not hasattr(cls, "__post_init__")
-    params = ", ".join(f.name if f.default is MISSING else f"{f.name}=_default_{f.name}" for f in fs)
-    body = "".join(f"    d[{f.name!r}] = {f.name}\n" for f in fs)
-    namespace = {f"_default_{f.name}": f.default for f in fs if f.default is not MISSING}
-    exec(f"def __init__(self, {params}):\n    d = self.__dict__\n{body}", namespace)  # noqa: S102
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init  # type: ignore[misc]
-    return cls
 
 
 @_dict_init
