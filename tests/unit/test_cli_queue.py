@@ -32,8 +32,9 @@ def test_produce_and_group_consume_through_a_running_owner(tmp_path):
         cons.close()
 
         # A group reads two, commits exactly what it printed, and the next run resumes there.
+        # (--timeout-ms: the default 1 s without a record can pass during the group join on a loaded machine)
         r = run("consume", d, "--topic", "jobs", "--group", "g", "--from-beginning", "--max-messages", "2",
-                "--print-key", "--key-separator", "=")
+                "--print-key", "--key-separator", "=", "--timeout-ms", "30000")
         assert r.returncode == 0, r.stderr
         assert r.stdout == b"k1=a\nk2=b\n"
         # (--max-messages ends the run; the long timeout only covers a slow group join on a loaded machine)
