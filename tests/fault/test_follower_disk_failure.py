@@ -15,6 +15,13 @@ from pylog.cluster import Cluster
 from pylog.replication.partition import FAILED, FETCHING, records_equal_below
 
 
+def send_acked(p, topic: str, prefix: bytes, n: int, acked: dict, start: int = 0, timeout=None) -> None:
+    """Send ``prefix + i`` for i in [start, start + n) one at a time; record each acknowledged offset."""
+    for i in range(start, start + n):
+        value = prefix + b"%d" % i
+        acked[p.send(topic, value).result(timeout=timeout).offset] = value
+
+
 def read_all(c: Cluster, topic: str, expect: int):
     cons = c.consumer(None, [topic], fetch_max_wait_ms=50)
     got = {}
@@ -33,17 +40,13 @@ def test_follower_disk_full_leaves_isr_keeps_acked_records_and_recovers_on_resta
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
         p = c.producer(acks="all")
         acked = {}
-        for i in range(20):
-            m = p.send("t", b"a%d" % i).result()
-            acked[m.offset] = b"a%d" % i
+        send_acked(p, "t", b"a", 20, acked)
         leader = c.leader_of("t")
         f = next(r for r in c.describe("t")[0].replicas if r != leader)
         disk = c.brokers[f].disk
         disk.fail_errno = errno.ENOSPC
         disk.fail_write_after = disk.writes  # every write from now on fails
-        for i in range(20):
-            m = p.send("t", b"b%d" % i).result()  # nothing escapes; goes on once the ISR shrinks
-            acked[m.offset] = b"b%d" % i
+        send_acked(p, "t", b"b", 20, acked)  # nothing escapes; goes on once the ISR shrinks
         d = c.describe("t")[0]
         assert f not in d.isr and len(d.isr) == 2, d
         fp = c.brokers[f].rm.partitions[("t", 0)]
@@ -62,9 +65,7 @@ def test_follower_disk_full_leaves_isr_keeps_acked_records_and_recovers_on_resta
         fp = c.brokers[f].rm.partitions[("t", 0)]
         assert fp.follower_state != FAILED and fp.log_end_offset == 40
         assert records_equal_below(lp.log, fp.log, 40) is None
-        for i in range(5):
-            m = p.send("t", b"c%d" % i).result()
-            acked[m.offset] = b"c%d" % i
+        send_acked(p, "t", b"c", 5, acked)
         assert read_all(c, "t", len(acked)) == acked
         c._check()
     finally:
@@ -82,9 +83,7 @@ def test_leader_crash_before_the_shrink_may_elect_the_failed_replica_nothing_esc
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
         p = c.producer(acks="all")
         acked = {}
-        for i in range(10):
-            m = p.send("t", b"a%d" % i).result()
-            acked[m.offset] = b"a%d" % i
+        send_acked(p, "t", b"a", 10, acked)
         old_leader = c.leader_of("t")
         f = c.describe("t")[0].replicas[1]  # elected first from the ISR after the leader (seed 11)
         disk = c.brokers[f].disk
@@ -113,9 +112,7 @@ def test_leader_crash_before_the_shrink_may_elect_the_failed_replica_nothing_esc
         assert c.scheduler.wait_until(lambda: len(c.store.partitions[("t", 0)].isr) == 3, 60_000)
         fp = c.brokers[f].rm.partitions[("t", 0)]  # the restarted broker's replica: its disk works again
         assert not fp.storage_failed and fp.fetch_failure is None
-        for i in range(5):
-            m = p.send("t", b"c%d" % i).result()
-            acked[m.offset] = b"c%d" % i
+        send_acked(p, "t", b"c", 5, acked)
         assert read_all(c, "t", len(acked)) == acked
         c._check()
     finally:
@@ -145,9 +142,7 @@ def test_a_batch_one_follower_refuses_fails_only_that_partition_and_a_new_epoch_
         assert fp.follower_state == FAILED and not fp.storage_failed
         assert "RecordTooLargeError" in fp.fetch_failure and "offset 5" in fp.fetch_failure
         assert f not in c.describe("t")[0].isr
-        for i in range(5, 10):  # the broker's other partition replicates as before
-            m = p.send("u", b"u%d" % i).result()
-            acked["u"][m.offset] = b"u%d" % i
+        send_acked(p, "u", b"u", 5, acked["u"], start=5)  # the broker's other partition replicates as before
         du = c.describe("u")[0]
         assert sorted(du.isr) == [0, 1, 2] and du.log_end_offsets[f] == 10, du
         fp._check()
@@ -157,9 +152,7 @@ def test_a_batch_one_follower_refuses_fails_only_that_partition_and_a_new_epoch_
         assert c.scheduler.wait_until(lambda: f in c.store.partitions[("t", 0)].isr, 60_000)
         assert c.leader_of("t") != f and fp.follower_state == FETCHING and fp.fetch_failure is None
         c.start_broker(leader)
-        for i in range(5):
-            m = p.send("t", b"t-after%d" % i).result()
-            acked["t"][m.offset] = b"t-after%d" % i
+        send_acked(p, "t", b"t-after", 5, acked["t"])
         assert read_all(c, "t", len(acked["t"])) == acked["t"]
         assert read_all(c, "u", len(acked["u"])) == acked["u"]
         c._check()
@@ -177,9 +170,7 @@ def test_real_time_cluster_follower_disk_full_nothing_escapes_the_loop(tmp_path)
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
         p = c.producer(acks="all")
         acked = {}
-        for i in range(10):
-            m = p.send("t", b"a%d" % i).result()
-            acked[m.offset] = b"a%d" % i
+        send_acked(p, "t", b"a", 10, acked)
         leader = c.leader_of("t")
         f = next(r for r in c.describe("t")[0].replicas if r != leader)
         disk = c.brokers[f].disk
@@ -188,9 +179,7 @@ def test_real_time_cluster_follower_disk_full_nothing_escapes_the_loop(tmp_path)
             raise OSError(errno.ENOSPC, "No space left on device")
 
         disk.pwrite = full  # type: ignore[method-assign]
-        for i in range(10):
-            m = p.send("t", b"b%d" % i).result(timeout=30)
-            acked[m.offset] = b"b%d" % i
+        send_acked(p, "t", b"b", 10, acked, timeout=30)
         assert f not in c.describe("t")[0].isr
         fp = c.scheduler.run_sync(lambda: c.brokers[f].rm.partitions[("t", 0)])
         assert c.scheduler.run_sync(lambda: (fp.follower_state, fp.storage_failed)) == (FAILED, True)
@@ -221,9 +210,7 @@ def test_a_replica_that_cannot_be_created_on_a_failing_disk_is_skipped_and_creat
         assert ("t", 0) not in c.brokers[2].rm.partitions
         p = c.producer(acks="all")
         acked = {}
-        for i in range(10):
-            m = p.send("t", b"a%d" % i).result()
-            acked[m.offset] = b"a%d" % i
+        send_acked(p, "t", b"a", 10, acked)
         assert sorted(c.describe("t")[0].isr) == [0, 1]
         assert p.send("u", b"x").result().offset == 0  # the cluster's other work goes on
 
@@ -248,9 +235,7 @@ def test_min_isr_equal_to_rf_refuses_acks_all_until_the_failed_broker_is_back(tm
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=3)
         p = c.producer(acks="all", delivery_timeout_ms=20_000, request_timeout_ms=5_000)
         acked = {}
-        for i in range(5):
-            m = p.send("t", b"a%d" % i).result()
-            acked[m.offset] = b"a%d" % i
+        send_acked(p, "t", b"a", 5, acked)
         leader = c.leader_of("t")
         f = next(r for r in c.describe("t")[0].replicas if r != leader)
         disk = c.brokers[f].disk
@@ -274,9 +259,7 @@ def test_min_isr_equal_to_rf_refuses_acks_all_until_the_failed_broker_is_back(tm
         c.stop_broker(f, clean=False)
         c.start_broker(f)
         assert c.scheduler.wait_until(lambda: len(c.store.partitions[("t", 0)].isr) == 3, 60_000)
-        for i in range(3):
-            m = p.send("t", b"c%d" % i).result()
-            acked[m.offset] = b"c%d" % i
+        send_acked(p, "t", b"c", 3, acked)
         got = read_all(c, "t", c.describe("t")[0].high_watermark)
         assert all(got.get(o) == v for o, v in acked.items()), (got, acked)
         c._check()
