@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,15 @@ def _entry(kind: type, n: int) -> bytes:
 def _file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def _new_index(tmp_path) -> tuple:
+    """A loaded, empty offset index on a simulated disk: (disk, file path, index)."""
+    io = SimulatedDiskIO()
+    path = str(tmp_path / "00000000000000001000.index")
+    idx = OffsetIndex(io, path, BASE)
+    idx.load(10**9)
+    return io, path, idx
 
 
 def _run(tmp: str, kind: type, pending: int, script: list) -> None:
@@ -120,10 +130,7 @@ def test_write_behind_index_file_matches_per_entry_writes(tmp_path_factory, scri
 
 def test_pending_entries_go_out_in_one_write_each_time_the_limit_is_reached(tmp_path) -> None:
     """Kafka writes its index through an mmap; pylog writes it in runs of PENDING_ENTRIES entries."""
-    io = SimulatedDiskIO()
-    path = str(tmp_path / "00000000000000001000.index")
-    idx = OffsetIndex(io, path, BASE)
-    idx.load(10**9)
+    io, path, idx = _new_index(tmp_path)
     limit = index_mod.PENDING_ENTRIES
     for n in range(3 * limit + 5):
         idx.append_raw(_entry(OffsetIndex, n))
@@ -136,19 +143,13 @@ def test_pending_entries_go_out_in_one_write_each_time_the_limit_is_reached(tmp_
 
 
 def test_a_failed_write_of_pending_entries_appends_nothing_and_keeps_them_pending(tmp_path) -> None:
-    io = SimulatedDiskIO()
-    path = str(tmp_path / "00000000000000001000.index")
-    idx = OffsetIndex(io, path, BASE)
-    idx.load(10**9)
+    io, path, idx = _new_index(tmp_path)
     limit = index_mod.PENDING_ENTRIES
     for n in range(limit - 1):
         idx.append_raw(_entry(OffsetIndex, n))
     io.fail_write_after = io.writes
-    try:
+    with pytest.raises(OSError):  # the write of the pending entries fails
         idx.append_raw(_entry(OffsetIndex, limit - 1))
-        raise AssertionError("the write of the pending entries should have failed")
-    except OSError:
-        pass
     assert len(idx) == limit - 1 and idx.pending_bytes == (limit - 1) * 8
     io.fail_write_after = None
     idx.append_raw(_entry(OffsetIndex, limit - 1))
@@ -159,10 +160,7 @@ def test_a_failed_write_of_pending_entries_appends_nothing_and_keeps_them_pendin
 
 def test_close_writes_pending_entries_and_survives_a_failing_write(tmp_path) -> None:
     """close() writes what is pending; a write that fails there is not raised (recovery rebuilds)."""
-    io = SimulatedDiskIO()
-    path = str(tmp_path / "00000000000000001000.index")
-    idx = OffsetIndex(io, path, BASE)
-    idx.load(10**9)
+    io, path, idx = _new_index(tmp_path)
     for n in range(5):
         idx.append_raw(_entry(OffsetIndex, n))
     idx.close()
@@ -177,10 +175,7 @@ def test_close_writes_pending_entries_and_survives_a_failing_write(tmp_path) -> 
 
 
 def test_delete_does_not_write_pending_entries(tmp_path) -> None:
-    io = SimulatedDiskIO()
-    path = str(tmp_path / "00000000000000001000.index")
-    idx = OffsetIndex(io, path, BASE)
-    idx.load(10**9)
+    io, path, idx = _new_index(tmp_path)
     for n in range(5):
         idx.append_raw(_entry(OffsetIndex, n))
     before = io.writes
