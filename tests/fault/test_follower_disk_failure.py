@@ -8,11 +8,25 @@ restart of the failed broker recovers it into the ISR (docs/replication.md,
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+from typing import Iterator
 
 from pylog import errors
 from pylog.cluster import Cluster
 from pylog.replication.partition import FAILED, FETCHING, records_equal_below
+
+
+@contextlib.contextmanager
+def cluster_healing_disks(path, **kwargs: object) -> Iterator[Cluster]:
+    """A simulated cluster whose disks all work again before it closes (a clean close writes)."""
+    c = Cluster(path, **kwargs)
+    try:
+        yield c
+    finally:
+        for b in c.brokers.values():
+            b.disk.fail_write_after = None
+        c.close()
 
 
 def send_acked(p, topic: str, prefix: bytes, n: int, acked: dict, start: int = 0, timeout=None) -> None:
@@ -35,8 +49,7 @@ def read_all(c: Cluster, topic: str, expect: int):
 
 
 def test_follower_disk_full_leaves_isr_keeps_acked_records_and_recovers_on_restart(tmp_path):
-    c = Cluster(tmp_path, brokers=3, seed=11)
-    try:
+    with cluster_healing_disks(tmp_path, brokers=3, seed=11) as c:
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
         p = c.producer(acks="all")
         acked = {}
@@ -68,18 +81,13 @@ def test_follower_disk_full_leaves_isr_keeps_acked_records_and_recovers_on_resta
         send_acked(p, "t", b"c", 5, acked)
         assert read_all(c, "t", len(acked)) == acked
         c._check()
-    finally:
-        for b in c.brokers.values():
-            b.disk.fail_write_after = None
-        c.close()
 
 
 def test_leader_crash_before_the_shrink_may_elect_the_failed_replica_nothing_escapes_nothing_lost(tmp_path):
     """The controller does not know about the follower's disk (docs/replication.md): if the leader
     crashes while the failed follower is still in the ISR it may be elected. It holds every
     committed record; its appends fail (KafkaStorageError to the producer) until it restarts."""
-    c = Cluster(tmp_path, brokers=3, seed=11)
-    try:
+    with cluster_healing_disks(tmp_path, brokers=3, seed=11) as c:
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
         p = c.producer(acks="all")
         acked = {}
@@ -115,10 +123,6 @@ def test_leader_crash_before_the_shrink_may_elect_the_failed_replica_nothing_esc
         send_acked(p, "t", b"c", 5, acked)
         assert read_all(c, "t", len(acked)) == acked
         c._check()
-    finally:
-        for b in c.brokers.values():
-            b.disk.fail_write_after = None
-        c.close()
 
 
 def test_a_batch_one_follower_refuses_fails_only_that_partition_and_a_new_epoch_retries(tmp_path):
@@ -200,8 +204,7 @@ def test_real_time_cluster_follower_disk_full_nothing_escapes_the_loop(tmp_path)
 def test_a_replica_that_cannot_be_created_on_a_failing_disk_is_skipped_and_created_after_restart(tmp_path):
     """LeaderAndIsr for a new partition on a broker whose disk fails: the open fails, nothing escapes
     (the other states of the request still apply), the leader drops the replica from the ISR."""
-    c = Cluster(tmp_path, brokers=3, seed=13)
-    try:
+    with cluster_healing_disks(tmp_path, brokers=3, seed=13) as c:
         disk = c.brokers[2].disk
         disk.fail_write_after = disk.writes
         # start_index=0, shift=0: t-0 on (0, 1, 2), u-0 on (0, 1, 2) as well; broker 2 follows both.
@@ -221,17 +224,12 @@ def test_a_replica_that_cannot_be_created_on_a_failing_disk_is_skipped_and_creat
         assert c.brokers[2].rm.partitions[("t", 0)].log_end_offset == 10
         assert read_all(c, "t", len(acked)) == acked
         c._check()
-    finally:
-        for b in c.brokers.values():
-            b.disk.fail_write_after = None
-        c.close()
 
 
 def test_min_isr_equal_to_rf_refuses_acks_all_until_the_failed_broker_is_back(tmp_path):
     """RF 3, min ISR 3: once the failed follower leaves the ISR nothing can be committed; acks=all
     sends are refused (NotEnoughReplicas, nothing appended) and retried until the broker is back."""
-    c = Cluster(tmp_path, brokers=3, seed=14)
-    try:
+    with cluster_healing_disks(tmp_path, brokers=3, seed=14) as c:
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=3)
         p = c.producer(acks="all", delivery_timeout_ms=20_000, request_timeout_ms=5_000)
         acked = {}
@@ -263,10 +261,6 @@ def test_min_isr_equal_to_rf_refuses_acks_all_until_the_failed_broker_is_back(tm
         got = read_all(c, "t", c.describe("t")[0].high_watermark)
         assert all(got.get(o) == v for o, v in acked.items()), (got, acked)
         c._check()
-    finally:
-        for b in c.brokers.values():
-            b.disk.fail_write_after = None
-        c.close()
 
 
 def test_a_leaders_transient_disk_error_is_retried_by_the_producer(tmp_path):
