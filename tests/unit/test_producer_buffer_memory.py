@@ -80,10 +80,10 @@ def test_bad_buffer_settings_are_refused(sim, kw):
         sim.producer(**kw)  # the message names the setting (for the last case, both)
 
 
-def _wait_for_blocked_sender(p, thread: threading.Thread) -> None:
-    """Until ``thread`` waits for room on the producer's condition (no sleep-based timing)."""
-    while not p._room_queue:  # the FIFO of senders waiting for room: a send() inside _wait_for_room
-        assert thread.is_alive(), "the sender finished without blocking"
+def _wait_for_queue(p, threads: list, length: int) -> None:
+    """Until ``length`` senders wait for room (no sleep-based timing: polls the producer's queue)."""
+    while len(p._room_queue) < length:
+        assert all(t.is_alive() for t in threads), "a sender finished without blocking"
         time.sleep(0.001)
 
 
@@ -106,7 +106,7 @@ def test_real_time_sender_wakes_when_the_broker_comes_back(tmp_path):
 
         sender = threading.Thread(target=produce)
         sender.start()
-        _wait_for_blocked_sender(p, sender)
+        _wait_for_queue(p, [sender], 1)
         assert len(futures) == 3 * PER_BATCH  # the 28th record waits for room
         c.start_broker(0)
         sender.join(60)
@@ -117,39 +117,6 @@ def test_real_time_sender_wakes_when_the_broker_comes_back(tmp_path):
         p.close()
     finally:
         c.close()
-
-
-def test_real_time_close_wakes_a_blocked_sender(tmp_path):
-    c = Cluster(tmp_path, brokers=1)
-    try:
-        c.create_topic("t", partitions=1, replication_factor=1)
-        p = c.producer(batch_size=1000, buffer_memory=2000, max_block_ms=120_000)
-        c.stop_broker(0, clean=True, shutdown_timeout_ms=100)
-        raised = []
-
-        def produce() -> None:
-            try:
-                for _ in range(3 * PER_BATCH):
-                    p.send("t", VALUE)
-            except BaseException as exc:
-                raised.append(exc)
-
-        sender = threading.Thread(target=produce)
-        sender.start()
-        _wait_for_blocked_sender(p, sender)
-        p.close(0)
-        sender.join(60)
-        assert not sender.is_alive()
-        assert len(raised) == 1 and isinstance(raised[0], ProducerClosedError)
-    finally:
-        c.close()
-
-
-def _wait_for_queue(p, threads: list, length: int) -> None:
-    """Until ``length`` senders wait for room (no sleep-based timing: polls the producer's queue)."""
-    while len(p._room_queue) < length:
-        assert all(t.is_alive() for t in threads), "a sender finished without blocking"
-        time.sleep(0.001)
 
 
 def test_real_time_waiting_senders_get_room_first_come_first_served(tmp_path):
