@@ -16,13 +16,11 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import subprocess
-import sys
 import textwrap
 from typing import List, Tuple
 
 import pylog
+from killed_writer import kill_after_lines
 from pylog.storage.index import PENDING_ENTRIES
 
 CONFIG = dict(segment_bytes=1 << 20, index_interval_bytes=64)
@@ -47,22 +45,7 @@ WRITER = textwrap.dedent(
 
 
 def _kill_after(path: str, seed: int, appends: int) -> List[Tuple[int, int]]:
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, str(seed)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    acked: List[Tuple[int, int]] = []
-    try:
-        assert proc.stdout is not None
-        while len(acked) < appends:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            base, last = map(int, line.split())
-            acked.append((base, last))
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")[-2000:]
-    return acked
+    return [(base, last) for base, last in kill_after_lines(WRITER, [path, str(seed)], appends)]
 
 
 def _read_all(log: pylog.Log, end: int) -> None:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 from typing import Dict, List, Tuple
 
 import pytest
 
 import pylog
+from killed_writer import kill_after_lines
 
 WRITER = textwrap.dedent(
     """
@@ -49,25 +47,8 @@ def _expected_value_prefix(offset: int) -> bytes:
 
 def _run_round(path: str, seed: int, rnd: random.Random, flush: dict) -> List[Tuple[int, int]]:
     """Start a writer, let it acknowledge a random number of appends, SIGKILL it."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, path, str(seed), json.dumps(flush)], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    acked: List[Tuple[int, int]] = []
-    want = rnd.randint(1, 60)
-    try:
-        assert proc.stdout is not None
-        while len(acked) < want:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            base, last, _ = map(int, line.split())
-            acked.append((base, last))
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")[-2000:]
-    return acked
+    lines = kill_after_lines(WRITER, [path, str(seed), json.dumps(flush)], rnd.randint(1, 60))
+    return [(base, last) for base, last, _ in lines]
 
 
 def _verify(path: str, acked: Dict[int, int]) -> pylog.Log:
