@@ -4,13 +4,13 @@ The public names of DESIGN.md section 4 live here. See README.md.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from pylog import errors  # noqa: E402
+from pylog._version import __version__  # noqa: E402
 from pylog.client.admin import GroupDescription, GroupListing, MemberDescription  # noqa: E402
 from pylog.client.consumer import Consumer, ConsumerRecord, OffsetAndMetadata  # noqa: E402
 from pylog.client.producer import Producer, RecordMetadata  # noqa: E402
-from pylog.cluster import Cluster, PartitionInfo, open  # noqa: E402,A004
+from pylog.cluster import Cluster, PartitionInfo  # noqa: E402
+from pylog.local_queue import open  # noqa: E402,A004
 from pylog.errors import PylogError  # noqa: E402
 from pylog.metrics import Metric, render_prometheus  # noqa: E402
 from pylog.shared import SharedCluster  # noqa: E402

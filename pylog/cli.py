@@ -582,10 +582,10 @@ def _stdin_records(sep: Optional[bytes]) -> Iterator[Record]:
 
 def _open_queue(path: str) -> Optional[object]:
     """``pylog.open(path)`` (a client of the running owner, or the owner), or None after printing why not."""
-    import pylog
+    from pylog.local_queue import open as open_queue
 
     try:
-        return pylog.open(path)
+        return open_queue(path)
     except (OSError, PylogError) as exc:
         _error(f"{path}: {exc}")
         return None

@@ -643,21 +643,4 @@ def _validate_consumer_options(group_id: Optional[str], topics: Sequence[str], k
         re.compile(pattern)  # subscribe() compiles it: a bad regex raises re.error there too
 
 
-def open(path: "str | os.PathLike[str]", *, shared: bool = True, **kwargs: Any) -> Any:  # noqa: A001 - pylog.open
-    """A single-broker real-time cluster on ``path`` (the durable local queue), shareable by processes.
-
-    Several processes may open the same directory: the first becomes its
-    owner (runs the broker), the others reach it over a Unix socket and take
-    over when it dies (:class:`pylog.shared.SharedCluster`,
-    docs/durable-queue.md). ``shared=False`` (or ``seed=...``) returns a plain
-    one-process :class:`Cluster` instead. Other keyword arguments go to
-    :class:`Cluster`.
-    """
-    if not shared or kwargs.get("seed") is not None:
-        return Cluster(path, brokers=1, **kwargs)
-    from pylog.shared import SharedCluster
-
-    return SharedCluster(path, **kwargs)
-
-
-__all__ = ["Cluster", "PartitionInfo", "open"]
+__all__ = ["Cluster", "PartitionInfo"]

@@ -291,30 +291,32 @@ class BufferExhaustedError(PylogError, TimeoutError):
 
 # ---- the one table from C status codes to exceptions ------------------------
 
-#: C status code -> (exception class, description). Filled from the compiled
-#: constants by :mod:`pylog._native` (the header is the only source of the
-#: numbers); descriptions come from ``plg_strerror``.
-_CORRUPT_CODES = ("PLG_ETRUNCATED", "PLG_ECORRUPT", "PLG_ECRC", "PLG_EMAGIC")
+#: The C core's status names that mean "these bytes are not a valid batch".
+CORRUPT_STATUS_NAMES = ("PLG_ETRUNCATED", "PLG_ECORRUPT", "PLG_ECRC", "PLG_EMAGIC")
+#: The C core's status name for offsets out of order.
+ORDER_STATUS_NAME = "PLG_EORDER"
 
 
 def native_error(
     rc: int,
-    lib: object,
+    name: str,
+    reason: str,
     what: str,
     path: Optional[str] = None,
     position: Optional[int] = None,
 ) -> PylogError:
-    """Return the exception for C status ``rc`` raised while doing ``what``.
+    """Return the exception for C status ``rc`` (named ``name``, described by ``reason``) raised while doing ``what``.
 
     Corrupt or truncated input becomes :class:`CorruptRecordError` naming
     ``path`` and ``position``; out-of-order offsets :class:`InvalidOffsetError`;
-    anything else :class:`NativeError` (a pylog bug).
-    """
-    from pylog._native import strerror
+    anything else :class:`NativeError` (a pylog bug). :mod:`pylog._native`
+    passes the name and reason in, so this module imports nothing of pylog.
 
-    reason = strerror(rc)
-    if rc in {getattr(lib, name) for name in _CORRUPT_CODES}:
+    >>> type(native_error(-3, "PLG_ECRC", "crc mismatch", "scan", path="x.log", position=0)).__name__
+    'CorruptRecordError'
+    """
+    if name in CORRUPT_STATUS_NAMES:
         return CorruptRecordError(f"{what}: {reason}", path=path, position=position)
-    if rc == getattr(lib, "PLG_EORDER"):
+    if name == ORDER_STATUS_NAME:
         return InvalidOffsetError(f"{what}: {reason}")
     return NativeError(f"{what}: {reason} (status {rc})")

@@ -1,7 +1,7 @@
 """The C core, loaded through cffi. The only module that imports ``ffi``/``lib``.
 
 Importing checks that the compiled library's version string matches
-``pylog.__version__`` (a stale build fails loudly, naming the rebuild
+``pylog._version.__version__`` (a stale build fails loudly, naming the rebuild
 command). Thin wrappers here turn buffers into C pointers and C status codes
 into :mod:`pylog.errors` exceptions; storage modules build on them.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Union
 
-from pylog import __version__
-from pylog.errors import PylogError, native_error
+from pylog._version import __version__
+from pylog.errors import CORRUPT_STATUS_NAMES, ORDER_STATUS_NAME, PylogError, native_error
 
 
 
@@ -84,6 +84,10 @@ BATCH_OVERHEAD: int = lib.PLG_BATCH_OVERHEAD
 LOG_OVERHEAD: int = lib.PLG_LOG_OVERHEAD
 
 
+#: C status code -> its ``PLG_*`` name, for the codes :func:`pylog.errors.native_error` classifies.
+_STATUS_NAMES = {getattr(lib, n): n for n in (*CORRUPT_STATUS_NAMES, ORDER_STATUS_NAME)}
+
+
 def strerror(rc: int) -> str:
     """The C core's description of status ``rc``."""
     return ffi.string(lib.plg_strerror(rc)).decode()
@@ -92,7 +96,7 @@ def strerror(rc: int) -> str:
 def check(rc: int, what: str, path: Optional[str] = None, position: Optional[int] = None) -> None:
     """Raise the :mod:`pylog.errors` exception for a non-zero C status."""
     if rc != OK:
-        raise native_error(rc, lib, what, path=path, position=position)
+        raise native_error(rc, _STATUS_NAMES.get(rc, ""), strerror(rc), what, path=path, position=position)
 
 
 def crc32c_hardware() -> bool:

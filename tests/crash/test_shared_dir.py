@@ -37,7 +37,7 @@ WORKER = textwrap.dedent(
     """
     import inspect, json, os, random, sys, threading, time
     from pylog.client.consumer import Consumer
-    from pylog.cluster import open as pylog_open
+    from pylog.local_queue import open as pylog_open
 
     path = sys.argv[1]
     lock = threading.Lock()

@@ -241,8 +241,8 @@ def test_coordinator_describe_hides_assignments_while_rebalancing_and_lists_load
 CLIENT = textwrap.dedent(
     """
     import json, sys
-    import pylog.cluster
-    q = pylog.cluster.open(sys.argv[1])
+    import pylog
+    q = pylog.open(sys.argv[1])
     out = {"role": q.role, "groups": [list(g) for g in q.list_groups()]}
     d = q.describe_group("billing")
     out["describe"] = [d.state, [[m.client_id, [list(tp) for tp in m.assignment]] for m in d.members]]
@@ -259,7 +259,7 @@ CLIENT = textwrap.dedent(
 
 
 def test_a_client_process_of_the_shared_queue_uses_the_admin_api(tmp_path):
-    q = pylog.cluster.open(str(tmp_path))
+    q = pylog.open(str(tmp_path))
     try:
         assert q.role == "owner"
         q.create_topic("jobs")

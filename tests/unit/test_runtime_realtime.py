@@ -76,7 +76,7 @@ def test_concurrent_clients_with_broker_bounce_no_deadlock_and_close_joins(tmp_p
 
 
 def test_open_single_broker_queue_reopens_with_its_topics(tmp_path):
-    from pylog.cluster import open as pylog_open
+    from pylog.local_queue import open as pylog_open
 
     q = pylog_open(tmp_path)
     try:
