@@ -226,6 +226,16 @@ class LogSegment:
         if self._indexes_ready:
             return
         try:
+            self._load_indexes(truncate_damage)
+        except KafkaStorageError:
+            raise
+        except OSError as exc:  # EMFILE, EIO... reading or rebuilding: the next call tries again
+            raise KafkaStorageError(
+                exc.errno, f"loading the indexes of {self.log_path} failed: {exc.strerror or exc} ({exc.filename})"
+            ) from exc
+
+    def _load_indexes(self, truncate_damage: bool) -> None:
+        try:
             if self.size and not self.io.exists(self.offset_index.path):
                 raise CorruptIndexError("index file is missing", path=self.offset_index.path)
             self.offset_index.load(self.size)
