@@ -955,19 +955,26 @@ class Log:
             self._logdir.write_checkpoints()
             self._last_checkpoint_ms = self.clock_ms()
 
+    @_storage_errors("leader epoch checkpoint")
     def assign_epoch(self, epoch: int, start_offset: int) -> bool:
         """Record in the leader-epoch cache that ``epoch`` starts at ``start_offset``.
 
         A new leader calls this with the log end offset before it appends
         (Kafka's LeaderEpochFileCache.assign on becoming leader). Returns True
         when the cache changed. Durability: the leader-epoch-checkpoint is
-        rewritten atomically before return.
+        rewritten atomically before return; if that fails the cache is put back
+        as it was and :class:`KafkaStorageError` raised (all-or-nothing).
         """
         with self._lock:
             self._ensure_writable()
+            before = self.epochs.entries
             changed = self.epochs.assign(epoch, start_offset)
             if changed:
-                self._write_epochs()
+                try:
+                    self._write_epochs()
+                except OSError:
+                    self.epochs = LeaderEpochCache(before)
+                    raise
             return changed
 
     def _write_epochs(self) -> None:
@@ -1287,38 +1294,57 @@ class Log:
 
     @_storage_errors("truncate fully and start at")
     def truncate_fully_and_start_at(self, offset: int) -> int:
-        """Delete every segment and restart the log empty at ``offset``."""
+        """Delete every segment and restart the log empty at ``offset`` (a follower whose
+        leader's log starts past its end; ``truncate_to`` below the log start).
+
+        Crash- and fault-safe in two phases. First the log-start checkpoint is
+        rewritten with ``offset`` (atomically): if that fails, nothing changed and
+        :class:`KafkaStorageError` is raised with the log still open. From then on
+        an open of the directory restarts the log at ``offset`` whatever is left
+        (the loader drops segments that end below the durable log start): the
+        segments are deleted newest first and the new one created; if any of that
+        fails the log is closed as a crashed one would be
+        (:meth:`abandon`) and :class:`KafkaStorageError` raised - the next open
+        finishes the job.
+
+        Durability: everything (checkpoints, directory) is fsynced before return.
+        Complexity: O(segments). Thread-safety: takes the log's lock.
+        """
         with self._lock:
             self._ensure_writable()
             removed = self.size_in_bytes
-            # All but the oldest segment go newest first (a failure leaves a
-            # consistent prefix); then the oldest is emptied in place, or replaced by
-            # a new segment at ``offset``: created, made durable, and only then the
-            # old one deleted - a failure there removes the new one again.
-            self._delete_newest_segments(len(self.segments) - 1)
-            first = self.active_segment
-            if first.base_offset == offset:
-                first.truncate_to(offset)
-            else:
-                seg = self._new_segment(offset)
+            tp = (self.topic, self.partition)
+            if self._logdir is not None:
                 try:
+                    with self._logdir.lock:
+                        self._logdir.log_start_offsets[tp] = offset
+                        self._logdir.write_checkpoints()
+                except OSError:
+                    with self._logdir.lock:
+                        self._logdir.log_start_offsets[tp] = self.log_start_offset
+                    raise
+            try:
+                self._delete_newest_segments(len(self.segments) - 1)
+                first = self.active_segment
+                if first.base_offset == offset:
+                    first.truncate_to(offset)
+                else:
+                    seg = self._new_segment(offset)
+                    self.segments[offset] = seg  # (the abandon below closes it on a failure)
                     self.io.fsync_dir(self.dir)
                     first.delete()
-                except OSError:
-                    try:
-                        seg.delete()
-                    except OSError:
-                        seg.close()
-                    raise
-                self.segments.clear()
-                self.segments[offset] = seg
-            self.log_end_offset = self.log_start_offset = offset
-            self.epochs.clear()
-            self.set_cleaner_checkpoint(None)
-            self._set_recovery_point(offset)
-            self.io.fsync_dir(self.dir)
-            self._write_epochs()
-            self._checkpoint()
+                    del self.segments[first.base_offset]
+                self.log_end_offset = self.log_start_offset = offset
+                self.epochs.clear()
+                self.set_cleaner_checkpoint(None)
+                self._set_recovery_point(offset)
+                self.io.fsync_dir(self.dir)
+                self._write_epochs()
+                self._checkpoint()
+            except OSError as exc:
+                err = self._storage_error(exc, f"truncate fully and start at {offset}")
+                self.abandon()
+                raise err from exc
             return removed
 
     @_storage_errors("delete records before")
