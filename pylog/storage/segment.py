@@ -631,8 +631,10 @@ class LogSegment:
         """
         self._drop_map()
         self.recent_starts.clear()
-        self.offset_index.reset()
-        self.time_index.reset()
+        # The indexes are rebuilt aside and replace the old ones only once the scan is
+        # done: a refused segment (truncate=False) keeps its index files as they were.
+        offset_entries = bytearray()
+        time_entries = bytearray()
         st = self._state
         st.size = 0
         st.bytes_since_last_index_entry = 0
@@ -666,9 +668,9 @@ class LogSegment:
                     reason = f"index rebuild failed at offset {info.last_offset}: {_native.strerror(rc)}"
                     break
                 if flags[0] & 1:
-                    self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
+                    offset_entries += ffi.buffer(idx, 8)
                 if flags[0] & 2:
-                    self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
+                    time_entries += ffi.buffer(tidx, 12)
                 if self.first_batch_timestamp is None:
                     self.first_batch_timestamp = info.max_timestamp
                 batches.append(info._replace(position=pos + info.position))
@@ -687,9 +689,13 @@ class LogSegment:
         if truncated and not truncate:
             raise CorruptRecordError(
                 f"{reason or 'bytes after the last valid batch'} ({truncated} bytes from here to the end of the "
-                f"segment fail validation, in a segment followed by segments that hold data)",
+                f"segment fail validation, in a segment followed by segments that hold data: corruption, not a "
+                f"torn write). Restore the file, or open with repair=True (pylog verify --repair) to truncate the "
+                f"log here, deleting every later segment",
                 path=self.log_path, position=valid,
             )
+        self.offset_index.replace_entries(offset_entries)
+        self.time_index.replace_entries(time_entries)
         if truncated:
             self.io.truncate(self.fd, valid)
             if not reason:
