@@ -264,7 +264,14 @@ def verify_partition(part_dir: str, progress: Progress, totals: Dict[str, int]) 
     """CRC-check every batch and validate every index of one partition; return the problems."""
     problems: List[Tuple[str, int, int, str]] = []
     damaged_from: Optional[int] = None
-    for log_path in _segment_logs(part_dir):
+    # Holes between segments (a deleted, emptied or cut middle .log): the offsets after one
+    # segment's last batch up to the next segment's base offset. A compacted log has such gaps
+    # by design; a log whose segments show gaps inside them is taken to be one.
+    holes: List[Tuple[str, int, int, str]] = []
+    compacted = False
+    prev: Optional[Tuple[str, int, int]] = None  # (file, offset after its last batch, its size)
+    logs = _segment_logs(part_dir)
+    for i, log_path in enumerate(logs):
         with open(log_path, "rb") as f:
             data = f.read()
         totals["segments"] += 1
@@ -272,8 +279,20 @@ def verify_partition(part_dir: str, progress: Progress, totals: Dict[str, int]) 
         totals["batches"] += len(result.batches)
         totals["records"] += sum(b.records_count for b in result.batches)
         totals["bytes"] += len(data)
+        base = _base_offset_of(log_path)
+        compacted = compacted or any(a.last_offset + 1 != b.base_offset for a, b in zip(result.batches, result.batches[1:]))
+        end = result.batches[-1].last_offset + 1 if result.batches else base
+        if prev is not None and not data and base < prev[1]:
+            pass  # an empty leftover of a failed roll inside the previous segment's offsets: the open deletes it
+        else:
+            if prev is not None and base > prev[1]:
+                holes.append((prev[0], prev[2], sum(os.path.getsize(x) for x in logs[i:]),
+                              f"offsets {prev[1]}..{base - 1} are missing before {os.path.basename(log_path)} "
+                              f"(a deleted, emptied or cut segment: opening the log refuses; --repair truncates "
+                              f"it at offset {prev[1]}, deleting every later segment)"))
+            prev = (log_path, end, len(data))
         if damaged_from is not None:
-            problems.append((log_path, 0, len(data), "follows a damaged segment (recovery deletes it)"))
+            problems.append((log_path, 0, len(data), "follows a damaged segment (opening refuses; --repair deletes it)"))
         elif result.status != _native.OK:
             damaged_from = result.valid_bytes
             problems.append((log_path, result.valid_bytes, len(data) - result.valid_bytes, result.reason))
@@ -287,6 +306,8 @@ def verify_partition(part_dir: str, progress: Progress, totals: Dict[str, int]) 
             except CorruptRecordError as exc:
                 problems.append((ipath, 0, 0, f"index fails validation ({exc}); recovery rebuilds it"))
         progress.advance(len(data), os.path.basename(part_dir))
+    if not compacted:
+        problems += holes
     return problems
 
 
@@ -331,7 +352,7 @@ def _recover_locked(part_dir: str, log_dir: str, tp: Tuple[str, int], first_bad:
     marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
     if os.path.exists(marker):
         os.unlink(marker)
-    log = Log.open(part_dir)
+    log = Log.open(part_dir, repair=True)  # truncate at a hole or damage (the user asked: --repair)
     try:
         for seg in log.segments.values():
             seg.ensure_indexes()  # rebuilds an invalid index

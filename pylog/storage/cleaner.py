@@ -394,8 +394,27 @@ class Cleaner:
 
         Complexity: O(bytes below the cleanable end). Durability: every
         replaced group is fsynced and swapped crash-safely, then the cleaner
-        checkpoint is written (atomically) before return.
+        checkpoint is written (atomically) before return. A disk error
+        (EMFILE, ENOSPC, EIO) raises :class:`KafkaStorageError`: before the
+        swap, the half-written ``.cleaned`` segment is removed and the log is
+        as it was; during the swap, the log is closed and its next open
+        finishes or discards the swap (:meth:`Log.replace_segments`).
         """
+        try:
+            return self._clean(log, now_ms, upper_bound=upper_bound, force=force,
+                               producer_last_offsets=producer_last_offsets)
+        except OSError as exc:
+            raise log._storage_error(exc, "log cleaning") from exc
+
+    def _clean(
+        self,
+        log: Log,
+        now_ms: int,
+        *,
+        upper_bound: Optional[int],
+        force: bool,
+        producer_last_offsets: Optional[Mapping[int, int]],
+    ) -> CleanResult:
         with log._lock:
             log._ensure_writable()
             base = dict(topic=log.topic, partition=log.partition)
@@ -467,7 +486,10 @@ class Cleaner:
                     new.on_become_inactive()
                     new.flush()
                 except BaseException:
-                    new.delete()
+                    try:
+                        new.delete()
+                    except OSError:
+                        new.close()  # a .cleaned file left behind is removed on the next open
                     raise
                 log.replace_segments([new], group)
             log._cleaner_next_horizon = horizon_min

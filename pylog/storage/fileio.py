@@ -4,7 +4,11 @@
 calls. :class:`SimulatedDiskIO` sits on the same files but remembers, per file,
 how many bytes were fsynced; :meth:`SimulatedDiskIO.crash` then throws away
 everything that was not - exactly what a power loss does to a page cache -
-and it can inject ``ENOSPC``/``EIO`` on the Nth write or fsync. The storage
+and it can inject ``ENOSPC``/``EIO`` on the Nth write or fsync, or an error
+(``EMFILE``, ``ENOSPC``, ``EIO``, ...) at the Nth file operation of any kind
+(:attr:`SimulatedDiskIO.fail_op_at`), which is how the fault sweep in
+``tests/fault/test_fault_at_every_operation.py`` checks that every multi-file
+step is all-or-nothing. The storage
 layer never calls ``os`` directly for its files, so the same code runs on
 either, and the cluster simulator gives each broker its own
 :class:`SimulatedDiskIO`.
@@ -26,7 +30,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 
 class FileIO:
@@ -103,17 +107,27 @@ class FileIO:
         """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory.
 
         Durability: after return the new content survives power loss; a crash
-        in between leaves either the old or the new file, never a mix.
+        in between leaves either the old or the new file, never a mix. A failure
+        before the rename removes the temp file again (best effort) and leaves
+        the old file; a failure of the final directory fsync leaves the new file
+        in place, not yet durable (a power loss may bring the old one back).
         """
         tmp = path + ".tmp"
         fd = self.open(tmp)
         try:
-            self.truncate(fd, 0)
-            self.pwrite(fd, data, 0)
-            self.fsync(fd)
-        finally:
-            self.close(fd)
-        self.replace(tmp, path)
+            try:
+                self.truncate(fd, 0)
+                self.pwrite(fd, data, 0)
+                self.fsync(fd)
+            finally:
+                self.close(fd)
+            self.replace(tmp, path)
+        except OSError:
+            try:  # leave the directory as it was: the old file, no temp file
+                self.unlink(tmp)
+            except OSError:
+                pass
+            raise
         self.fsync_dir(os.path.dirname(path) or ".")
 
 
@@ -131,10 +145,29 @@ class SimulatedDiskIO(FileIO):
     Files that existed before this object saw them count as fully synced.
     ``fail_write_after=N`` makes the (N+1)th write raise ``OSError(fail_errno)``;
     ``fail_fsync_after`` does the same for fsync.
+
+    Operation faults: every call that can fail on a real disk or descriptor
+    table - :meth:`open`, :meth:`pwrite`, :meth:`fsync`, :meth:`truncate`,
+    :meth:`replace`, :meth:`unlink`, :meth:`fsync_dir`, :meth:`makedirs`,
+    :meth:`listdir`, :meth:`read_file` - counts one operation in :attr:`ops`
+    (``close``, ``size``, ``exists`` and ``pread`` on an open descriptor do
+    not). With ``fail_op_at=N`` operations N, N+1, ... N+``fail_op_count``-1
+    (1-based, counted from the last :meth:`heal` or reset of :attr:`ops`)
+    raise ``OSError(fail_op_errno)`` before touching anything;
+    ``fail_op_count=None`` fails every operation from N on (a full disk or
+    descriptor table stays full). :attr:`op_log` lists ``(kind, path)`` of
+    every counted operation since :meth:`reset_ops` or :meth:`arm` (None
+before: a long simulation keeps no log), for a test to say which one it
+failed.
     """
 
+    #: the operations counted by :attr:`ops` (and failed by ``fail_op_at``)
+    COUNTED_OPS = ("open", "pwrite", "fsync", "truncate", "replace", "unlink", "fsync_dir", "makedirs", "listdir",
+                   "read_file")
+
     def __init__(self, *, fail_write_after: Optional[int] = None, fail_fsync_after: Optional[int] = None,
-                 fail_errno: int = errno.ENOSPC):
+                 fail_errno: int = errno.ENOSPC, fail_op_at: Optional[int] = None, fail_op_count: Optional[int] = 1,
+                 fail_op_errno: int = errno.EIO):
         self._lock = threading.Lock()
         self._files: Dict[str, _FileState] = {}
         self._fd_paths: Dict[int, str] = {}
@@ -145,6 +178,42 @@ class SimulatedDiskIO(FileIO):
         self.fail_errno = fail_errno
         self.writes = 0
         self.fsyncs = 0
+        self.fail_op_at = fail_op_at
+        self.fail_op_count = fail_op_count
+        self.fail_op_errno = fail_op_errno
+        self.ops = 0
+        self.op_log: Optional[List[Tuple[str, str]]] = None  # recorded from reset_ops()/arm() on
+        self.failed_ops: List[Tuple[int, str, str]] = []  # (op number, kind, path) of each injected failure
+
+    def _op(self, kind: str, path: object) -> None:
+        """Count one operation; raise the injected error when it is due. Call with ``_lock`` held."""
+        self.ops += 1
+        if self.op_log is not None:
+            self.op_log.append((kind, str(path)))
+        at = self.fail_op_at
+        if at is not None and self.ops >= at and (self.fail_op_count is None or self.ops < at + self.fail_op_count):
+            self.failed_ops.append((self.ops, kind, str(path)))
+            raise OSError(self.fail_op_errno, os.strerror(self.fail_op_errno), str(path))
+
+    def reset_ops(self) -> None:
+        """Count (and record in :attr:`op_log`) operations from zero again."""
+        with self._lock:
+            self.ops = 0
+            self.op_log = []
+            self.failed_ops = []
+
+    def arm(self, at: int, errno_: int, *, count: Optional[int] = 1) -> None:
+        """Fail the ``at``-th operation from now (1-based) with ``errno_`` (``count`` of them; None: all later ones)."""
+        self.reset_ops()
+        with self._lock:
+            self.fail_op_at, self.fail_op_errno, self.fail_op_count = at, errno_, count
+
+    def heal(self) -> None:
+        """Stop every injected fault (the disk was replaced, space or descriptors freed)."""
+        with self._lock:
+            self.fail_op_at = None
+            self.fail_write_after = None
+            self.fail_fsync_after = None
 
     def _state(self, path: str) -> _FileState:
         st = self._files.get(path)
@@ -156,6 +225,7 @@ class SimulatedDiskIO(FileIO):
     def open(self, path: str, *, create: bool = True, read_only: bool = False) -> int:
         path = os.path.abspath(path)
         with self._lock:
+            self._op("open", path)
             existed = os.path.exists(path)
             fd = super().open(path, create=create, read_only=read_only)
             if not existed:
@@ -173,6 +243,7 @@ class SimulatedDiskIO(FileIO):
 
     def pwrite(self, fd: int, data: object, offset: int) -> None:
         with self._lock:
+            self._op("pwrite", self._fd_paths.get(fd))
             self.writes += 1
             if self.fail_write_after is not None and self.writes > self.fail_write_after:
                 raise OSError(self.fail_errno, os.strerror(self.fail_errno), self._fd_paths.get(fd))
@@ -180,6 +251,7 @@ class SimulatedDiskIO(FileIO):
 
     def fsync(self, fd: int) -> None:
         with self._lock:
+            self._op("fsync", self._fd_paths.get(fd))
             self.fsyncs += 1
             if self.fail_fsync_after is not None and self.fsyncs > self.fail_fsync_after:
                 raise OSError(self.fail_errno, os.strerror(self.fail_errno), self._fd_paths.get(fd))
@@ -190,6 +262,7 @@ class SimulatedDiskIO(FileIO):
 
     def truncate(self, fd: int, size: int) -> None:
         with self._lock:
+            self._op("truncate", self._fd_paths.get(fd))
             super().truncate(fd, size)
             path = self._fd_paths.get(fd)
             if path is not None:
@@ -206,6 +279,7 @@ class SimulatedDiskIO(FileIO):
         """
         src, dst = os.path.abspath(src), os.path.abspath(dst)
         with self._lock:
+            self._op("replace", dst)
             st = self._state(src)
             if src not in self._removed and st.durable_name:
                 with open(src, "rb") as f:
@@ -227,6 +301,7 @@ class SimulatedDiskIO(FileIO):
     def unlink(self, path: str) -> None:
         path = os.path.abspath(path)
         with self._lock:
+            self._op("unlink", path)
             st = self._state(path)
             if st.durable_name and path not in self._removed:
                 with open(path, "rb") as f:
@@ -238,11 +313,27 @@ class SimulatedDiskIO(FileIO):
     def fsync_dir(self, path: str) -> None:
         path = os.path.abspath(path)
         with self._lock:
+            self._op("fsync_dir", path)
             super().fsync_dir(path)
             for name in self._pending_names.pop(path, set()):
                 if name in self._files:
                     self._files[name].durable_name = True
                 self._removed.pop(name, None)
+
+    def makedirs(self, path: str) -> None:
+        with self._lock:
+            self._op("makedirs", path)
+        super().makedirs(path)
+
+    def listdir(self, path: str) -> List[str]:
+        with self._lock:
+            self._op("listdir", path)
+        return super().listdir(path)
+
+    def read_file(self, path: str) -> bytes:
+        with self._lock:
+            self._op("read_file", path)
+        return super().read_file(path)
 
     def crash(self) -> None:
         """Lose every byte and directory entry that was not made durable.

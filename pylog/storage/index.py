@@ -150,6 +150,14 @@ class _Index:
         if self.io.exists(self.path) or self._fd is not None:
             self.io.truncate(self._ensure_fd(), 0)
 
+    def replace_entries(self, data: bytearray) -> None:
+        """Replace every entry with ``data`` (a rebuild): the file is emptied, then
+        written with one positional write (no fsync). Raises OSError; the entries
+        are in memory either way (pending if the write failed)."""
+        self.reset()
+        self._data = data
+        self.write_pending()
+
     def flush(self) -> None:
         """Write the pending entries and fsync the file. Durability: every entry survives power loss."""
         self.write_pending()

@@ -12,8 +12,20 @@ On open:
    and are rebuilt when missing or invalid);
 3. after a clean shutdown nothing is scanned. Otherwise every segment from
    the one holding the recovery point onward is re-validated batch by batch
-   (size, magic, CRC, increasing offsets); the first invalid byte truncates
-   that segment and every later segment is deleted.
+   (size, magic, CRC, increasing offsets); the first invalid byte in the
+   last segment holding data is a torn write: it truncates that segment (and
+   the empty segments after it are deleted). Invalid bytes in a segment
+   followed by segments holding data cannot come from a crash (a segment is
+   fsynced before the next one is created): that is corruption, and the open
+   fails with :class:`CorruptRecordError` unless ``repair`` is asked for
+   (then Kafka's LogLoader rule: truncate there, delete every later segment);
+4. :func:`check_segments` - an empty segment whose offsets belong to the
+   segment before it (a roll that failed half way and could not remove its
+   file) is deleted; then the segments must follow each other without a hole:
+   a segment ending below the next one's base offset (a deleted, emptied or
+   cut segment) is :class:`CorruptRecordError` naming the files and the
+   missing offsets, unless ``repair`` (truncate there) or the log is compacted
+   (compaction leaves such gaps, as in Kafka).
 
 The result (:class:`RecoveryResult`) says what was done, and is logged.
 Complexity: O(bytes after the recovery point); a clean open is O(segments).
@@ -28,7 +40,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from sortedcontainers import SortedDict
 
-from pylog.errors import KafkaStorageError
+from pylog.errors import CorruptRecordError, KafkaStorageError
 from pylog.storage.fileio import FileIO
 from pylog.storage.record import BatchInfo
 from pylog.storage.segment import LogSegment
@@ -55,6 +67,8 @@ class RecoveryResult:
     segments_deleted: List[int] = field(default_factory=list)
     temp_files_removed: List[str] = field(default_factory=list)
     truncated_at: List[str] = field(default_factory=list)  # "file@position: reason"
+    #: empty segments deleted because their offsets belong to the segment before them (abandoned rolls)
+    abandoned_segments: List[int] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -197,8 +211,16 @@ def recover(
     segments: "SortedDict[int, LogSegment]",
     result: RecoveryResult,
     on_batches: Callable[[List[BatchInfo]], None],
+    *,
+    repair: bool = False,
 ) -> None:
     """Re-validate segments from the recovery point on; truncate at the first bad byte.
+
+    The first bad byte of the last segment holding data truncates it (a torn
+    write) and deletes the (empty) segments after it. A bad byte in an earlier
+    segment raises :class:`CorruptRecordError` (naming the file, the position
+    and what follows) without changing any file, unless ``repair``: then it
+    truncates that segment and deletes every later one, as Kafka's LogLoader.
 
     ``on_batches`` sees every valid batch in order (the Log rebuilds its leader
     epoch cache from them). Mutates ``segments`` and ``result``.
@@ -210,7 +232,11 @@ def recover(
     start_idx = max(0, segments.bisect_right(result.recovery_point) - 1)
     for i in range(start_idx, len(bases)):
         seg = segments[bases[i]]
-        rec = seg.recover()
+        # Only the last segment holding data can have a torn tail (roll fsyncs a
+        # segment before it creates the next): damage anywhere before it is
+        # corruption, refused unless the caller asked for repair.
+        tail = all(segments[b].size == 0 for b in bases[i + 1 :])
+        rec = seg.recover(truncate=tail or repair)
         result.segments_scanned += 1
         result.bytes_scanned += rec.valid_bytes + rec.truncated_bytes
         on_batches(rec.batches)
@@ -233,3 +259,90 @@ def recover(
     else:
         log.info("recovered %s: scanned %d segment(s), %d bytes, all valid", result.path,
                  result.segments_scanned, result.bytes_scanned)
+
+
+def check_segments(
+    segments: "SortedDict[int, LogSegment]", result: RecoveryResult, *, log_start: int, compacted: bool,
+    repair: bool,
+) -> None:
+    """Drop abandoned empty segments, then refuse (or repair) holes between segments.
+
+    The rules (docs/durability.md, "Segments that do not follow each other"):
+
+    * an **empty** segment whose base offset is below the end of the segment
+      before it, or whose whole range lies below ``log_start``, holds nothing
+      and never did: roll creates a segment only at the log end, so it is
+      the file of a roll that failed (EMFILE, ENOSPC, EIO) and could not be
+      removed. It is deleted - otherwise it would become the active segment
+      (hiding the records after its base offset) or shadow the offsets of
+      the segment before it. Kafka creates a segment only at the log end
+      too, and its loader trusts the segment list; pylog checks it because it
+      keeps appending after a failed roll where Kafka takes the log
+      directory offline;
+    * a segment that ends below the next segment's base offset (offsets
+      ``[end, next base)`` at or above ``log_start`` are missing: a deleted,
+      emptied or cut middle ``.log``) is corruption in a log that is not
+      compacted: :class:`CorruptRecordError` naming both files and the
+      missing offsets, unless ``repair``, which truncates the log there
+      (every later segment deleted, recorded in ``result``) as recovery does
+      after a torn write. A compacted log has such gaps by design (Kafka):
+      they are accepted;
+    * a non-empty segment starting below the end of the one before it
+      (overlapping offsets) is corruption the same way.
+
+    Reading the end of each segment loads its indexes (``ensure_indexes``),
+    rebuilding an invalid one; a segment followed by segments holding data
+    is then never cut silently (:meth:`LogSegment.ensure_indexes`).
+    Complexity: O(segments + index bytes), plus a scan of each segment whose
+    index is invalid. Changes no file unless it deletes an abandoned segment
+    or ``repair``.
+    """
+    bases = list(segments.keys())
+    sizes = [segments[b].size for b in bases]
+    prev_end: Optional[int] = None
+    prev_seg: Optional[LogSegment] = None
+    for i, base in enumerate(bases):
+        seg = segments[base]
+        if base not in segments:
+            continue
+        empty = sizes[i] == 0
+        if empty and (
+            (prev_end is not None and base < prev_end)
+            or (i + 1 < len(bases) and bases[i + 1] <= log_start)
+        ):
+            segments.pop(base)
+            seg.delete()
+            result.abandoned_segments.append(base)
+            log.warning("%s: deleted the empty segment %s, left by a roll that failed (its offsets belong to the "
+                        "segment before it or lie below the log start %d)", result.path, seg.log_path, log_start)
+            continue
+        if prev_end is not None and prev_seg is not None:
+            problem = ""
+            if base < prev_end and not empty:
+                problem = (f"segment {seg.log_path} starts at offset {base} but {prev_seg.log_path} "
+                           f"already holds offsets up to {prev_end - 1} (overlapping segments)")
+            elif base > prev_end and not compacted and base > log_start:
+                lo = max(prev_end, log_start)
+                problem = (f"offsets {lo}..{base - 1} are missing: {prev_seg.log_path} ends at offset "
+                           f"{prev_end} but the next segment {seg.log_path} starts at {base} "
+                           f"(a deleted, emptied or cut segment)")
+            if problem:
+                later = [b for b in bases[i:] if b in segments]
+                if not repair:
+                    raise CorruptRecordError(
+                        f"{problem}. Restore the file, or open with repair=True (pylog verify --repair) to "
+                        f"truncate the log at offset {min(prev_end, base)}, deleting segments {later}",
+                        path=prev_seg.log_path,
+                    )
+                for b in later:
+                    doomed = segments.pop(b)
+                    result.bytes_truncated += doomed.size
+                    doomed.delete()
+                    result.segments_deleted.append(b)
+                result.truncated_at.append(f"{prev_seg.log_path}@end: {problem}")
+                log.warning("repaired %s: %s; deleted segments %s", result.path, problem, later)
+                return
+        tail = all(s == 0 for s in sizes[i + 1 :])
+        seg.ensure_indexes(truncate_damage=tail or repair)
+        prev_end = base if empty else seg.next_offset()
+        prev_seg = seg

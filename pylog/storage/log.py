@@ -67,7 +67,9 @@ from pylog.metrics import RateMeter
 from pylog.storage import checkpoint
 from pylog.storage.epoch_cache import LeaderEpochCache
 from pylog.storage.fileio import FileIO
-from pylog.storage.loader import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, load_segments, recover
+from pylog.storage.loader import (
+    CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, check_segments, load_segments, recover,
+)
 from pylog.storage.logdir import LogDir, parse_partition_dir
 from pylog.storage.record import (
     BATCH_OVERHEAD,
@@ -271,6 +273,7 @@ class Log:
         read_only: bool = False,
         file_io: Optional[FileIO] = None,
         clock_ms: Optional[Callable[[], int]] = None,
+        repair: bool = False,
         **config: object,
     ) -> "Log":
         """Open (creating when needed) the partition directory ``path``.
@@ -280,14 +283,31 @@ class Log:
         checkpoints and the lock. Settings are those of :class:`LogConfig`.
 
         Raises :class:`LogDirLockedError` when another writer has the log
-        directory, :class:`InvalidTopicError` for a bad directory name and
-        :class:`InvalidConfigurationError` for a bad setting.
+        directory, :class:`InvalidTopicError` for a bad directory name,
+        :class:`InvalidConfigurationError` for a bad setting and
+        :class:`KafkaStorageError` when the disk fails.
+
+        Damage that is not a torn write - invalid bytes in a segment followed
+        by segments holding data, or a hole between segments (a deleted,
+        emptied or cut middle ``.log``) - raises :class:`CorruptRecordError`
+        naming the file and the missing offsets, and changes no segment. With
+        ``repair=True`` the log is truncated at the damage instead and every
+        later segment deleted (what ``pylog verify --repair`` does); see
+        docs/durability.md.
 
         Complexity: O(segments) after a clean shutdown; otherwise plus a scan
         of the bytes past the recovery point.
         """
         self = object.__new__(cls)
-        self._init(os.fspath(path), read_only, file_io or FileIO(), clock_ms or _wall_clock_ms, LogConfig.from_kwargs(**config))
+        self._repair = bool(repair)
+        try:
+            self._init(os.fspath(path), read_only, file_io or FileIO(), clock_ms or _wall_clock_ms,
+                       LogConfig.from_kwargs(**config))
+        except OSError as exc:
+            if isinstance(exc, KafkaStorageError):
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise KafkaStorageError(exc.errno, f"opening {os.fspath(path)} failed: {exc.strerror or exc}{where}") from exc
         return self
 
     def _init(self, path: str, read_only: bool, io: FileIO, clock: Callable[[], int], config: LogConfig) -> None:
@@ -339,6 +359,12 @@ class Log:
             try:
                 self._load(needs_recovery)
             except BaseException:
+                for seg in getattr(self, "segments", {}).values():
+                    try:
+                        seg.close()
+                    except OSError:
+                        pass
+                self._logdir.mark_dirty(tp)  # not recovered: the next open must check it again
                 self._logdir.unregister(tp)
                 raise
         except BaseException:
@@ -378,8 +404,11 @@ class Log:
                     if b.magic == 2:
                         self.epochs.assign(b.partition_leader_epoch, b.base_offset)
 
-            recover(self.segments, self.recovery, on_batches)
+            recover(self.segments, self.recovery, on_batches, repair=self._repair)
         checkpointed_start = ld.log_start_offsets.get(tp, 0)
+        if self.segments:
+            check_segments(self.segments, self.recovery, log_start=checkpointed_start, compacted=self.config.compact,
+                           repair=self._repair)
         if self.segments and self.segments.peekitem(-1)[1].next_offset() < checkpointed_start:
             # Every record is below the durable log start (the tail was lost or
             # files were removed): restart the log empty there, as Kafka's
@@ -821,8 +850,19 @@ class Log:
     def roll(self, new_base: Optional[int] = None) -> LogSegment:
         """Close the active segment to appends and start a new one at the log end.
 
+        All-or-nothing: the old segment is fsynced, then the new segment's three
+        files are created and the directory fsynced; only then does the new
+        segment become active. If any of these operations fails (EMFILE,
+        ENOSPC, EIO) the files created so far are removed again, the old
+        segment stays active and :class:`KafkaStorageError` is raised, so the
+        directory holds what it held before (an extra fsync aside). A failure
+        after that point (the recovery-point checkpoint, retention) is raised
+        too, but the roll itself is complete: the new segment is active and
+        durable.
+
         Durability: the rolled segment is fsynced and the recovery point moves
         to the new segment's base (as Kafka's roll-then-flush does).
+        Complexity: O(1) plus retention. Thread-safety: takes the log's lock.
         """
         with self._lock:
             self._ensure_writable()
@@ -832,9 +872,16 @@ class Log:
                 return old
             old.on_become_inactive()
             old.flush()
-            seg = self._new_segment(base)
+            seg = self._new_segment(base)  # creates all three files or none
+            try:
+                self.io.fsync_dir(self.dir)
+            except OSError:
+                try:
+                    seg.delete()
+                except OSError:
+                    seg.close()  # an empty .log left behind is discarded on open (drop_abandoned_segments)
+                raise
             self.segments[base] = seg
-            self.io.fsync_dir(self.dir)
             self._set_recovery_point(self.log_end_offset if base == self.log_end_offset else self.recovery_point)
             self._checkpoint()
             self.enforce_retention()
@@ -908,19 +955,26 @@ class Log:
             self._logdir.write_checkpoints()
             self._last_checkpoint_ms = self.clock_ms()
 
+    @_storage_errors("leader epoch checkpoint")
     def assign_epoch(self, epoch: int, start_offset: int) -> bool:
         """Record in the leader-epoch cache that ``epoch`` starts at ``start_offset``.
 
         A new leader calls this with the log end offset before it appends
         (Kafka's LeaderEpochFileCache.assign on becoming leader). Returns True
         when the cache changed. Durability: the leader-epoch-checkpoint is
-        rewritten atomically before return.
+        rewritten atomically before return; if that fails the cache is put back
+        as it was and :class:`KafkaStorageError` raised (all-or-nothing).
         """
         with self._lock:
             self._ensure_writable()
+            before = self.epochs.entries
             changed = self.epochs.assign(epoch, start_offset)
             if changed:
-                self._write_epochs()
+                try:
+                    self._write_epochs()
+                except OSError:
+                    self.epochs = LeaderEpochCache(before)
+                    raise
             return changed
 
     def _write_epochs(self) -> None:
@@ -1176,53 +1230,121 @@ class Log:
             if offset < self.log_start_offset:
                 return self.truncate_fully_and_start_at(offset)
             removed = 0
-            for base in list(self.segments.keys()):
-                if base > offset and len(self.segments) > 1:
-                    seg = self.segments.pop(base)
-                    removed += seg.size
-                    seg.delete()
+            start_before, rp_before, epochs_before = self.log_start_offset, self.recovery_point, self.epochs.entries
+            doomed = [b for b in self.segments.keys() if b > offset][: len(self.segments) - 1]
+            removed += self._delete_newest_segments(len(doomed))
             seg = self.active_segment
             removed += seg.truncate_to(offset)
             # The in-memory state follows the files at once, so that a failing
             # fsync below leaves the log consistent (if not yet durable).
             self.log_end_offset = seg.next_offset()
-            epochs_changed = self.epochs.truncate_from_end(self.log_end_offset)
             # A batch straddling the log start is removed whole, which can put
             # the log end below the log start (Kafka: logStartOffset = min(target, logStartOffset)).
-            start_moved = self.log_start_offset > self.log_end_offset
-            if start_moved:
-                self.log_start_offset = self.log_end_offset
-            rp_moved = self.recovery_point > self.log_end_offset
-            if rp_moved:
-                self._set_recovery_point(self.log_end_offset)
+            self._clamp_to_log_end()
+            epochs_changed = self.epochs.entries != epochs_before
+            start_moved = self.log_start_offset != start_before
+            rp_moved = self.recovery_point != rp_before
             cleaned_to = self.cleaner_checkpoint
             if cleaned_to is not None and cleaned_to > self.log_end_offset:
                 self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
             seg.flush()
-            self.io.fsync_dir(self.dir)
             if epochs_changed:
                 self._write_epochs()
             if rp_moved or start_moved:
                 self._checkpoint()
             return removed
 
+    def _delete_newest_segments(self, n: int) -> int:
+        """Delete the ``n`` newest segments (never all), newest first; returns their bytes.
+
+        Each ``.log`` is unlinked before its segment leaves the map and the log
+        end moves down to where the segment before it ends, so a failure at
+        any step leaves a consistent shorter log - a prefix of the old one,
+        every remaining record readable, memory agreeing with the files - that
+        a retry finishes. The deletions are made durable (directory fsync)
+        before the caller cuts the remaining segment: a power loss in between
+        never leaves a cut segment followed by segments that come back (a hole).
+        """
+        if n <= 0:
+            return 0
+        keys = list(self.segments.keys())
+        doomed = keys[len(keys) - n :]
+        # Where the log ends once each doomed segment is gone, read before any
+        # file changes, so that a failing read changes nothing.
+        ends = {b: self.segments[keys[i - 1]].next_offset() for i, b in enumerate(keys) if b in doomed}
+        removed = 0
+        for base in reversed(doomed):
+            seg = self.segments[base]
+            size = seg.size
+            seg.delete()
+            del self.segments[base]
+            removed += size
+            self.log_end_offset = ends[base]
+            self._clamp_to_log_end()
+        self.io.fsync_dir(self.dir)
+        return removed
+
+    def _clamp_to_log_end(self) -> None:
+        """Keep the log start, recovery point and epochs at or below a log end that moved down (in memory)."""
+        if self.log_start_offset > self.log_end_offset:
+            self.log_start_offset = self.log_end_offset
+        if self.recovery_point > self.log_end_offset:
+            self._set_recovery_point(self.log_end_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+
     @_storage_errors("truncate fully and start at")
     def truncate_fully_and_start_at(self, offset: int) -> int:
-        """Delete every segment and restart the log empty at ``offset``."""
+        """Delete every segment and restart the log empty at ``offset`` (a follower whose
+        leader's log starts past its end; ``truncate_to`` below the log start).
+
+        Crash- and fault-safe in two phases. First the log-start checkpoint is
+        rewritten with ``offset`` (atomically): if that fails, nothing changed and
+        :class:`KafkaStorageError` is raised with the log still open. From then on
+        an open of the directory restarts the log at ``offset`` whatever is left
+        (the loader drops segments that end below the durable log start): the
+        segments are deleted newest first and the new one created; if any of that
+        fails the log is closed as a crashed one would be
+        (:meth:`abandon`) and :class:`KafkaStorageError` raised - the next open
+        finishes the job.
+
+        Durability: everything (checkpoints, directory) is fsynced before return.
+        Complexity: O(segments). Thread-safety: takes the log's lock.
+        """
         with self._lock:
             self._ensure_writable()
             removed = self.size_in_bytes
-            for seg in list(self.segments.values()):
-                seg.delete()
-            self.segments.clear()
-            self.segments[offset] = self._new_segment(offset)
-            self.log_end_offset = self.log_start_offset = offset
-            self.epochs.clear()
-            self.set_cleaner_checkpoint(None)
-            self._set_recovery_point(offset)
-            self.io.fsync_dir(self.dir)
-            self._write_epochs()
-            self._checkpoint()
+            tp = (self.topic, self.partition)
+            if self._logdir is not None:
+                try:
+                    with self._logdir.lock:
+                        self._logdir.log_start_offsets[tp] = offset
+                        self._logdir.write_checkpoints()
+                except OSError:
+                    with self._logdir.lock:
+                        self._logdir.log_start_offsets[tp] = self.log_start_offset
+                    raise
+            try:
+                self._delete_newest_segments(len(self.segments) - 1)
+                first = self.active_segment
+                if first.base_offset == offset:
+                    first.truncate_to(offset)
+                else:
+                    seg = self._new_segment(offset)
+                    self.segments[offset] = seg  # (the abandon below closes it on a failure)
+                    self.io.fsync_dir(self.dir)
+                    first.delete()
+                    del self.segments[first.base_offset]
+                self.log_end_offset = self.log_start_offset = offset
+                self.epochs.clear()
+                self.set_cleaner_checkpoint(None)
+                self._set_recovery_point(offset)
+                self.io.fsync_dir(self.dir)
+                self._write_epochs()
+                self._checkpoint()
+            except OSError as exc:
+                err = self._storage_error(exc, f"truncate fully and start at {offset}")
+                self.abandon()
+                raise err from exc
             return removed
 
     @_storage_errors("delete records before")
@@ -1253,7 +1375,8 @@ class Log:
         bases = list(self.segments.keys())
         for i, base in enumerate(bases[:-1]):
             if bases[i + 1] <= offset:
-                self.segments.pop(base).delete()
+                self.segments[base].delete()  # oldest first: a failure leaves a consistent suffix
+                del self.segments[base]
                 deleted.append(base)
             else:
                 break

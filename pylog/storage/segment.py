@@ -78,6 +78,26 @@ def _headers(data: bytes, count: int, path: str, position: int) -> Tuple[Tuple[s
     )
 
 
+def _undo_create(io: FileIO, fd: int, created: List[str]) -> None:
+    """Close ``fd`` and remove the files a failed segment create made (best effort).
+
+    Removes the ``.log`` last, so that a removal that fails too leaves at worst an
+    empty ``.log`` (which the loader discards when its offsets belong to the segment
+    before it: :func:`pylog.storage.loader.drop_abandoned_segments`) or index files
+    without a ``.log`` (removed as orphans on open). The names were never made
+    durable (no directory fsync), so a power loss cannot bring back more.
+    """
+    try:
+        io.close(fd)
+    except OSError:
+        pass
+    for path in reversed(created):
+        try:
+            io.unlink(path)
+        except OSError:
+            pass
+
+
 def filename_prefix(offset: int) -> str:
     """Kafka's 20-digit zero-padded segment name for ``offset``."""
     return f"{offset:020d}"
@@ -115,13 +135,33 @@ class LogSegment:
         self.read_only = read_only
         self.offset_index = OffsetIndex(io, prefix + ".index" + suffix, base_offset, read_only=read_only)
         self.time_index = TimeIndex(io, prefix + ".timeindex" + suffix, base_offset, read_only=read_only)
+        # Creating a segment is all-or-nothing: the files this constructor creates
+        # are removed again when a later step fails (EMFILE, ENOSPC, EIO), so a
+        # failed roll leaves the directory as it was (see Log.roll).
+        created: List[str] = []
+        if not read_only and not io.exists(self.log_path):
+            created.append(self.log_path)
         self._fd: Optional[int] = io.open(self.log_path, create=not read_only, read_only=read_only)
-        if not read_only and io.size(self._fd) == 0:
-            # Kafka creates both index files with the segment; an index file is
-            # then missing only when it was lost, which means "rebuild".
-            for index in (self.offset_index, self.time_index):
-                if not io.exists(index.path):
-                    io.close(io.open(index.path))
+        try:
+            if not read_only and io.size(self._fd) == 0:
+                # Kafka creates both index files with the segment; an index file is
+                # then missing only when it was lost, which means "rebuild".
+                for index in (self.offset_index, self.time_index):
+                    if not io.exists(index.path):
+                        created.append(index.path)
+                        io.close(io.open(index.path))
+                    elif created:
+                        # A new .log, an old index: left behind by a deletion whose
+                        # index unlink failed. Its entries describe another file.
+                        ifd = io.open(index.path)
+                        try:
+                            io.truncate(ifd, 0)
+                        finally:
+                            io.close(ifd)
+        except OSError:
+            fd, self._fd = self._fd, None
+            _undo_create(io, fd, created)
+            raise
         self.created_ms = created_ms
         self._state = ffi.new("plg_segment_state_t *")
         self._append_scratch: Optional[Tuple[Any, Any, Any, Any]] = None  # see append()
@@ -173,10 +213,28 @@ class LogSegment:
         self.ensure_indexes()
         return int(self._state.max_timestamp_so_far)
 
-    def ensure_indexes(self) -> None:
-        """Load and validate both indexes (lazily); rebuild them when invalid or missing."""
+    def ensure_indexes(self, *, truncate_damage: bool = True) -> None:
+        """Load and validate both indexes (lazily); rebuild them when invalid or missing.
+
+        A rebuild scans the ``.log`` (:meth:`recover`). Bytes that fail
+        validation there are cut off when ``truncate_damage`` (a torn tail of
+        the last segment); otherwise the file is left as it is and
+        :class:`CorruptRecordError` names it and the position (the loader
+        passes False for a segment followed by segments holding data: damage
+        there is corruption, not a torn write).
+        """
         if self._indexes_ready:
             return
+        try:
+            self._load_indexes(truncate_damage)
+        except KafkaStorageError:
+            raise
+        except OSError as exc:  # EMFILE, EIO... reading or rebuilding: the next call tries again
+            raise KafkaStorageError(
+                exc.errno, f"loading the indexes of {self.log_path} failed: {exc.strerror or exc} ({exc.filename})"
+            ) from exc
+
+    def _load_indexes(self, truncate_damage: bool) -> None:
         try:
             if self.size and not self.io.exists(self.offset_index.path):
                 raise CorruptIndexError("index file is missing", path=self.offset_index.path)
@@ -196,7 +254,7 @@ class LogSegment:
                 self.time_index._data = bytearray()
                 self._indexes_ready = True
             else:
-                rec = self.recover()
+                rec = self.recover(truncate=truncate_damage)
                 if rec.truncated_bytes:
                     log.warning(
                         "rebuilding the indexes of %s cut %d bytes at position %d: %s",
@@ -560,17 +618,23 @@ class LogSegment:
         return _new_tuple(Record, (value, key, headers, ref.timestamp, offset, 1 if attributes & 0x08 else 0))
 
     # ---- recovery / truncation -------------------------------------------------
-    def recover(self) -> SegmentRecovery:
+    def recover(self, *, truncate: bool = True) -> SegmentRecovery:
         """Validate every batch (size, magic, CRC, increasing offsets), rebuild both
         indexes, and truncate the file after the last valid batch.
+
+        With ``truncate=False`` invalid bytes are not cut: the file is left as
+        it is and :class:`CorruptRecordError` raised naming it, the position
+        and the reason (the segment is then unusable until reopened).
 
         Complexity: O(segment bytes). Durability: truncation and index rebuilds
         are written but not fsynced; the caller flushes.
         """
         self._drop_map()
         self.recent_starts.clear()
-        self.offset_index.reset()
-        self.time_index.reset()
+        # The indexes are rebuilt aside and replace the old ones only once the scan is
+        # done: a refused segment (truncate=False) keeps its index files as they were.
+        offset_entries = bytearray()
+        time_entries = bytearray()
         st = self._state
         st.size = 0
         st.bytes_since_last_index_entry = 0
@@ -604,9 +668,9 @@ class LogSegment:
                     reason = f"index rebuild failed at offset {info.last_offset}: {_native.strerror(rc)}"
                     break
                 if flags[0] & 1:
-                    self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
+                    offset_entries += ffi.buffer(idx, 8)
                 if flags[0] & 2:
-                    self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
+                    time_entries += ffi.buffer(tidx, 12)
                 if self.first_batch_timestamp is None:
                     self.first_batch_timestamp = info.max_timestamp
                 batches.append(info._replace(position=pos + info.position))
@@ -622,6 +686,16 @@ class LogSegment:
                 break
         valid = int(st.size)
         truncated = file_size - valid
+        if truncated and not truncate:
+            raise CorruptRecordError(
+                f"{reason or 'bytes after the last valid batch'} ({truncated} bytes from here to the end of the "
+                f"segment fail validation, in a segment followed by segments that hold data: corruption, not a "
+                f"torn write). Restore the file, or open with repair=True (pylog verify --repair) to truncate the "
+                f"log here, deleting every later segment",
+                path=self.log_path, position=valid,
+            )
+        self.offset_index.replace_entries(offset_entries)
+        self.time_index.replace_entries(time_entries)
         if truncated:
             self.io.truncate(self.fd, valid)
             if not reason:
@@ -751,12 +825,30 @@ class LogSegment:
         self.suffix = new_suffix
 
     def delete(self) -> None:
-        """Close and remove the segment's files."""
-        self.close()
-        self.offset_index.delete()
-        self.time_index.delete()
+        """Remove the segment's files and close it.
+
+        All-or-nothing for the records: the ``.log`` is unlinked first, and if
+        that fails the segment is untouched (still open and readable) and the
+        OSError raised. Once it is gone the indexes are closed and unlinked,
+        best effort: an index left without its ``.log`` is removed as an orphan
+        on the next open, and a segment created later at the same base offset
+        empties it first (see ``__init__``). Durability: the caller fsyncs the
+        directory.
+        """
         if self.io.exists(self.log_path):
             self.io.unlink(self.log_path)
+        self._drop_map()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                self.io.close(fd)
+            except OSError:
+                pass
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.delete()
+            except OSError:
+                pass
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -212,7 +212,16 @@ def test_flip_every_byte_below_the_recovery_point(pristine: Tuple[str, Layout], 
             f.write(bytes([byte ^ mask]))
         pos, bsize, base, last = _batch_at(layout, name, position)
         field = _field(position - pos)
-        log = pylog.Log.open(path, **OPTS)
+        try:
+            log = pylog.Log.open(path, **OPTS)
+        except CorruptRecordError as exc:
+            # Damage in the batches the open reads to find where the segment ends (its
+            # last ones) moves that end off the next segment's base offset: a hole or
+            # overlapping segments, which the open refuses, naming the damaged segment.
+            assert exc.path == os.path.join(path, name), (position, field, exc)
+            assert "are missing" in str(exc) or "overlapping" in str(exc), (position, field, exc)
+            shutil.rmtree(case)
+            continue
         try:
             assert log.recovery.segments_scanned == 1  # only the second segment
             _assert_records(log, layout, base)  # everything before the damaged batch

@@ -74,8 +74,10 @@ def test_leftover_temp_and_orphan_files_are_removed(tmp_path) -> None:
     path = tmp_path / "t-0"
     with pylog.Log.open(str(path)) as log:
         log.append([b"a"])
+    # (the .swap starts at the log end: a swap is complete by definition and is renamed into
+    # place; one at a higher base would leave a hole, which the open refuses)
     leftovers = ["00000000000000000000.log.deleted", "00000000000000000005.log.cleaned",
-                 "00000000000000000007.log.swap", "00000000000000000009.index",
+                 "00000000000000000001.log.swap", "00000000000000000009.index",
                  "00000000000000000009.timeindex", "leader-epoch-checkpoint.tmp"]
     for n in leftovers:
         (path / n).write_bytes(b"junk")
