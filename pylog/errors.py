@@ -289,6 +289,12 @@ class BufferExhaustedError(PylogError, TimeoutError):
     retriable = True
 
 
+class SerializationError(PylogError, ValueError):
+    """A producer's ``key_serializer``/``value_serializer`` or a consumer's ``key_deserializer``/
+    ``value_deserializer`` raised or returned something unusable (Kafka's SerializationException);
+    the message names the topic, partition and offset where known."""
+
+
 # ---- the one table from C status codes to exceptions ------------------------
 
 #: C status code -> (exception class, description). Filled from the compiled
