@@ -184,7 +184,14 @@ class Consumer:
     id within ``session_timeout_ms`` takes its old partitions back without a
     rebalance, ``close`` sends no LeaveGroup, and a consumer whose id is taken
     over by a newer one gets :class:`FencedInstanceIdError` from ``poll`` and
-    ``commit`` for good).
+    ``commit`` for good), ``key_deserializer``/``value_deserializer`` (callables
+    ``f(bytes)``, or kafka-python Deserializer objects, applied to the records
+    ``poll`` returns; a null key or value stays None).
+
+    Kafka's idioms (docs/kafka-python-idioms.md): wherever a partition is taken,
+    a :class:`TopicPartition` (pylog's or kafka-python's) or ``(topic, partition)``;
+    ``offsets_for_times``, ``beginning_offsets``, ``end_offsets``, ``pause``,
+    ``resume``, ``paused``, ``poll(timeout_ms=...)``.
 
     ``topics`` is a collection of topic names; a single ``str`` is taken as
     one topic (``topics="big"`` subscribes to ``big``, never to ``b``, ``i``,

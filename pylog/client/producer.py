@@ -127,7 +127,10 @@ class Producer:
       BufferPool; ``max_block_ms`` (60000) - how long ``send`` blocks for room before it raises
       :class:`~pylog.errors.BufferExhaustedError`. A record larger than ``buffer_memory`` raises
       :class:`~pylog.errors.RecordTooLargeError` at once; ``send`` on the cluster's loop thread (in a
-      callback) never blocks: it raises at once when there is no room.
+      callback) never blocks: it raises at once when there is no room;
+    * ``key_serializer``/``value_serializer`` - callables ``f(obj) -> bytes`` (or kafka-python
+      Serializer objects) applied by ``send`` to a non-None key/value; a failure raises
+      :class:`~pylog.errors.SerializationError` (docs/kafka-python-idioms.md).
 
     Bad arguments raise :class:`InvalidConfigurationError` naming the parameter:
     an unknown keyword (listing the known ones), a wrong type (``bool`` is not
