@@ -1317,7 +1317,7 @@ class Consumer:
         fut = self.commit_async(offsets)
         result = fut.result(timeout if timeout is not None else self.request_timeout_ms / 1000 + 5)
         self._run_callbacks()
-        return result
+        return {TopicPartition(*tp): o for tp, o in result.items()}
 
     def commit_async(self, offsets: Optional[Dict[TP, Any]] = None,
                      callback: Optional[Callable[[Dict[TP, int], Optional[BaseException]], Any]] = None) -> ClientFuture:
@@ -1326,7 +1326,8 @@ class Consumer:
         if callback is not None:
             def queue(f: ClientFuture) -> None:
                 exc = f.exception()
-                self._commit_callbacks.append((callback, {} if exc is not None else f._value, exc))
+                done = {} if exc is not None else {TopicPartition(*tp): o for tp, o in f._value.items()}
+                self._commit_callbacks.append((callback, done, exc))
             fut.add_done_callback(queue)
         snapshot: Optional[Dict[TP, Any]] = None
         if offsets is not None:
@@ -1341,7 +1342,7 @@ class Consumer:
             if fn is None and what == "lost":  # Kafka's default onPartitionsLost calls onPartitionsRevoked
                 fn = getattr(self._listener, "on_partitions_revoked", None)
             if fn is not None:
-                fn(parts)
+                fn([TopicPartition(*tp) for tp in parts])  # kafka-python's listeners read tp.topic
         while self._commit_callbacks:
             cb, offsets, exc = self._commit_callbacks.popleft()
             cb(offsets, exc)

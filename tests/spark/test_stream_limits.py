@@ -99,3 +99,19 @@ def test_durations_parse_like_spark():
 
     assert [parse_duration_ms(v, "x") for v in ("15m", "30s", "500ms", "2h", "1d", "250", "3min")] == [
         900_000, 30_000, 500, 7_200_000, 86_400_000, 250, 180_000]
+
+
+def test_stream_with_fail_on_unknown_topic_false_picks_the_topic_up_when_it_appears(tmp_path):
+    d = str(tmp_path)
+    write_partition(d, "other", 0, 5)
+    with pytest.raises(Exception, match=r"subscribed topic\(s\) m not found.*failOnUnknownTopic=false"):
+        reader(d)
+    r, _ = reader(d, failOnUnknownTopic="false")
+    start = r.initialOffset()
+    assert start == {}
+    assert r.latestOffset(start, ReadAllAvailable()) == {}
+    write_partition(d, "m", 0, 7)
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"m": {"0": 7}}
+    parts = r.partitions(start, end)
+    assert [(p.spec.topic, p.spec.partition, p.spec.start, p.spec.end) for p in parts] == [("m", 0, 0, 7)]

@@ -213,3 +213,20 @@ def test_poll_timeout_ms_and_the_per_partition_view(cluster):
     assert whole[0] is res[0] and list(whole.values()) == list(by.values()) and set(whole.keys()) == set(by)
     assert cons.topics() == {"t"} and cons.partitions_for_topic("t") == {0, 1} and cons.partitions_for_topic("x") is None
     cons.close()
+
+
+def test_listener_and_commit_results_carry_topic_partitions(cluster):
+    fill(cluster, 3)
+    seen = []
+
+    class Listener:
+        def on_partitions_assigned(self, assigned):
+            seen.extend((tp.topic, tp.partition) for tp in assigned)  # kafka-python listeners read .topic
+
+    cons = cluster.consumer(group_id="lg", topics=["t"], rebalance_listener=Listener(), enable_auto_commit=False)
+    drain(cons, 3)
+    cons.poll(0)  # listener calls run on the caller's thread at the next poll
+    assert sorted(seen) == [("t", 0), ("t", 1)]
+    done = cons.commit()
+    assert done and all(type(k) is TP for k in done) and done[TP("t", 0)] == 3
+    cons.close()
