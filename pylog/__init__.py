@@ -7,8 +7,9 @@ from __future__ import annotations
 from pylog import errors  # noqa: E402
 from pylog._version import __version__  # noqa: E402
 from pylog.client.admin import GroupDescription, GroupListing, MemberDescription  # noqa: E402
-from pylog.client.consumer import Consumer, ConsumerRecord, OffsetAndMetadata  # noqa: E402
+from pylog.client.consumer import Consumer, ConsumerRecord, PollResult  # noqa: E402
 from pylog.client.producer import Producer, RecordMetadata  # noqa: E402
+from pylog.client.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition  # noqa: E402
 from pylog.cluster import Cluster, PartitionInfo  # noqa: E402
 from pylog.local_queue import open  # noqa: E402,A004
 from pylog.errors import PylogError  # noqa: E402
@@ -37,6 +38,9 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "TopicPartition",
+    "PollResult",
     "GroupListing",
     "GroupDescription",
     "MemberDescription",

@@ -289,6 +289,12 @@ class BufferExhaustedError(PylogError, TimeoutError):
     retriable = True
 
 
+class SerializationError(PylogError, ValueError):
+    """A producer's ``key_serializer``/``value_serializer`` or a consumer's ``key_deserializer``/
+    ``value_deserializer`` raised or returned something unusable (Kafka's SerializationException);
+    the message names the topic, partition and offset where known."""
+
+
 # ---- the one table from C status codes to exceptions ------------------------
 
 #: The C core's status names that mean "these bytes are not a valid batch".

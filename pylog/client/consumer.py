@@ -81,10 +81,20 @@ from pylog.errors import (
     PylogError,
     RebalanceInProgressError,
     RequestTimedOutError,
+    SerializationError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
 from pylog.client.fetch_decoder import FetchDecoder
+from pylog.client.types import (
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+    as_commit_offsets,
+    as_tp,
+    as_tps,
+    check_serializer,
+)
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER, FetchRequest
@@ -108,12 +118,6 @@ class ConsumerRecord(NamedTuple):
     #: 0 CreateTime, 1 LogAppendTime
     timestamp_type: int = CREATE_TIME
     #: the leader epoch of the batch that carried the record
-    leader_epoch: int = -1
-
-
-class OffsetAndMetadata(NamedTuple):
-    offset: int
-    metadata: str = ""
     leader_epoch: int = -1
 
 
@@ -180,7 +184,14 @@ class Consumer:
     id within ``session_timeout_ms`` takes its old partitions back without a
     rebalance, ``close`` sends no LeaveGroup, and a consumer whose id is taken
     over by a newer one gets :class:`FencedInstanceIdError` from ``poll`` and
-    ``commit`` for good).
+    ``commit`` for good), ``key_deserializer``/``value_deserializer`` (callables
+    ``f(bytes)``, or kafka-python Deserializer objects, applied to the records
+    ``poll`` returns; a null key or value stays None).
+
+    Kafka's idioms (docs/kafka-python-idioms.md): wherever a partition is taken,
+    a :class:`TopicPartition` (pylog's or kafka-python's) or ``(topic, partition)``;
+    ``offsets_for_times``, ``beginning_offsets``, ``end_offsets``, ``pause``,
+    ``resume``, ``paused``, ``poll(timeout_ms=...)``.
 
     ``topics`` is a collection of topic names; a single ``str`` is taken as
     one topic (``topics="big"`` subscribes to ``big``, never to ``b``, ``i``,
@@ -203,10 +214,18 @@ class Consumer:
                  fetch_max_wait_ms: int = 500, max_partition_fetch_bytes: int = 1 << 20,
                  request_timeout_ms: int = 30_000, max_poll_records: int = 500, retry_backoff_ms: int = 100,
                  consumer_timeout_ms: Optional[float] = None, group_instance_id: Optional[str] = None,
+                 key_deserializer: Optional[Callable[[bytes], Any]] = None,
+                 value_deserializer: Optional[Callable[[bytes], Any]] = None,
                  **unknown: Any):
         if unknown:
+            hint = (" (bootstrap_servers: an in-process consumer reads its cluster directly; drop it)"
+                    if "bootstrap_servers" in unknown else "")
             raise InvalidConfigurationError(
-                f"unknown consumer option(s) {sorted(unknown)}; known options: {sorted(_CONSUMER_OPTIONS)}")
+                f"unknown consumer option(s) {sorted(unknown)}{hint}; known options: {sorted(_CONSUMER_OPTIONS)}")
+        self._key_deserializer = check_serializer("key_deserializer", key_deserializer)
+        self._value_deserializer = check_serializer("value_deserializer", value_deserializer)
+        #: partitions paused by pause(): not fetched, nothing returned for them until resume()
+        self._paused: Set[TP] = set()
         topics = _topic_list(topics, "topics")
         if pattern is not None and not isinstance(pattern, (str, re.Pattern)):
             raise InvalidConfigurationError(f"pattern must be a str or compiled regex, got {pattern!r}")
@@ -423,8 +442,11 @@ class Consumer:
         self._call(run)
 
     def assign(self, partitions: Sequence[TP]) -> None:
-        """Read exactly ``partitions`` (no group membership); replaces any subscription."""
-        parts = [(str(t), int(p)) for t, p in partitions]
+        """Read exactly ``partitions`` (no group membership); replaces any subscription.
+
+        ``partitions``: TopicPartitions (pylog's or kafka-python's) or ``(topic, partition)`` pairs.
+        """
+        parts = [tuple(tp) for tp in as_tps(partitions, "assign() partitions")]
 
         def run() -> None:
             if self._state != "unjoined" and self.member_id:
@@ -447,13 +469,14 @@ class Consumer:
     def subscription(self) -> Set[str]:
         return set(self._call(self._matched_topics)) if not self._manual else set()
 
-    def assignment(self) -> List[TP]:
-        """The partitions this consumer currently reads (sorted)."""
-        return sorted(self._call(lambda: list(self._assignment)))
+    def assignment(self) -> List[TopicPartition]:
+        """The partitions this consumer currently reads (sorted TopicPartitions, equal to ``(topic, partition)``)."""
+        return sorted(TopicPartition(*tp) for tp in self._call(lambda: list(self._assignment)))
 
     # ---------------------------------------------------------- assignment
     def _note_ownership(self, before: Sequence[TP], after: Sequence[TP]) -> None:
         now, b, a = self._now(), set(before), set(after)
+        self._paused -= b - a  # a partition given up is no longer paused (Kafka drops its state)
         for tp in sorted(b - a):
             self.ownership_log.append((next(_OWNERSHIP_SEQ), now, tp, False))
         for tp in sorted(a - b):
@@ -584,8 +607,16 @@ class Consumer:
             raise UnknownTopicOrPartitionError(
                 f"{tp[0]}-{tp[1]} is not assigned to this consumer (assigned: {sorted(self._assignment)})")
 
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        """The next poll returns ``topic``-``partition`` from ``offset``."""
+    def seek(self, topic: Any = None, partition: Any = None, offset: Any = None) -> None:
+        """The next poll returns the partition's records from ``offset``.
+
+        ``seek(topic, partition, offset)``, or Kafka's ``seek(TopicPartition, offset)``
+        (also ``seek(partition=tp, offset=o)``, kafka-python's keywords); ``offset`` may be
+        an OffsetAndMetadata.
+        """
+        topic, partition, offset = self._tp_args("seek", topic, partition, offset)
+        if hasattr(offset, "offset") and not isinstance(offset, int):
+            offset = offset.offset
         if not isinstance(offset, int) or offset < 0:
             raise OffsetOutOfRangeError(f"seek offset must be a non-negative int, got {offset!r} for {topic}-{partition}")
 
@@ -596,6 +627,8 @@ class Consumer:
         self._call(run)
 
     def _seek_policy(self, partitions: Sequence[TP], policy: str) -> None:
+        partitions = [tuple(tp) for tp in as_tps(partitions, f"seek_to_{'beginning' if policy == 'earliest' else 'end'}() partitions")]
+
         def run() -> None:
             tps = list(partitions) or list(self._assignment)
             for tp in tps:
@@ -618,8 +651,16 @@ class Consumer:
         """Move to the end visible to consumers (the HW) of ``partitions`` (all assigned when none given)."""
         self._seek_policy(partitions, "latest")
 
-    def position(self, topic: str, partition: int, timeout: float = 30.0) -> int:
-        """Offset of the next record ``poll`` will return for the partition (waits while it is being resolved)."""
+    def position(self, topic: Any, partition: Any = None, timeout: float = 30.0, *,
+                 timeout_ms: Optional[int] = None) -> int:
+        """Offset of the next record ``poll`` will return for the partition (waits while it is being resolved).
+
+        ``position(topic, partition)`` or Kafka's ``position(TopicPartition)``;
+        ``timeout_ms`` is kafka-python's name for ``timeout`` (in milliseconds).
+        """
+        topic, partition, _ = self._tp_args("position", topic, partition, None, need_offset=False)
+        if timeout_ms is not None:
+            timeout = self._timeout_ms_arg("position", timeout_ms)
         tp = (topic, partition)
 
         def known() -> bool:
@@ -657,7 +698,7 @@ class Consumer:
             self._changed.wait(left)
 
     # ================================================================= poll
-    def poll(self, timeout: float = 1.0, max_records: Optional[int] = None) -> List[ConsumerRecord]:
+    def _poll(self, timeout: float = 1.0, max_records: Optional[int] = None) -> List[ConsumerRecord]:
         """Records fetched within ``timeout`` seconds (virtual seconds in a simulated cluster).
 
         Returns at once when records are buffered; otherwise blocks until a
@@ -779,7 +820,8 @@ class Consumer:
         if self._closed:
             return
         for tp in self._assignment:
-            if tp in self._inflight or tp in self._resetting or tp not in self._fetch_pos or tp in self._corrupt:
+            if tp in self._inflight or tp in self._resetting or tp not in self._fetch_pos or tp in self._corrupt \
+                    or tp in self._paused:
                 continue
             if self._buffered.get(tp, 0) >= self.max_poll_records:
                 continue
@@ -1275,7 +1317,7 @@ class Consumer:
         fut = self.commit_async(offsets)
         result = fut.result(timeout if timeout is not None else self.request_timeout_ms / 1000 + 5)
         self._run_callbacks()
-        return result
+        return {TopicPartition(*tp): o for tp, o in result.items()}
 
     def commit_async(self, offsets: Optional[Dict[TP, Any]] = None,
                      callback: Optional[Callable[[Dict[TP, int], Optional[BaseException]], Any]] = None) -> ClientFuture:
@@ -1284,9 +1326,12 @@ class Consumer:
         if callback is not None:
             def queue(f: ClientFuture) -> None:
                 exc = f.exception()
-                self._commit_callbacks.append((callback, {} if exc is not None else f._value, exc))
+                done = {} if exc is not None else {TopicPartition(*tp): o for tp, o in f._value.items()}
+                self._commit_callbacks.append((callback, done, exc))
             fut.add_done_callback(queue)
-        snapshot = dict(offsets) if offsets is not None else None
+        snapshot: Optional[Dict[TP, Any]] = None
+        if offsets is not None:
+            snapshot = {tuple(tp): om for tp, om in as_commit_offsets(offsets).items()}  # type: ignore[misc]
         self._call(lambda: self._commit_internal(snapshot, fut))
         return fut
 
@@ -1297,13 +1342,19 @@ class Consumer:
             if fn is None and what == "lost":  # Kafka's default onPartitionsLost calls onPartitionsRevoked
                 fn = getattr(self._listener, "on_partitions_revoked", None)
             if fn is not None:
-                fn(parts)
+                fn([TopicPartition(*tp) for tp in parts])  # kafka-python's listeners read tp.topic
         while self._commit_callbacks:
             cb, offsets, exc = self._commit_callbacks.popleft()
             cb(offsets, exc)
 
-    def committed(self, topic: str, partition: int, timeout: float = 30.0) -> Optional[int]:
-        """The group's committed offset for the partition (None when nothing was committed)."""
+    def committed(self, topic: Any, partition: Any = None, timeout: float = 30.0, *,
+                  metadata: bool = False) -> Any:
+        """The group's committed offset for the partition (None when nothing was committed).
+
+        ``committed(topic, partition)`` or Kafka's ``committed(TopicPartition)``; with
+        ``metadata=True`` (kafka-python's) the :class:`OffsetAndMetadata` instead of the offset.
+        """
+        topic, partition, _ = self._tp_args("committed", topic, partition, None, need_offset=False)
         if self.group_id is None:
             raise InvalidGroupIdError("committed() needs a group_id (this consumer has none)")
         fut = ClientFuture(self.scheduler)
@@ -1313,7 +1364,7 @@ class Consumer:
             def cb(result: Any, error: Optional[BaseException]) -> None:
                 if error is None:
                     om = result.get((topic, partition))
-                    fut.set_result(None if om is None else om.offset)
+                    fut.set_result(None if om is None else (om if metadata else om.offset))
                 elif self._now() < deadline and not self._closed:
                     self.scheduler.call_later(self.retry_backoff_ms, attempt)
                 else:
@@ -1333,8 +1384,12 @@ class Consumer:
 
         return self._call(run)
 
-    def highwater(self, topic: str, partition: int) -> Optional[int]:
-        """The HW the leader reported with the last fetch of the partition (None before any)."""
+    def highwater(self, topic: Any, partition: Any = None) -> Optional[int]:
+        """The HW the leader reported with the last fetch of the partition (None before any).
+
+        ``highwater(topic, partition)`` or Kafka's ``highwater(TopicPartition)``.
+        """
+        topic, partition, _ = self._tp_args("highwater", topic, partition, None, need_offset=False)
         return self._call(lambda: self._hw.get((topic, partition)))
 
     def metrics(self) -> List[Any]:
@@ -1373,6 +1428,247 @@ class Consumer:
             return out
 
         return self._call(run)
+
+    # ================================================ Kafka's idioms (kafka-python names)
+    def _tp_args(self, what: str, topic: Any, partition: Any, offset: Any,
+                 need_offset: bool = True) -> Tuple[str, int, Any]:
+        """Normalise ``(topic, partition[, offset])`` or ``(TopicPartition[, offset])`` (also given as
+        ``partition=tp``, kafka-python's keyword) into ``(topic, partition, offset)``."""
+        if topic is None and partition is not None and not isinstance(partition, int):
+            topic, partition = partition, None  # seek(partition=tp, offset=o)
+        if isinstance(topic, str):
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise InvalidConfigurationError(
+                    f"{what}(): give a TopicPartition or a topic and an int partition, got {topic!r}, {partition!r}")
+            tp = as_tp((topic, partition), f"{what}() partition")
+        else:
+            tp = as_tp(topic, f"{what}() partition")
+            if partition is not None:
+                if offset is not None or not need_offset:
+                    raise InvalidConfigurationError(
+                        f"{what}(): too many arguments after the TopicPartition {tuple(tp)!r}: {partition!r}")
+                offset = partition
+        if need_offset and offset is None:
+            raise InvalidConfigurationError(f"{what}(): no offset given for {tp.topic}-{tp.partition}")
+        return tp.topic, tp.partition, offset
+
+    @staticmethod
+    def _timeout_ms_arg(what: str, timeout_ms: Any) -> float:
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not timeout_ms >= 0:
+            raise InvalidConfigurationError(f"{what}(): timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        return timeout_ms / 1000
+
+    def poll(self, timeout: Optional[float] = None, max_records: Optional[int] = None, *,
+             timeout_ms: Optional[float] = None) -> "PollResult":
+        """Records fetched within ``timeout`` seconds (default 1; virtual seconds in a simulated cluster).
+
+        ``timeout_ms`` is kafka-python's name (milliseconds); give one or the other.
+        The result is a list of :class:`ConsumerRecord` in fetch order that also
+        answers kafka-python's per-partition view: ``.items()``, ``.keys()``,
+        ``.values()`` and ``result[TopicPartition]`` (see :class:`PollResult`).
+        Keys and values pass through ``key_deserializer``/``value_deserializer``
+        when set (a null key or value stays None).
+
+        Returns at once when records are buffered; otherwise blocks until a
+        fetch response brings some (it is woken by the append, through the
+        broker's fetch purgatory) or the timeout passes. Raises
+        :class:`NoOffsetForPartitionError` / :class:`OffsetOutOfRangeError`
+        with ``auto_offset_reset="none"``; :class:`FencedInstanceIdError` (on every call) once a newer
+        consumer took this one's ``group_instance_id``; :class:`SerializationError` when a
+        deserializer raises (naming the record); retriable errors are retried inside.
+        Complexity: O(records returned).
+        """
+        if timeout_ms is not None:
+            if timeout is not None:
+                raise InvalidConfigurationError("poll(): give timeout (seconds) or timeout_ms, not both")
+            timeout = self._timeout_ms_arg("poll", timeout_ms)
+        elif timeout is None:
+            timeout = 1.0
+        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise InvalidConfigurationError(f"poll(): timeout must be a number of seconds, got {timeout!r}")
+        records = self._poll(timeout, max_records)
+        if self._key_deserializer is not None or self._value_deserializer is not None:
+            records = [self._deserialize(r) for r in records]
+        return PollResult(records)
+
+    def _deserialize(self, r: ConsumerRecord) -> ConsumerRecord:
+        kd, vd = self._key_deserializer, self._value_deserializer
+        try:
+            key = kd(r.key, r.topic) if kd is not None and r.key is not None else r.key
+        except Exception as exc:  # noqa: BLE001 - the user's code; named and chained
+            raise SerializationError(f"key_deserializer raised {type(exc).__name__}: {exc} for the record at "
+                                     f"offset {r.offset} of {r.topic}-{r.partition}") from exc
+        try:
+            value = vd(r.value, r.topic) if vd is not None and r.value is not None else r.value
+        except Exception as exc:  # noqa: BLE001
+            raise SerializationError(f"value_deserializer raised {type(exc).__name__}: {exc} for the record at "
+                                     f"offset {r.offset} of {r.topic}-{r.partition}") from exc
+        return r._replace(key=key, value=value)
+
+    def pause(self, *partitions: Any) -> None:
+        """Stop fetching and returning records of ``partitions`` until :meth:`resume` (Kafka's pause).
+
+        The positions stay where they are: records fetched but not yet returned
+        are fetched again after ``resume``. Group membership goes on (a paused
+        consumer still heartbeats and must still call ``poll``). Raises
+        :class:`UnknownTopicOrPartitionError` for a partition not assigned to
+        this consumer (Kafka: IllegalStateException "No current assignment").
+        A partition that is revoked stops being paused.
+        """
+        tps = [tuple(tp) for tp in as_tps(partitions, "pause() partitions")]
+
+        def run() -> None:
+            for tp in tps:
+                self._need_assigned(tp)  # type: ignore[arg-type]
+            for tp in tps:
+                self._paused.add(tp)  # type: ignore[arg-type]
+                self._token[tp] = self._token.get(tp, 0) + 1  # a fetch in flight is ignored
+                with self._lock:
+                    self._drop_buffered(tp)  # type: ignore[arg-type]
+                    if tp in self._positions:
+                        self._fetch_pos[tp] = self._positions[tp]  # type: ignore[index]
+
+        self._call(run)
+
+    def resume(self, *partitions: Any) -> None:
+        """Fetch and return ``partitions`` again (Kafka's resume); resuming one not paused does nothing.
+
+        Raises :class:`UnknownTopicOrPartitionError` for a partition not assigned to this consumer.
+        """
+        tps = [tuple(tp) for tp in as_tps(partitions, "resume() partitions")]
+
+        def run() -> None:
+            for tp in tps:
+                self._need_assigned(tp)  # type: ignore[arg-type]
+            for tp in tps:
+                self._paused.discard(tp)  # type: ignore[arg-type]
+            self._send_fetches()
+
+        self._call(run)
+
+    def paused(self) -> Set[TopicPartition]:
+        """The partitions paused by :meth:`pause` (and still assigned)."""
+        return self._call(lambda: {TopicPartition(*tp) for tp in self._paused if tp in self._assignment})
+
+    def topics(self) -> Set[str]:
+        """Every topic of the cluster except internal ones (``__consumer_offsets``...), as kafka-python's ``topics()``."""
+        return {t for t in self.store.topics if not t.startswith("__")}
+
+    def partitions_for_topic(self, topic: str) -> Optional[Set[int]]:
+        """The partition numbers of ``topic`` (None when it does not exist), as kafka-python's."""
+        cfg = self.store.topics.get(topic)
+        return None if cfg is None else set(range(cfg.partitions))
+
+    def _check_partitions_exist(self, tps: Sequence[TopicPartition], what: str) -> None:
+        for tp in tps:
+            cfg = self.store.topics.get(tp.topic)
+            if cfg is None or tp.partition >= cfg.partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"{what}(): {tp.topic}-{tp.partition} does not exist"
+                    + ("" if cfg is None else f" (topic {tp.topic!r} has {cfg.partitions} partitions)"))
+
+    def _list_offsets(self, queries: Dict[TopicPartition, int], timeout: float, what: str) -> Dict[TopicPartition, Any]:
+        """Kafka's ListOffsets for each partition from its leader (timestamp -2 earliest, -1 latest,
+        else a time); NotLeader and timeouts are retried every ``retry_backoff_ms`` until ``timeout``."""
+        self._check_partitions_exist(list(queries), what)
+        if not queries:
+            return {}
+        fut = ClientFuture(self.scheduler)
+        results: Dict[TopicPartition, Any] = {}
+        deadline = self._now() + int(timeout * 1000)
+        level = 1 if self.isolation_level == "read_committed" else 0
+
+        def attempt(tp: TopicPartition) -> None:
+            if fut.done():
+                return
+            st = self.store.partitions.get(tuple(tp))  # type: ignore[call-overload]
+            if st is None or st.leader == NO_LEADER:
+                again(tp, f"{tp.topic}-{tp.partition} has no leader")
+                return
+            req = gm.ListOffsetsRequest(tp.topic, tp.partition, queries[tp], self._node.next_corr(),
+                                        isolation_level=level)
+
+            def done(resp: Any) -> None:
+                if fut.done():
+                    return
+                if resp is None or resp.error is not None:
+                    if resp is not None and resp.error is InvalidConfigurationError:
+                        fut.set_exception(InvalidConfigurationError(resp.message))
+                        return
+                    again(tp, "no answer" if resp is None else f"{resp.error.__name__}: {resp.message}")
+                    return
+                results[tp] = resp
+                if len(results) == len(queries):
+                    fut.set_result(dict(results))
+
+            self._node.request(st.leader, req, self.request_timeout_ms, done)
+
+        def again(tp: TopicPartition, why: str) -> None:
+            if self._closed or self._now() >= deadline:
+                fut.set_exception(RequestTimedOutError(
+                    f"{what}(): no offsets for {tp.topic}-{tp.partition} within {timeout} s ({why})"))
+                return
+            self.scheduler.call_later(self.retry_backoff_ms, lambda: attempt(tp))
+
+        self._call(lambda: [attempt(tp) for tp in queries])
+        return fut.result(timeout + 1)
+
+    def _offsets_timeout(self, what: str, timeout_ms: Any) -> float:
+        return self.request_timeout_ms / 1000 if timeout_ms is None else self._timeout_ms_arg(what, timeout_ms)
+
+    def beginning_offsets(self, partitions: Any, timeout_ms: Optional[int] = None) -> Dict[TopicPartition, int]:
+        """The first offset of each partition (its log start offset), as Kafka's ``beginningOffsets``.
+
+        Needs no assignment. Raises :class:`UnknownTopicOrPartitionError` for a partition that
+        does not exist, :class:`RequestTimedOutError` after ``timeout_ms`` (default
+        ``request_timeout_ms``) without an answer. Complexity: one request per partition.
+        """
+        tps = as_tps(partitions, "beginning_offsets() partitions")
+        resp = self._list_offsets({tp: gm.EARLIEST_TIMESTAMP for tp in tps}, self._offsets_timeout(
+            "beginning_offsets", timeout_ms), "beginning_offsets")
+        return {tp: r.offset for tp, r in resp.items()}
+
+    def end_offsets(self, partitions: Any, timeout_ms: Optional[int] = None) -> Dict[TopicPartition, int]:
+        """The end of each partition visible to this consumer (the high watermark; the last stable offset
+        under ``read_committed``, the same while pylog has no transactions), as Kafka's ``endOffsets``:
+        the offset the next appended record will get once replicated.
+
+        Needs no assignment; errors as :meth:`beginning_offsets`.
+        """
+        tps = as_tps(partitions, "end_offsets() partitions")
+        resp = self._list_offsets({tp: gm.LATEST_TIMESTAMP for tp in tps}, self._offsets_timeout(
+            "end_offsets", timeout_ms), "end_offsets")
+        return {tp: r.offset for tp, r in resp.items()}
+
+    def offsets_for_times(self, timestamps: Dict[Any, int],
+                          timeout_ms: Optional[int] = None) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """Per partition, the earliest offset whose record timestamp is >= the given one (ms), as Kafka's
+        ``offsetsForTimes``: an :class:`OffsetAndTimestamp` (offset, that record's timestamp, leader
+        epoch), or None when no record below the high watermark is that late.
+
+        ``timestamps``: ``{TopicPartition or (topic, partition): ms since the epoch}``. A negative or
+        non-int timestamp raises :class:`InvalidConfigurationError` naming the partition (Kafka: "The
+        target time ... cannot be negative"); errors otherwise as :meth:`beginning_offsets`.
+        Complexity: one request per partition; the broker does Kafka's time-index lookup.
+        """
+        if not isinstance(timestamps, dict):
+            raise InvalidConfigurationError(
+                f"offsets_for_times() takes a dict {{TopicPartition: timestamp ms}}, got {type(timestamps).__name__}")
+        queries: Dict[TopicPartition, int] = {}
+        for k, ts in timestamps.items():
+            tp = as_tp(k, "offsets_for_times() partition")
+            if isinstance(ts, bool) or not isinstance(ts, int):
+                raise InvalidConfigurationError(
+                    f"offsets_for_times(): the target time for {tp.topic}-{tp.partition} must be an int of "
+                    f"milliseconds since the epoch, got {ts!r}")
+            if ts < 0:
+                raise InvalidConfigurationError(
+                    f"offsets_for_times(): the target time for {tp.topic}-{tp.partition} is {ts}; "
+                    "it cannot be negative")
+            queries[tp] = ts
+        resp = self._list_offsets(queries, self._offsets_timeout("offsets_for_times", timeout_ms), "offsets_for_times")
+        return {tp: (OffsetAndTimestamp(r.offset, r.timestamp, r.leader_epoch) if r.offset >= 0 else None)
+                for tp, r in resp.items()}
 
     # ============================================================ iteration
     def __iter__(self) -> Iterator[ConsumerRecord]:
@@ -1439,8 +1735,43 @@ class Consumer:
         self.scheduler.run_sync(run)
 
 
+class PollResult(List[ConsumerRecord]):
+    """What :meth:`Consumer.poll` returns: a list of records in fetch order (pylog's view), which also
+    answers kafka-python's ``{TopicPartition: [records]}`` view through ``items()``, ``keys()``,
+    ``values()``, ``get(tp)`` and ``result[tp]`` (a TopicPartition or ``(topic, partition)``).
+
+    Iterating yields records (not partitions, as a kafka-python dict would) and ``len()`` counts
+    records. Complexity: the per-partition view is built in O(records) on each call.
+    """
+
+    __slots__ = ()
+
+    def _by_partition(self) -> Dict[TopicPartition, List[ConsumerRecord]]:
+        out: Dict[TopicPartition, List[ConsumerRecord]] = {}
+        for r in list.__iter__(self):
+            out.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+        return out
+
+    def items(self) -> Any:
+        return self._by_partition().items()
+
+    def keys(self) -> Any:
+        return self._by_partition().keys()
+
+    def values(self) -> Any:
+        return self._by_partition().values()
+
+    def get(self, tp: Any, default: Any = None) -> Any:
+        return self._by_partition().get(as_tp(tp, "poll result key"), default)
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, (int, slice)):
+            return list.__getitem__(self, key)
+        return self._by_partition()[as_tp(key, "poll result key")]
+
+
 #: the keyword options Consumer takes (listed when an unknown one is passed)
 _CONSUMER_OPTIONS = tuple(
     n for n, prm in inspect.signature(Consumer.__init__).parameters.items() if prm.kind is prm.KEYWORD_ONLY)
 
-__all__ = ["Consumer", "ConsumerRecord", "OffsetAndMetadata"]
+__all__ = ["Consumer", "ConsumerRecord", "OffsetAndMetadata", "OffsetAndTimestamp", "PollResult", "TopicPartition"]

@@ -51,6 +51,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 from pylog.client._node import ClientNode, error_from
 from pylog.client.accumulator import FutureRecordMetadata, ProducerBatch, RecordMetadata, failed_future
 from pylog.client.partitioner import StickyPartitioner, murmur2
+from pylog.client.types import check_serializer, serialize
 from pylog.errors import (
     BufferExhaustedError,
     InvalidConfigurationError,
@@ -126,7 +127,10 @@ class Producer:
       BufferPool; ``max_block_ms`` (60000) - how long ``send`` blocks for room before it raises
       :class:`~pylog.errors.BufferExhaustedError`. A record larger than ``buffer_memory`` raises
       :class:`~pylog.errors.RecordTooLargeError` at once; ``send`` on the cluster's loop thread (in a
-      callback) never blocks: it raises at once when there is no room.
+      callback) never blocks: it raises at once when there is no room;
+    * ``key_serializer``/``value_serializer`` - callables ``f(obj) -> bytes`` (or kafka-python
+      Serializer objects) applied by ``send`` to a non-None key/value; a failure raises
+      :class:`~pylog.errors.SerializationError` (docs/kafka-python-idioms.md).
 
     Bad arguments raise :class:`InvalidConfigurationError` naming the parameter:
     an unknown keyword (listing the known ones), a wrong type (``bool`` is not
@@ -141,10 +145,15 @@ class Producer:
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
                  transactional_id: Optional[str] = None, retries: int = 2**31 - 1,
-                 buffer_memory: int = 33_554_432, max_block_ms: int = 60_000, **unknown: Any):
+                 buffer_memory: int = 33_554_432, max_block_ms: int = 60_000,
+                 key_serializer: Any = None, value_serializer: Any = None, **unknown: Any):
         if unknown:
+            hint = (" (bootstrap_servers: an in-process producer writes to its cluster directly; drop it)"
+                    if "bootstrap_servers" in unknown else "")
             raise InvalidConfigurationError(
-                f"unknown producer option(s) {sorted(unknown)}; known options: {sorted(_PRODUCER_OPTIONS)}")
+                f"unknown producer option(s) {sorted(unknown)}{hint}; known options: {sorted(_PRODUCER_OPTIONS)}")
+        key_ser = check_serializer("key_serializer", key_serializer)
+        value_ser = check_serializer("value_serializer", value_serializer)
         if isinstance(acks, bool) or not isinstance(acks, (int, str)) or acks not in _ACKS:
             raise InvalidConfigurationError(f"acks must be 0, 1 or 'all', got {acks!r}")
         if transactional_id is not None:
@@ -225,6 +234,28 @@ class Producer:
         self.retries = 0
         self.batches_sent = 0
         self.send = self._make_fast_send()  # type: ignore[method-assign]
+        if key_ser is not None or value_ser is not None:
+            self.send = self._make_serializing_send(self.send, key_ser, value_ser)  # type: ignore[method-assign]
+
+    def _make_serializing_send(self, inner: Any, key_ser: Any, value_ser: Any) -> Any:
+        """``send`` that runs ``key_serializer``/``value_serializer`` first (a None key or value is sent as
+        null without calling them, as Kafka's built-in serializers map null to null), then ``inner``."""
+        def send(topic: str, value: Any = None, key: Any = None, partition: Optional[int] = None,
+                 headers: Optional[Sequence[Tuple[str, Optional[bytes]]]] = None,
+                 timestamp: Optional[int] = None) -> FutureRecordMetadata:
+            if value is not None and value_ser is not None:
+                value = serialize(value_ser, value, "value_serializer", topic)
+            if key is not None and key_ser is not None:
+                key = serialize(key_ser, key, "key_serializer", topic)
+            return inner(topic, value, key, partition, headers, timestamp)
+
+        send.__doc__ = Producer.send.__doc__
+        return send
+
+    def partitions_for(self, topic: str) -> Optional[Set[int]]:
+        """The partition numbers of ``topic`` (None when it does not exist), as kafka-python's ``partitions_for``."""
+        cfg = self._store.topics.get(topic)
+        return None if cfg is None else set(range(cfg.partitions))
 
     # ------------------------------------------------------------------ send
     def send(self, topic: str, value: Optional[bytes], key: Optional[bytes] = None,

@@ -162,7 +162,8 @@ class DeleteGroupsResponse:
 
 @dataclass(frozen=True)
 class ListOffsetsRequest:
-    """Kafka's ListOffsets for one partition: ``timestamp`` -2 earliest, -1 latest (the HW)."""
+    """Kafka's ListOffsets for one partition: ``timestamp`` -2 earliest, -1 latest (the HW), or a time in ms
+    (>= 0): the earliest offset below the HW whose timestamp is at or after it (offset -1 when there is none)."""
 
     topic: str
     partition: int
@@ -180,6 +181,8 @@ class ListOffsetsResponse:
     message: str = ""
     offset: int = -1
     leader_epoch: int = -1
+    #: for a lookup by time: the found record's timestamp (-1 with offset -1: no record at or after the time)
+    timestamp: int = -1
 
 
 

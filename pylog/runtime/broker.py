@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Hashable, Iterator, Optional, Tuple
 
-from pylog.errors import CoordinatorNotAvailableError, NotLeaderError, OffsetOutOfRangeError
+from pylog.errors import CoordinatorNotAvailableError, InvalidConfigurationError, NotLeaderError
 from pylog.replication import group_messages as gm
 from pylog.replication.controller import Controller, MetadataStore
 from pylog.replication.group_coordinator import GroupCoordinator
@@ -302,12 +302,21 @@ class Broker:
             offset = part.log.log_start_offset
         elif req.timestamp == gm.LATEST_TIMESTAMP:
             offset = part.high_watermark
+        elif req.timestamp < 0:
+            return gm.ListOffsetsResponse(**base, error=InvalidConfigurationError,  # type: ignore[arg-type]
+                                          message=f"ListOffsets for {req.topic}-{req.partition}: timestamp "
+                                                  f"{req.timestamp} is neither -2, -1 nor a time >= 0")
         else:
+            # Kafka's fetchOffsetByTimestamp: only records below the HW count; none -> offset -1.
             found = part.log.offset_for_time(req.timestamp)
-            offset = part.high_watermark if found is None else min(found, part.high_watermark)
-            if offset < 0:
-                return gm.ListOffsetsResponse(**base, error=OffsetOutOfRangeError,  # type: ignore[arg-type]
-                                              message=f"no offset for time {req.timestamp} in {req.topic}-{req.partition}")
+            if found is None or found >= part.high_watermark:
+                return gm.ListOffsetsResponse(**base, offset=-1, leader_epoch=-1)  # type: ignore[arg-type]
+            ts = -1
+            for rec in part.log.read(found, 1 << 20, max_offset=found + 1):
+                ts = rec.timestamp if rec.timestamp is not None else -1
+                break
+            return gm.ListOffsetsResponse(**base, offset=found, leader_epoch=part.leader_epoch,  # type: ignore[arg-type]
+                                          timestamp=ts)
         return gm.ListOffsetsResponse(**base, offset=offset, leader_epoch=part.leader_epoch)  # type: ignore[arg-type]
 
     def _tick(self) -> None:

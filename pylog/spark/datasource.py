@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
@@ -37,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -44,6 +46,7 @@ from pyspark.sql.types import StructType
 from pylog.errors import InvalidConfigurationError, LogDirLockedError, OffsetOutOfRangeError
 from pylog.spark import layout
 from pylog.spark.layout import Range, TopicPartition
+from pylog.spark.options import SINK_OPTIONS, SOURCE_OPTIONS, check_options, parse_duration_ms
 from pylog.spark.reader import ReadSpec, read_range, report_data_loss
 
 log = logging.getLogger("pylog.spark")
@@ -88,6 +91,7 @@ class _Options:
     """The options shared by batch and streaming reads, parsed once."""
 
     def __init__(self, options: Dict[str, str]):
+        check_options(options, SOURCE_OPTIONS, "the pylog source")
         opts = {k.lower(): v for k, v in options.items()}
         self.raw = opts
         path = opts.get("path")
@@ -98,19 +102,67 @@ class _Options:
         self.path = os.path.abspath(path)
         if not os.path.isdir(self.path):
             raise InvalidConfigurationError(f"log directory {self.path} does not exist")
-        for bad in ("kafka.auto.offset.reset", "kafka.enable.auto.commit"):
-            if bad in opts:
-                raise InvalidConfigurationError(f"option {bad!r} is not supported: use startingOffsets")
         self.include_headers = layout.parse_bool(opts, "includeheaders", False)
         self.fail_on_data_loss = layout.parse_bool(opts, "failondataloss", True)
         self.min_partitions = layout.parse_positive_int(opts, "minpartitions")
         self.max_offsets_per_trigger = layout.parse_positive_int(opts, "maxoffsetspertrigger")
+        self.min_offsets_per_trigger = layout.parse_positive_int(opts, "minoffsetspertrigger")
+        if "maxtriggerdelay" in opts and self.min_offsets_per_trigger is None:
+            raise InvalidConfigurationError("option 'maxTriggerDelay' only applies with minOffsetsPerTrigger")
+        self.max_trigger_delay_ms = parse_duration_ms(opts.get("maxtriggerdelay", "15m"), "maxTriggerDelay")
+        if (
+            self.min_offsets_per_trigger is not None
+            and self.max_offsets_per_trigger is not None
+            and self.min_offsets_per_trigger > self.max_offsets_per_trigger
+        ):
+            raise InvalidConfigurationError(
+                f"option 'minOffsetsPerTrigger' ({self.min_offsets_per_trigger}) must not be greater than "
+                f"'maxOffsetsPerTrigger' ({self.max_offsets_per_trigger})"
+            )
+        self.max_records_per_partition = layout.parse_positive_int(opts, "maxrecordsperpartition")
+        strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise InvalidConfigurationError(
+                f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {strategy!r}"
+            )
+        self.timestamp_strategy = strategy
         self.read_committed = layout.isolation_level(opts) == "read_committed"
         self.data_loss_log = opts.get("datalosslog")
         layout.select_partitions(self.path, opts)  # validates subscribe/subscribePattern/assign now
 
     def partitions(self) -> List[TopicPartition]:
         return layout.select_partitions(self.path, self.raw)
+
+    def starting(self, states: Dict[TopicPartition, layout.PartitionState], default: str) -> Dict[TopicPartition, int]:
+        """Starting offsets: ``startingTimestamp`` > ``startingOffsetsByTimestamp`` > ``startingOffsets`` (Kafka's precedence)."""
+        o = self.raw
+        if o.get("startingtimestamp") is not None:
+            ts = layout.parse_timestamp(o["startingtimestamp"], "startingTimestamp")
+            return layout.resolve_timestamps(
+                {tp: ts for tp in states}, "startingTimestamp", states, starting=True, strategy=self.timestamp_strategy
+            )
+        if o.get("startingoffsetsbytimestamp") is not None:
+            given = layout.parse_offsets_json(o["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp")
+            return layout.resolve_timestamps(
+                given, "startingOffsetsByTimestamp", states, starting=True, strategy=self.timestamp_strategy
+            )
+        return layout.resolve(
+            o.get("startingoffsets", default), "startingOffsets", states,
+            allow_latest=default == "latest", allow_earliest=True,
+        )
+
+    def ending(self, states: Dict[TopicPartition, layout.PartitionState]) -> Dict[TopicPartition, int]:
+        """Batch ending offsets: ``endingTimestamp`` > ``endingOffsetsByTimestamp`` > ``endingOffsets``."""
+        o = self.raw
+        if o.get("endingtimestamp") is not None:
+            ts = layout.parse_timestamp(o["endingtimestamp"], "endingTimestamp")
+            return layout.resolve_timestamps({tp: ts for tp in states}, "endingTimestamp", states, starting=False)
+        if o.get("endingoffsetsbytimestamp") is not None:
+            given = layout.parse_offsets_json(o["endingoffsetsbytimestamp"], "endingOffsetsByTimestamp")
+            return layout.resolve_timestamps(given, "endingOffsetsByTimestamp", states, starting=False)
+        return layout.resolve(
+            o.get("endingoffsets", "latest"), "endingOffsets", states, allow_latest=True, allow_earliest=False
+        )
 
     def states(self, tps: Optional[Sequence[TopicPartition]] = None) -> Dict[TopicPartition, layout.PartitionState]:
         return layout.describe(self.path, self.partitions() if tps is None else tps)
@@ -137,6 +189,7 @@ class _Options:
                 log.warning("pylog: %s; nothing read", msg)
                 continue
             ranges.append(Range(tp[0], tp[1], st.dir, start, end))
+        ranges = layout.split_max_records(ranges, self.max_records_per_partition)
         return [PylogPartition(self.spec(r)) for r in layout.split_ranges(ranges, self.min_partitions)]
 
 
@@ -164,14 +217,23 @@ class PylogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> "PylogStreamReader":
         self._check_schema(schema)
-        if self.options.get("endingOffsets") is not None:
-            raise InvalidConfigurationError("ending offset not valid in streaming queries (option endingOffsets)")
+        for name, what in (("endingOffsets", "ending offset"), ("endingTimestamp", "ending timestamp"),
+                           ("endingOffsetsByTimestamp", "ending timestamp")):
+            if self.options.get(name) is not None:
+                raise InvalidConfigurationError(f"{what} not valid in streaming queries (option {name})")
         return PylogStreamReader(_Options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> "PylogWriter":
         if overwrite:
             raise InvalidConfigurationError("the pylog sink only appends: use mode('append')")
         return PylogWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "PylogStreamWriter":
+        if overwrite:
+            raise InvalidConfigurationError(
+                "the pylog sink only appends: use outputMode('append') or 'update' (a log cannot be overwritten)"
+            )
+        return PylogStreamWriter(dict(self.options), schema)
 
 
 class PylogBatchReader(DataSourceReader):
@@ -182,13 +244,12 @@ class PylogBatchReader(DataSourceReader):
 
     def partitions(self) -> List[InputPartition]:
         o = self.opts
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if name.lower() in o.raw:
+                log.warning("pylog: option %s only applies to streaming queries; ignored by a batch read", name)
         states = o.states()
-        starts = layout.resolve(
-            o.raw.get("startingoffsets", "earliest"), "startingOffsets", states, allow_latest=False, allow_earliest=True
-        )
-        ends = layout.resolve(
-            o.raw.get("endingoffsets", "latest"), "endingOffsets", states, allow_latest=True, allow_earliest=False
-        )
+        starts = o.starting(states, "earliest")
+        ends = o.ending(states)
         for tp, e in ends.items():
             if e > states[tp].latest:
                 msg = (
@@ -218,6 +279,10 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: _Options):
         self.opts = opts
         self._available_now: Optional[Dict[TopicPartition, int]] = None
+        #: when the last micro-batch was let through under minOffsetsPerTrigger (Kafka starts at 0,
+        #: so the first trigger always runs)
+        self._last_trigger_ms = 0
+        self._now_ms = lambda: int(time.time() * 1000)  # replaced by tests
 
     def _latest(self) -> Dict[TopicPartition, int]:
         return {tp: st.latest for tp, st in self.opts.states().items()}
@@ -225,15 +290,27 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         o = self.opts
         states = o.states()
-        starts = layout.resolve(
-            o.raw.get("startingoffsets", "latest"), "startingOffsets", states, allow_latest=True, allow_earliest=True
-        )
-        return layout.offsets_to_json(starts)
+        return layout.offsets_to_json(o.starting(states, "latest"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
+
+    def _delay_batch(self, begin: Dict[TopicPartition, int], end: Dict[TopicPartition, int]) -> bool:
+        """Kafka's delayBatch: hold the trigger while fewer than minOffsetsPerTrigger offsets are new,
+        unless maxTriggerDelay has passed since the last batch was let through."""
+        now = self._now_ms()
+        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        new = sum(e - begin.get(tp, 0) for tp, e in end.items())
+        if new < (self.opts.min_offsets_per_trigger or 0):
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._latest()
@@ -250,6 +327,13 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 states = states or self.opts.states(list(latest))
                 begin[tp] = states[tp].log_start_offset
         end = {tp: max(e, begin.get(tp, e)) for tp, e in latest.items()}
+        if (
+            self.opts.min_offsets_per_trigger
+            and self._available_now is None  # availableNow reads everything there is, then ends
+            and not isinstance(limit, ReadAllAvailable)
+            and self._delay_batch(begin, end)
+        ):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = _rate_limit(begin, end, limit.max_rows)
         # Keep partitions that vanished from the directory at their last offset.
@@ -347,14 +431,15 @@ def default_partition(key: bytes, num_partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
-class PylogWriter(DataSourceArrowWriter):
-    """``df.write.format("pylog")``: append ``key``/``value`` rows to a topic in a log directory.
+class _Appender:
+    """The sink's work, shared by the batch and the streaming writer: rows -> appended batches.
 
-    Columns: ``value`` (binary or string, required), ``key``, ``headers``
-    (``array<struct<key:string,value:binary>>``), ``partition`` (int),
-    ``topic`` (used when the ``topic`` option is absent). A row without a
-    partition goes to Kafka's murmur2 choice for its key, or, without a key,
-    to the task's own partition (task id modulo the partition count).
+    Columns (Spark's Kafka sink): ``value`` (binary or string, required),
+    ``key``, ``headers`` (``array<struct<key:string,value:binary>>``),
+    ``partition`` (int), ``topic`` (used when the ``topic`` option is
+    absent; the option overrides the column). A row without a partition goes
+    to Kafka's murmur2 choice for its key, or, without a key, to the task's
+    own partition (task id modulo the partition count).
 
     Durability: each task appends batches of up to ``batchSize`` records and
     fsyncs before it reports success. A failed or retried task leaves what it
@@ -363,6 +448,7 @@ class PylogWriter(DataSourceArrowWriter):
     """
 
     def __init__(self, options: Dict[str, str], schema: StructType):
+        check_options(options, SINK_OPTIONS, "the pylog sink")
         opts = {k.lower(): v for k, v in options.items()}
         path = opts.get("path")
         if not path:
@@ -432,34 +518,35 @@ class PylogWriter(DataSourceArrowWriter):
         return PylogCommitMessage(self._append(pending))
 
     def _append(self, pending: Dict[TopicPartition, List[object]]) -> Dict[TopicPartition, List[int]]:
+        """Append each partition's records in turn (sorted by topic, partition): open, append whole
+        batches, fsync, close. A task that fails part-way leaves the partitions before the failure
+        appended and fsynced, the rest untouched (never a partial batch).
+
+        Complexity: O(records). Durability: each partition is fsynced before the next is opened.
+        """
         from pylog.storage.log import Log
 
         appended: Dict[TopicPartition, List[int]] = {}
-        if not pending:
-            return appended
-        logs = {}
-        deadline = time.monotonic() + self.lock_timeout_s
-        delay = 0.01
-        try:
-            for tp in sorted(pending):
-                while True:
-                    try:
-                        logs[tp] = Log.open(os.path.join(self.path, f"{tp[0]}-{tp[1]}"))
-                        break
-                    except LogDirLockedError:
-                        # Another task's writer holds the directory: wait for it (tasks are short).
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(delay)
-                        delay = min(delay * 2, 0.5)
-            for tp, recs in pending.items():
-                lg = logs[tp]
+        for tp in sorted(pending):
+            deadline = time.monotonic() + self.lock_timeout_s
+            delay = 0.01
+            while True:
+                try:
+                    lg = Log.open(os.path.join(self.path, f"{tp[0]}-{tp[1]}"))
+                    break
+                except LogDirLockedError:
+                    # Another task's writer holds the directory: wait for it (tasks are short).
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+            try:
                 first = last = None
                 batch: List[object] = []
                 size = 0
                 limit = lg.config.max_message_bytes // 2
-                for r in recs:
-                    rsize = len(r.value or b"") + len(r.key or b"") + 32
+                for r in pending[tp]:
+                    rsize = len(r.value or b"") + len(r.key or b"") + 32  # type: ignore[attr-defined]
                     if batch and (len(batch) >= self.batch_size or size + rsize > limit):
                         res = lg.append(batch)
                         first = res.base_offset if first is None else first
@@ -473,23 +560,58 @@ class PylogWriter(DataSourceArrowWriter):
                     last = res.last_offset
                 lg.flush()
                 appended[tp] = [first, last]
-        finally:
-            for lg in logs.values():
+            finally:
                 lg.close()
         return appended
 
-    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+    def _committed(self, messages: List[Optional[WriterCommitMessage]], what: str) -> None:
         total = sum(
             last - first + 1
             for m in messages
             if isinstance(m, PylogCommitMessage)
             for first, last in m.appended.values()
         )
-        log.info("pylog sink: %d records appended to %s", total, self.path)
+        log.info("pylog sink: %s: %d records appended to %s", what, total, self.path)
 
-    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+    def _aborted(self, messages: List[Optional[WriterCommitMessage]], what: str) -> None:
         appended = {tp: r for m in messages if isinstance(m, PylogCommitMessage) for tp, r in m.appended.items()}
         log.warning(
-            "pylog sink: job aborted; records appended by successful tasks stay in %s (a log only appends): %s",
-            self.path, appended,
+            "pylog sink: %s aborted; records appended by its successful tasks stay in %s (a log only appends, "
+            "and a retry appends them again): %s",
+            what, self.path, appended,
         )
+
+
+class PylogWriter(_Appender, DataSourceArrowWriter):
+    """``df.write.format("pylog")``: append rows to topics in a log directory (see :class:`_Appender`).
+
+    A failed job leaves what its successful tasks appended (``abort`` logs
+    it): at-least-once, as Spark's Kafka sink. Thread-safety: Spark calls
+    each writer object from one thread; tasks of one job take turns on a
+    partition directory's lock.
+    """
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        self._committed(messages, "job")
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        self._aborted(messages, "job")
+
+
+class PylogStreamWriter(_Appender, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("pylog")``: each micro-batch appends its rows (see :class:`_Appender`).
+
+    At-least-once, as Spark's Kafka sink: a micro-batch whose tasks appended
+    records and then failed (a task error, a killed executor, the driver
+    stopped before Spark recorded the batch in the checkpoint's commit log)
+    is run again on restart with the same offsets, and appends those
+    records a second time. Nothing is appended twice by a micro-batch that
+    completed. Deduplicate downstream by a key in the value where that
+    matters (docs/spark.md).
+    """
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._committed(messages, f"micro-batch {batchId}")
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        self._aborted(messages, f"micro-batch {batchId}")

@@ -162,7 +162,13 @@ def describe(path: str, wanted: Iterable[TopicPartition]) -> Dict[TopicPartition
 
 
 def select_partitions(path: str, options: Dict[str, str]) -> List[TopicPartition]:
-    """Apply exactly one of ``subscribe``, ``subscribePattern``, ``assign`` (Kafka's rule)."""
+    """Apply exactly one of ``subscribe``, ``subscribePattern``, ``assign`` (Kafka's rule).
+
+    A topic named in ``subscribe`` that has no partition directory under
+    ``path`` raises :class:`UnknownTopicOrPartitionError` unless the option
+    ``failOnUnknownTopic`` is ``false`` (then it gives no rows until it
+    appears; a stream picks it up from its earliest offset).
+    """
     given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k)]
     if len(given) != 1:
         raise InvalidConfigurationError(
@@ -175,6 +181,13 @@ def select_partitions(path: str, options: Dict[str, str]) -> List[TopicPartition
         topics = {t.strip() for t in options["subscribe"].split(",") if t.strip()}
         if not topics:
             raise InvalidConfigurationError("option 'subscribe' lists no topic")
+        missing = sorted(topics - {tp[0] for tp in have})
+        if missing and parse_bool(options, "failonunknowntopic", True):
+            known = sorted({tp[0] for tp in have})
+            raise UnknownTopicOrPartitionError(
+                f"subscribed topic(s) {', '.join(missing)} not found under {path} (topics there: "
+                f"{', '.join(known) or 'none'}); set the option failOnUnknownTopic=false to read them once they exist"
+            )
         return sorted(tp for tp in have if tp[0] in topics)
     if kind == "subscribepattern":
         try:
@@ -257,6 +270,81 @@ def resolve(
             raise InvalidConfigurationError(f"{what}: offset {off} for {tp[0]}-{tp[1]} is not valid")
         else:
             out[tp] = off
+    return out
+
+
+def parse_timestamp(value: str, what: str) -> int:
+    """A millisecond timestamp option (``startingTimestamp``/``endingTimestamp``): an int >= 0."""
+    try:
+        ts = int(str(value).strip())
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"option {what!r} must be a timestamp in milliseconds since the epoch, e.g. \"1700000000000\"; got {value!r}"
+        ) from None
+    if ts < 0:
+        raise InvalidConfigurationError(f"option {what!r}: the timestamp cannot be negative, got {ts}")
+    return ts
+
+
+def resolve_timestamps(
+    given: Dict[TopicPartition, int],
+    what: str,
+    states: Dict[TopicPartition, PartitionState],
+    *,
+    starting: bool,
+    strategy: str = "error",
+) -> Dict[TopicPartition, int]:
+    """Kafka's ``offsetsForTimes`` per partition: the earliest offset whose timestamp is >= the given one.
+
+    Only offsets below "latest" (the high watermark or log end) count. When
+    no such offset exists: an ending bound becomes latest; a starting bound
+    raises :class:`OffsetOutOfRangeError` (``strategy="error"``, Kafka's
+    default for ``startingOffsetsByTimestampStrategy``) or becomes latest
+    (``strategy="latest"``).
+
+    Complexity: one read-only log open per partition plus Kafka's
+    time-index lookup (O(log n) in the index, one batch scan).
+    """
+    if set(given) != set(states):
+        missing = sorted(set(states) - set(given))
+        extra = sorted(set(given) - set(states))
+        raise InvalidConfigurationError(
+            f"{what} must list every selected partition (missing: {missing}, not selected: {extra})"
+        )
+    out: Dict[TopicPartition, int] = {}
+    for tp, ts in sorted(given.items()):
+        if ts < 0:
+            raise InvalidConfigurationError(f"{what}: the timestamp for {tp[0]}-{tp[1]} cannot be negative, got {ts}")
+        st = states[tp]
+        log = Log.open(st.dir, read_only=True)
+        try:
+            found = log.offset_for_time(ts)
+        finally:
+            log.close()
+        if found is not None and found < st.latest:
+            out[tp] = max(found, st.log_start_offset)
+        elif not starting or strategy == "latest":
+            out[tp] = st.latest
+        else:
+            raise OffsetOutOfRangeError(
+                f"{what}: no record of {tp[0]}-{tp[1]} in {st.dir} has a timestamp >= {ts} (below offset {st.latest}); "
+                "set the option startingOffsetsByTimestampStrategy=latest to start at the latest offset instead"
+            )
+    return out
+
+
+def split_max_records(ranges: List[Range], max_records: Optional[int]) -> List[Range]:
+    """Cut every range into ``ceil(size / max_records)`` nearly equal pieces (Kafka's maxRecordsPerPartition)."""
+    if not max_records:
+        return ranges
+    out: List[Range] = []
+    for r in ranges:
+        parts = max(1, -(-r.size // max_records))
+        for i in range(parts):
+            a = r.start + r.size * i // parts
+            b = r.start + r.size * (i + 1) // parts
+            if b > a:
+                out.append(Range(r.topic, r.partition, r.dir, a, b))
     return out
 
 

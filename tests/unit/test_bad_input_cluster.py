@@ -212,5 +212,8 @@ def test_spark_subscribe_to_a_bad_name_selects_nothing_outside(tmp_path, name: s
         lg.append([b"x"])
     with pylog.Log.open(str(tmp_path / "outside-0")) as lg:  # a sibling of the log dir
         lg.append([b"y"])
-    assert select_partitions(str(inner), {"subscribe": name}) == []
-    assert select_partitions(str(inner), {"subscribe": f"{name},good"}) == [("good", 0)]
+    lenient = {"failonunknowntopic": "false"}
+    assert select_partitions(str(inner), {"subscribe": name, **lenient}) == []
+    assert select_partitions(str(inner), {"subscribe": f"{name},good", **lenient}) == [("good", 0)]
+    with pytest.raises(errors.UnknownTopicOrPartitionError, match="failOnUnknownTopic=false"):
+        select_partitions(str(inner), {"subscribe": f"{name},good"})
