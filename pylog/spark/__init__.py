@@ -51,7 +51,7 @@ def check_executor_imports(spark: Any, modules: Sequence[str] = EXECUTOR_MODULES
 
     from pyspark.sql.functions import udf
 
-    import pylog
+    from pylog._version import __version__
     from pylog.errors import InvalidConfigurationError
 
     wanted = list(modules)
@@ -87,8 +87,8 @@ def check_executor_imports(spark: Any, modules: Sequence[str] = EXECUTOR_MODULES
             f"{'.'.join(map(str, got['version']))}): {what}. {fix}"
         )
     versions = {n: v for n, v, _e in got["modules"]}
-    if "pylog" in versions and versions["pylog"] != pylog.__version__:
+    if "pylog" in versions and versions["pylog"] != __version__:
         raise InvalidConfigurationError(
-            f"Spark executors run pylog {versions['pylog']} ({exe}) but the driver runs pylog {pylog.__version__} "
+            f"Spark executors run pylog {versions['pylog']} ({exe}) but the driver runs pylog {__version__} "
             f"({sys.executable}): install the same version on both. {fix}"
         )
