@@ -852,7 +852,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             _error("pylog sim --plot needs matplotlib, which is not installed: "
-                   "pip install 'pylog[plot]' (the plot extra), or pip install 'matplotlib>=3.8'")
+                   "pip install 'pylog-kafka[plot]' (the plot extra), or pip install 'matplotlib>=3.8'")
             return 1
     topics = tuple(t for t in args.topics if t)
     cfg = SimConfig(
