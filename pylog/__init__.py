@@ -12,7 +12,7 @@ from pylog.client.consumer import Consumer, ConsumerRecord, OffsetAndMetadata  #
 from pylog.client.producer import Producer, RecordMetadata  # noqa: E402
 from pylog.cluster import Cluster, PartitionInfo, open  # noqa: E402,A004
 from pylog.errors import PylogError  # noqa: E402
-from pylog.metrics import Metric, render_prometheus  # noqa: E402
+from pylog.metrics import Metric, render_prometheus, serve_metrics  # noqa: E402
 from pylog.shared import SharedCluster  # noqa: E402
 from pylog.storage.log import AppendResult, Log, LogConfig  # noqa: E402
 from pylog.storage.record import Record, RecordBatch  # noqa: E402
@@ -32,6 +32,7 @@ __all__ = [
     "SharedCluster",
     "Metric",
     "render_prometheus",
+    "serve_metrics",
     "Producer",
     "RecordMetadata",
     "Consumer",
