@@ -316,15 +316,17 @@ class Cluster:
         does not exist (compacted, ``offsets_topic_partitions`` partitions,
         replication factor min(3, brokers)), as Kafka's brokers create it on the
         first FindCoordinator. The options are checked before that: a bad one
-        raises and leaves no topic behind. The call does not wait for the new
-        topic's leaders (a crashed broker not yet fenced would hold it for the
-        session timeout): the consumer's coordinator lookup retries until the
-        group's offsets partition is served, as a Kafka consumer does.
+        raises and leaves no topic behind. The call waits for the new topic's
+        leaders except on a stopped broker (a crashed broker not yet fenced
+        would hold it for the session timeout): the consumer's coordinator
+        lookup retries until the group's offsets partition is served, as a
+        Kafka consumer does.
         """
         self._ensure_open()
         if group_id is not None and not self._has_offsets_topic():
             _validate_consumer_options(group_id, topics, kwargs)  # a bad option leaves nothing behind
             self._request_offsets_topic()
+            self._wait_offsets_topic_where_possible()
         c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
         self._clients.append(c)
         return c
@@ -359,6 +361,29 @@ class Cluster:
             b._send(b.controller.create_topic(cfg))
 
         self.scheduler.run_sync(attempt)
+
+    def _wait_offsets_topic_where_possible(self, timeout_ms: int = 30_000) -> None:
+        """Wait until ``__consumer_offsets`` exists and each partition is served - except those whose
+        leader is a stopped broker (crashed, not fenced yet: waiting would last the session timeout).
+        Without a crash this is what creating the topic waited for; returns quietly on timeout."""
+        from pylog.replication.offsets_topic import OFFSETS_TOPIC
+
+        def ready() -> bool:
+            cfg = self.store.topics.get(OFFSETS_TOPIC)
+            if cfg is None:
+                return False
+            for p in range(cfg.partitions):
+                st = self.store.partitions.get((OFFSETS_TOPIC, p))
+                if st is None:
+                    return False
+                b = self.brokers.get(st.leader)
+                if b is not None and not b.running:
+                    continue  # a stopped leader: the coordinator lookup retries after the failover
+                if not self._serving([(OFFSETS_TOPIC, p)]):
+                    return False
+            return True
+
+        self.scheduler.wait_until(ready, timeout_ms)
 
     def _ensure_offsets_topic(self) -> None:
         from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
