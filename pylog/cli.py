@@ -123,7 +123,11 @@ class Progress:
         self.stream.write("\r" + f"{self.line(label):<100}")
         self.stream.flush()
 
-    def finish(self) -> None:
+    def finish(self, complete: bool = False) -> None:
+        """End the line; ``complete``: all the work was done (e.g. stdin read to its end, whose byte
+        count the caller only approximated)."""
+        if complete and self.total is not None:
+            self.done = self.total
         if self.enabled:
             self.stream.write("\r" + f"{self.line():<100}" + "\n")
             self.stream.flush()
@@ -907,7 +911,7 @@ def _produce_to_queue(args: argparse.Namespace, sep: Optional[bytes]) -> int:
         return 1
     finally:
         q.close()
-    progress.finish()
+    progress.finish(complete=True)
     print(f"Produced {n} records to {_where(done, args.topic) or args.topic}", file=sys.stderr)
     return 0
 
@@ -990,7 +994,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     finally:
         for log in logs.values():
             log.close()
-    progress.finish()
+    progress.finish(complete=True)
     where = {p: [o[0], o[-1]] for p, o in done.items()}
     print(f"Produced {n} records to {_where(where, args.topic) or args.topic}", file=sys.stderr)
     return 0

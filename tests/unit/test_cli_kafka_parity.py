@@ -408,3 +408,19 @@ def test_reset_offsets_bad_inputs(tmp_path):
         assert {tp: v.offset for tp, v in q.list_group_offsets("g").items()} == {("jobs", 0): 0}
     finally:
         q.close()
+
+
+def test_produce_and_consume_progress_bars(tmp_path):
+    src = tmp_path / "lines.txt"
+    src.write_bytes(b"".join(b"k%d:v%d\n" % (i, i) for i in range(50)))
+    d = str(tmp_path / "logs")
+    with open(src, "rb") as f:  # stdin is a file: a bar over its bytes
+        r = subprocess.run([sys.executable, "-m", "pylog", "produce", d, "--topic", "t", "--key-separator", ":",
+                            "--progress"], stdin=f, capture_output=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert b"100.0%" in r.stderr and b"ETA" in r.stderr and b"B/s" in r.stderr
+    r = run("consume", d, "--topic", "t", "--from-beginning", "--progress")
+    assert r.returncode == 0 and r.stdout.count(b"\n") == 50
+    assert b"100.0%" in r.stderr and b"records/s" in r.stderr
+    r = run("consume", d, "--topic", "t", "--from-beginning")
+    assert b"%" not in r.stderr  # no bar when stderr is not a terminal
