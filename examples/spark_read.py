@@ -5,7 +5,7 @@ specific ``startingOffsets``/``endingOffsets``, the same query a Kafka user
 would write with ``format("kafka")``, a streaming read with
 ``trigger(availableNow=True)`` and ``maxOffsetsPerTrigger``, and the writer.
 
-Needs ``pip install 'pylog[spark]'`` and Java 17+ (``java`` on PATH or
+Needs ``pip install 'pylog-kafka[spark]'`` and Java 17+ (``java`` on PATH or
 JAVA_HOME). Executors must run a Python where pylog is installed, hence
 ``PYSPARK_PYTHON`` below.
 

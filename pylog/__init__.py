@@ -13,7 +13,7 @@ from pylog.client.types import OffsetAndMetadata, OffsetAndTimestamp, TopicParti
 from pylog.cluster import Cluster, PartitionInfo  # noqa: E402
 from pylog.local_queue import open  # noqa: E402,A004
 from pylog.errors import PylogError  # noqa: E402
-from pylog.metrics import Metric, render_prometheus  # noqa: E402
+from pylog.metrics import Metric, render_prometheus, serve_metrics  # noqa: E402
 from pylog.shared import SharedCluster  # noqa: E402
 from pylog.storage.log import AppendResult, Log, LogConfig  # noqa: E402
 from pylog.storage.record import Record, RecordBatch  # noqa: E402
@@ -33,6 +33,7 @@ __all__ = [
     "SharedCluster",
     "Metric",
     "render_prometheus",
+    "serve_metrics",
     "Producer",
     "RecordMetadata",
     "Consumer",

@@ -24,10 +24,11 @@ import os
 import struct
 import subprocess
 import sys
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+import time
+from typing import IO, Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from pylog import _native
-from pylog.errors import CorruptRecordError, LogDirLockedError, PylogError
+from pylog.errors import CorruptRecordError, LogDirLockedError, OffsetOutOfRangeError, PylogError, UnknownTopicOrPartitionError
 from pylog.storage import checkpoint
 from pylog.storage.compression import NAMES as CODEC_NAMES
 from pylog.storage.fileio import FileIO
@@ -69,27 +70,72 @@ def _error(msg: str) -> None:
 
 
 class Progress:
-    """A one-line progress bar on stderr (only when enabled)."""
+    """A one-line progress bar on stderr with rate and ETA (only when enabled).
 
-    def __init__(self, total: int, enabled: bool, stream: IO[str] = sys.stderr):
-        self.total = max(total, 1)
+    ``total`` is the amount of work (bytes, records or offsets, named by
+    ``unit``) or None when it is not known in advance (stdin): then the line
+    shows the count and the rate only. Redrawn at most 10 times a second, so
+    a tight loop pays one clock read per :meth:`advance`. No dependency
+    (tqdm would do the same; the CLI keeps to the standard library).
+
+    Thread-safety: one thread. Complexity: O(1) per :meth:`advance`.
+    """
+
+    def __init__(self, total: Optional[int], enabled: bool, stream: Optional[IO[str]] = None, unit: str = "B"):
+        self.total = None if total is None else max(total, 1)
         self.done = 0
         self.enabled = enabled
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
+        self.unit = unit
+        self._start = time.monotonic()
+        self._drawn = 0.0
+
+    @staticmethod
+    def _human(n: float, unit: str) -> str:
+        for prefix in ("", "k", "M", "G", "T"):
+            if abs(n) < 1000 or prefix == "T":
+                return f"{n:.0f} {prefix}{unit}" if prefix == "" else f"{n:.1f} {prefix}{unit}"
+            n /= 1000.0
+        return f"{n:.1f} {unit}"  # pragma: no cover
+
+    def line(self, label: str = "") -> str:
+        """The bar as it would be drawn now (without the carriage return)."""
+        elapsed = max(time.monotonic() - self._start, 1e-6)
+        rate = self.done / elapsed
+        speed = f"{self._human(rate, self.unit)}/s"
+        if self.total is None:
+            return f"{self._human(self.done, self.unit)} {speed} {label[-40:]}"
+        frac = min(1.0, self.done / self.total)
+        left = (self.total - self.done) / rate if rate > 0 else float("inf")
+        eta = "--:--" if left == float("inf") else f"{int(left) // 60}:{int(left) % 60:02d}"
+        bar = "#" * int(frac * 30)
+        return f"[{bar:<30}] {frac * 100:5.1f}% {speed} ETA {eta} {label[-40:]}"
 
     def advance(self, n: int, label: str = "") -> None:
         self.done += n
         if not self.enabled:
             return
-        frac = min(1.0, self.done / self.total)
-        bar = "#" * int(frac * 30)
-        self.stream.write(f"\r[{bar:<30}] {frac * 100:5.1f}% {label[-40:]:<40}")
+        now = time.monotonic()
+        finished = self.total is not None and self.done >= self.total
+        if now - self._drawn < 0.1 and not finished:
+            return
+        self._drawn = now
+        self.stream.write("\r" + f"{self.line(label):<100}")
         self.stream.flush()
 
-    def finish(self) -> None:
+    def finish(self, complete: bool = False) -> None:
+        """End the line; ``complete``: all the work was done (e.g. stdin read to its end, whose byte
+        count the caller only approximated)."""
+        if complete and self.total is not None:
+            self.done = self.total
         if self.enabled:
-            self.stream.write("\n")
+            self.stream.write("\r" + f"{self.line():<100}" + "\n")
             self.stream.flush()
+
+
+def _progress_enabled(args: argparse.Namespace) -> bool:
+    """The bar is drawn when stderr is a terminal, or with ``--progress``."""
+    return bool(getattr(args, "progress", False)) or sys.stderr.isatty()
 
 
 # --------------------------------------------------------------------------- dump-log
@@ -107,47 +153,167 @@ def _batch_line(b: RecordBatch, valid: bool) -> str:
     )
 
 
-def _record_line(r: Record, print_data: bool) -> str:
+def _record_line(r: Record, print_data: bool, skip_metadata: bool = False,
+                 decoded: Optional[Tuple[str, str]] = None) -> str:
+    """One ``| offset: ...`` line; ``decoded`` replaces the key and payload text (``--offsets-decoder``)."""
+    key, payload = decoded if decoded is not None else (_show_bytes(r.key), _show_bytes(r.value))
+    if skip_metadata:
+        return f"key: {key} payload: {payload}"
     line = (
         f"| offset: {r.offset} {'LogAppendTime' if r.timestamp_type else 'CreateTime'}: {r.timestamp} "
         f"keySize: {-1 if r.key is None else len(r.key)} valueSize: {-1 if r.value is None else len(r.value)}"
     )
     if print_data:
         hdrs = ",".join(f"{k}:{_show_bytes(v)}" for k, v in r.headers)
-        line += f" headerKeys: [{hdrs}] key: {_show_bytes(r.key)} payload: {_show_bytes(r.value)}"
+        line += f" headerKeys: [{hdrs}] key: {key} payload: {payload}"
     return line
 
 
-def dump_log_file(path: str, out: IO[str], *, print_data: bool, deep: bool) -> bool:
-    """Print every batch of a ``.log`` file; False (after an error line) on damage."""
+def decode_offsets_record(key: Optional[bytes], value: Optional[bytes]) -> Tuple[str, str]:
+    """Key and value of a ``__consumer_offsets`` record as JSON text (kafka-dump-log's ``--offsets-decoder``).
+
+    An offset commit key prints as ``{"type":"offset_commit","version":1,"group":G,"topic":T,"partition":P}``
+    and its value as ``{"version":3,"offset":O,"leaderEpoch":E,"metadata":M,"commitTimestamp":T}``
+    (``expireTimestamp`` too for version 1); a group metadata key as ``{"type":"group_metadata",...}`` and its
+    value with the generation, protocol, leader and members (each member's subscribed topics and assigned
+    partitions decoded). A null value (a tombstone: the offset or group was deleted) prints ``null``.
+    Raises :class:`~pylog.errors.CorruptRecordError` naming what could not be decoded.
+    Complexity: O(bytes of the record).
+    """
+    from pylog.replication import offsets_topic as ot
+
+    if key is None:
+        raise CorruptRecordError(f"{ot.OFFSETS_TOPIC} record without a key")
+    k = ot.decode_key(key)
+    kv = struct.unpack_from(">h", key)[0]
+    if isinstance(k, ot.OffsetCommitKey):
+        key_obj: Dict[str, Any] = {"type": "offset_commit", "version": kv, "group": k.group, "topic": k.topic,
+                                   "partition": k.partition}
+    else:
+        key_obj = {"type": "group_metadata", "version": kv, "group": k.group}
+    if value is None:
+        return json.dumps(key_obj), "null"
+    vv = struct.unpack_from(">h", value)[0] if len(value) >= 2 else -1
+    if isinstance(k, ot.OffsetCommitKey):
+        v = ot.decode_offset_commit_value(value)
+        val_obj: Dict[str, Any] = {"version": vv, "offset": v.offset, "leaderEpoch": v.leader_epoch,
+                                   "metadata": v.metadata, "commitTimestamp": v.commit_timestamp}
+        if vv == 1:
+            val_obj["expireTimestamp"] = v.expire_timestamp
+    else:
+        g = ot.decode_group_metadata_value(value)
+        members = []
+        for m in g.members:
+            member: Dict[str, Any] = {"memberId": m.member_id, "groupInstanceId": m.group_instance_id,
+                                      "clientId": m.client_id, "clientHost": m.client_host,
+                                      "rebalanceTimeout": m.rebalance_timeout, "sessionTimeout": m.session_timeout}
+            if g.protocol_type == "consumer":
+                try:
+                    member["subscription"] = ot.decode_subscription(m.subscription)[0] if m.subscription else []
+                    member["assignment"] = [f"{t}-{p}" for t, p in ot.decode_assignment(m.assignment)] if m.assignment else []
+                except CorruptRecordError as exc:
+                    member["protocolError"] = str(exc)
+            members.append(member)
+        val_obj = {"version": vv, "protocolType": g.protocol_type, "generation": g.generation,
+                   "protocol": g.protocol, "leader": g.leader, "currentStateTimestamp": g.current_state_timestamp,
+                   "members": members}
+    return json.dumps(key_obj), json.dumps(val_obj)
+
+
+_LEGACY_OR_V2 = frozenset((0, 1, 2))
+
+
+def _next_valid_batch(view: memoryview, start: int, magics: Any) -> Optional[int]:
+    """The first position at or after ``start`` where a whole, CRC-valid batch begins, or None.
+
+    Candidates are positions whose magic byte (byte 16 of a batch or legacy
+    message) is one of ``magics``; each is checked by a one-batch scan with
+    CRCs. Complexity: O(bytes) candidates, each O(batch size) at worst.
+    """
+    n = len(view)
+    for pos in range(start, n - 17 + 1):
+        if view[pos + 16] not in magics:
+            continue
+        r = scan(view[pos:], verify_crc=True, max_batches=1)
+        if r.batches:
+            return pos
+    return None
+
+
+def dump_log_file(path: str, out: IO[str], *, print_data: bool, deep: bool, offsets_decoder: bool = False,
+                  skip_metadata: bool = False, progress: Optional[Progress] = None) -> bool:
+    """Print every batch of a ``.log`` file; False (after error lines) on damage.
+
+    Past a bad batch it goes on, as a reader of a damaged disk wants: when the
+    bad batch's framing (its length) can still be read, it is printed with
+    ``isvalid: false`` and the dump resumes right after it; otherwise the
+    bytes are searched for the next position where a whole, CRC-valid batch
+    starts, and the dump resumes there. Each skip is an ``ERROR`` line naming
+    the byte positions; a damaged tail with no valid batch after it ends the
+    file with one. Complexity: O(bytes) (plus O(records) with record output).
+    """
     with open(path, "rb") as f:
         data = f.read()
     view = memoryview(data)
-    result = scan(view, verify_crc=True)
     ok = True
-    for info in result.batches:
-        batch = RecordBatch(info, view[info.position : info.position + info.size], path)
-        out.write(_batch_line(batch, True) + "\n")
-        if not (deep or print_data):
-            continue
-        try:
-            for rec in batch.records():
-                out.write(_record_line(rec, print_data) + "\n")
-        except PylogError as exc:
-            _error(f"{path}: cannot decode records of the batch at byte position {info.position}: {exc}")
-            ok = False
-    if result.status != _native.OK:
+    pos = 0
+    magics = set()
+    with_records = deep or print_data or offsets_decoder or skip_metadata
+    while pos < len(data):
+        result = scan(view[pos:], verify_crc=True)
+        for rel in result.batches:
+            info = rel._replace(position=rel.position + pos)
+            magics.add(info.magic)
+            batch = RecordBatch(info, view[info.position : info.position + info.size], path)
+            if not skip_metadata:
+                out.write(_batch_line(batch, True) + "\n")
+            if not with_records:
+                continue
+            try:
+                for rec in batch.records():
+                    decoded = None
+                    if offsets_decoder and not batch.is_control:
+                        try:
+                            decoded = decode_offsets_record(rec.key, rec.value)
+                        except (CorruptRecordError, struct.error) as exc:
+                            _error(f"{path}: offset {rec.offset} (batch at byte position {info.position}) is not a "
+                                   f"__consumer_offsets record: {exc}")
+                            ok = False
+                    out.write(_record_line(rec, print_data or offsets_decoder or skip_metadata, skip_metadata,
+                                           decoded) + "\n")
+            except PylogError as exc:
+                _error(f"{path}: cannot decode records of the batch at byte position {info.position}: {exc}")
+                ok = False
+        if progress is not None:
+            progress.advance(result.valid_bytes, os.path.basename(path))
+        if result.status == _native.OK:
+            break
         ok = False
-        pos = result.valid_bytes
+        bad_at = pos + result.valid_bytes
         # Show the header of the bad batch when its framing holds (a CRC mismatch).
-        bad = scan(view[pos:], verify_crc=False, max_batches=1)
+        bad = scan(view[bad_at:], verify_crc=False, max_batches=1)
+        resume: Optional[int] = None
         if bad.batches:
-            info = bad.batches[0]._replace(position=pos)
-            out.write(_batch_line(RecordBatch(info, view[pos : pos + info.size], path), False) + "\n")
-        _error(
-            f"{path}: {result.reason} at byte position {pos} "
-            f"({len(data) - pos} bytes from there to the end of the file are not valid batches)"
-        )
+            info = bad.batches[0]._replace(position=bad_at)
+            out.write(_batch_line(RecordBatch(info, view[bad_at : bad_at + info.size], path), False) + "\n")
+            resume = bad_at + info.size
+            how = "its header is readable: resuming after it"
+        else:
+            resume = _next_valid_batch(view, bad_at + 1, magics or _LEGACY_OR_V2)
+            how = "its header is not readable: resuming at the next valid batch"
+        if resume is None or resume >= len(data):
+            _error(
+                f"{path}: {result.reason} at byte position {bad_at} "
+                f"({len(data) - bad_at} bytes from there to the end of the file are not valid batches)"
+            )
+            if progress is not None:
+                progress.advance(len(data) - bad_at)
+            break
+        _error(f"{path}: {result.reason} at byte position {bad_at}; {how}, byte position {resume} "
+               f"({resume - bad_at} bytes skipped)")
+        if progress is not None:
+            progress.advance(resume - bad_at)
+        pos = resume
     out.flush()
     return ok
 
@@ -217,7 +383,11 @@ def cmd_dump_log(args: argparse.Namespace) -> int:
                 _error(f"{path}: no such file")
                 ok = False
             elif path.endswith(".log"):
-                ok = dump_log_file(path, sys.stdout, print_data=args.print_data, deep=args.deep_iteration) and ok
+                progress = Progress(os.path.getsize(path), _progress_enabled(args))
+                ok = dump_log_file(path, sys.stdout, print_data=args.print_data, deep=args.deep_iteration,
+                                   offsets_decoder=args.offsets_decoder, skip_metadata=args.skip_record_metadata,
+                                   progress=progress) and ok
+                progress.finish()
             elif path.endswith((".index", ".timeindex")):
                 ok = dump_index_file(path, sys.stdout) and ok
             else:
@@ -427,12 +597,36 @@ def _read_offsets_quiet(path: str) -> Dict[Tuple[str, int], int]:
         return {}
 
 
-def _describe_log_dir(log_dir: str, prefix: str = "") -> Iterator[str]:
+def _is_internal(topic: str) -> bool:
+    """Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``): names starting with ``__``."""
+    return topic.startswith("__")
+
+
+def _topic_filter(args: argparse.Namespace) -> Any:
+    """``describe``'s choice of topics: ``--topic`` (repeatable) if given, else all but the internal ones
+    unless ``--include-internal``. A topic named with ``--topic`` is shown even if internal."""
+    wanted = set(args.topic or ())
+    include_internal = bool(args.include_internal)
+
+    def keep(topic: str) -> bool:
+        if wanted:
+            return topic in wanted
+        return include_internal or not _is_internal(topic)
+
+    return keep
+
+
+def _describe_log_dir(log_dir: str, prefix: str = "", keep: Any = None, hidden: Optional[Dict[str, int]] = None
+                      ) -> Iterator[str]:
     rps = _read_offsets_quiet(os.path.join(log_dir, RECOVERY_POINT_FILE))
     hws = _read_offsets_quiet(os.path.join(log_dir, HW_CHECKPOINT_FILE))
     for p in _partition_dirs(log_dir):
         tp = parse_partition_dir(p)
         assert tp is not None
+        if keep is not None and not keep(tp[0]):
+            if hidden is not None:
+                hidden[tp[0]] = hidden.get(tp[0], 0) + 1
+            continue
         try:
             log = Log.open(p, read_only=True)
         except (OSError, PylogError) as exc:
@@ -457,10 +651,15 @@ def _describe_log_dir(log_dir: str, prefix: str = "") -> Iterator[str]:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
+    """``pylog describe DIR``: see docs/cli.md. Internal topics are summarised in one line unless
+    ``--include-internal`` (or ``--topic __consumer_offsets``) asks for them."""
     root = args.dir
     if not os.path.isdir(root):
         _error(f"{root}: not a directory")
         return 1
+    keep = _topic_filter(args)
+    hidden: Dict[str, int] = {}
+    seen_topics = set()
     meta_path = os.path.join(root, METADATA_FILE)
     if os.path.exists(meta_path):
         try:
@@ -468,6 +667,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
                 meta = json.loads(f.read().decode("utf-8"))
             print(f"Cluster: {root} brokers: {meta.get('brokers')} controllerEpoch: {meta.get('controller_epoch')}")
             for st in sorted(meta.get("partitions", []), key=lambda s: (s["topic"], s["partition"])):
+                seen_topics.add(st["topic"])
+                if not keep(st["topic"]):
+                    continue
                 print(
                     f"Topic: {st['topic']} Partition: {st['partition']} Leader: {st['leader']} "
                     f"LeaderEpoch: {st['leader_epoch']} Replicas: {','.join(map(str, st['replicas']))} "
@@ -479,15 +681,33 @@ def cmd_describe(args: argparse.Namespace) -> int:
     dirs = _log_dirs(root)
     for d in dirs:
         prefix = f"Broker: {os.path.basename(d)[len('broker-'):]} " if d != root else ""
-        for line in _describe_log_dir(d, prefix):
+        for p in _partition_dirs(d):
+            tp = parse_partition_dir(p)
+            if tp is not None:
+                seen_topics.add(tp[0])
+        for line in _describe_log_dir(d, prefix, keep, hidden):
             print(line)
+    missing = sorted(set(args.topic or ()) - seen_topics)
+    if missing:
+        _error(f"{root}: no such topic: {', '.join(missing)}")
+        return 1
     try:
         for line in _group_lag_lines(root, dirs):
-            print(line)
+            if not args.topic or _lag_line_topic(line) in args.topic:
+                print(line)
     except (OSError, PylogError) as exc:
         _error(f"{root}: cannot read consumer group offsets: {exc}")
         return 1
+    if hidden:
+        summary = ", ".join(f"{t} ({n} partition replicas)" for t, n in sorted(hidden.items()) if _is_internal(t))
+        if summary:
+            print(f"Internal topics not shown: {summary}; --include-internal shows them", file=sys.stderr)
     return 0
+
+
+def _lag_line_topic(line: str) -> str:
+    """The topic of a ``Group: G Topic: T Partition: P ...`` line."""
+    return line.split(" Topic: ", 1)[1].split(" Partition: ", 1)[0]
 
 
 def _leaders(root: str) -> Dict[Tuple[str, int], int]:
@@ -590,7 +810,46 @@ def _is_queue_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "cluster-metadata.json"))
 
 
+PRODUCER_PROPERTIES = {"parse.key": "false", "key.separator": "\t"}
+CONSUMER_PROPERTIES = {"print.timestamp": "false", "print.key": "false", "print.value": "true",
+                       "print.offset": "false", "print.partition": "false", "print.headers": "false",
+                       "key.separator": "\t", "line.separator": "\n", "headers.separator": ",",
+                       "null.literal": "null"}
+_BOOLEAN_PROPERTIES = {"parse.key", "print.timestamp", "print.key", "print.value", "print.offset",
+                       "print.partition", "print.headers"}
+
+
+def parse_properties(items: Sequence[str], known: Dict[str, str], verb: str) -> Dict[str, str]:
+    """``--property NAME=VALUE`` arguments (kafka-console-producer/consumer's) over the defaults in ``known``.
+
+    Separator values take ``\\t``, ``\\n`` and ``\\\\`` escapes (a shell passes ``"\\t"`` as two
+    characters). Raises :class:`~pylog.errors.InvalidConfigurationError` for an item without ``=``, an
+    unknown name (the message lists the known ones) or a boolean that is not true/false.
+    """
+    from pylog.errors import InvalidConfigurationError
+
+    props = dict(known)
+    for item in items:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if not eq:
+            raise InvalidConfigurationError(f"--property {item!r}: expected NAME=VALUE")
+        if name not in known:
+            raise InvalidConfigurationError(
+                f"--property {name!r} is not a {verb} property; known: {', '.join(sorted(known))}")
+        if name in _BOOLEAN_PROPERTIES:
+            if value.strip().lower() not in ("true", "false"):
+                raise InvalidConfigurationError(f"--property {name}={value!r}: expected true or false")
+            value = value.strip().lower()
+        else:
+            value = value.replace("\\\\", "\0").replace("\\t", "\t").replace("\\n", "\n").replace("\0", "\\")
+        props[name] = value
+    return props
+
+
 def _stdin_records(sep: Optional[bytes]) -> Iterator[Record]:
+    """Records from stdin lines; with ``sep`` the key is what comes before its first occurrence (a line
+    without it has a null key, as kafka-console-producer's ``parse.key`` would refuse: we keep the line)."""
     for raw in sys.stdin.buffer:
         line = raw[:-1] if raw.endswith(b"\n") else raw
         if line.endswith(b"\r"):
@@ -599,6 +858,18 @@ def _stdin_records(sep: Optional[bytes]) -> Iterator[Record]:
         if sep is not None and sep in line:
             key, line = line.split(sep, 1)
         yield Record(line, key=key)
+
+
+def _stdin_progress(args: argparse.Namespace) -> Progress:
+    """A bar over stdin's bytes when stdin is a regular file (``< file``), else a count with a rate."""
+    try:
+        st = os.fstat(sys.stdin.fileno())
+        import stat
+
+        total = st.st_size if stat.S_ISREG(st.st_mode) else None
+    except (OSError, ValueError, AttributeError):
+        total = None
+    return Progress(total, _progress_enabled(args), unit="B" if total is not None else " records")
 
 
 def _open_queue(path: str) -> Optional[object]:
@@ -612,113 +883,259 @@ def _open_queue(path: str) -> Optional[object]:
         return None
 
 
+def _produce_separator(args: argparse.Namespace) -> Tuple[Optional[bytes], Dict[str, str]]:
+    """The key separator (None: values only) from ``--key-separator`` or ``--property parse.key=true``."""
+    props = parse_properties(args.property or (), PRODUCER_PROPERTIES, "producer")
+    if args.key_separator is not None:
+        return args.key_separator.encode(), props
+    if props["parse.key"] == "true":
+        if not props["key.separator"]:
+            from pylog.errors import InvalidConfigurationError
+
+            raise InvalidConfigurationError("--property key.separator must not be empty")
+        return props["key.separator"].encode(), props
+    return None, props
+
+
+def _where(partitions: Dict[int, List[int]], topic: str) -> str:
+    """``t-0 (offsets 0..4), t-1 (offsets 0..2)``."""
+    return ", ".join(f"{topic}-{p} (offsets {o[0]}..{o[-1]})" if o else f"{topic}-{p}"
+                     for p, o in sorted(partitions.items()))
+
+
 def _produce_to_queue(args: argparse.Namespace, sep: Optional[bytes]) -> int:
-    """``pylog produce`` on a queue directory: a producer of ``pylog.open(DIR)``."""
-    q = _open_queue(args.dir)
+    """``pylog produce`` on a queue directory: a producer of ``pylog.open(DIR)`` (its partitioner picks
+    the partition from the key unless ``--partition`` is given)."""
+    q: Any = _open_queue(args.dir)
     if q is None:
         return 1
     n = 0
-    offsets: List[int] = []
+    done: Dict[int, List[int]] = {}
+    progress = _stdin_progress(args)
     try:
         with q.producer(acks=args.acks if args.acks == "all" else int(args.acks)) as prod:
-            futures = [prod.send(args.topic, r.value, key=r.key, partition=args.partition) for r in _stdin_records(sep)]
+            futures = []
+            for r in _stdin_records(sep):
+                futures.append(prod.send(args.topic, r.value, key=r.key, partition=args.partition))
+                progress.advance(len(r.value or b"") + len(r.key or b"") + 1 if progress.unit == "B" else 1)
             prod.flush()
             for f in futures:
-                offsets.append(f.result().offset)
+                meta = f.result()
+                done.setdefault(meta.partition, [])
+                if args.acks != "0":
+                    done[meta.partition].append(meta.offset)
             n = len(futures)
     except (OSError, PylogError) as exc:
-        _error(f"{args.dir}: {args.topic}-{args.partition}: {exc}")
+        progress.finish()
+        where = args.topic if args.partition is None else f"{args.topic}-{args.partition}"
+        _error(f"{args.dir}: {where}: {exc}")
         return 1
     finally:
         q.close()
-    where = f" (offsets {offsets[0]}..{offsets[-1]})" if n and args.acks != "0" else ""
-    print(f"Produced {n} records to {args.topic}-{args.partition}{where}", file=sys.stderr)
+    progress.finish(complete=True)
+    print(f"Produced {n} records to {_where(done, args.topic) or args.topic}", file=sys.stderr)
     return 0
+
+
+def _topic_partitions(log_dir: str, topic: str) -> List[int]:
+    """Partition numbers of ``topic`` in a log directory (its ``<topic>-<n>`` folders), sorted."""
+    out = []
+    try:
+        names = os.listdir(log_dir)
+    except OSError:
+        return []
+    for n in names:
+        tp = parse_partition_dir(os.path.join(log_dir, n))
+        if tp is not None and tp[0] == topic and os.path.isdir(os.path.join(log_dir, n)):
+            out.append(tp[1])
+    return sorted(out)
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    path = os.path.join(args.dir, f"{args.topic}-{args.partition}")
-    sep = args.key_separator.encode() if args.key_separator is not None else None
+    """``pylog produce DIR --topic T``: stdin lines as records (see docs/cli.md).
+
+    Without ``--partition`` a keyed record goes to murmur2(key) mod the partition count, as the producer's
+    default partitioner does; records without a key fill one batch per partition in turn.
+    """
+    try:
+        sep, _props = _produce_separator(args)
+    except PylogError as exc:
+        _error(str(exc))
+        return 2
     if _is_queue_dir(args.dir):
         return _produce_to_queue(args, sep)
-    n = 0
-    first = last = None
-    try:
-        log = Log.open(path)
-    except (OSError, PylogError) as exc:
-        _error(f"{path}: {exc}")
-        return 1
-    try:
-        pending: List[Record] = []
+    from pylog.client.partitioner import partition_for_key
 
-        def flush_pending() -> None:
-            nonlocal first, last
-            if pending:
-                res = log.append(pending)
-                first = res.base_offset if first is None else first
-                last = res.last_offset
-                pending.clear()
+    if args.partition is not None:
+        partitions = [args.partition]
+    else:
+        partitions = _topic_partitions(args.dir, args.topic) or [0]
+    logs: Dict[int, Log] = {}
+    done: Dict[int, List[int]] = {}
+    n = 0
+    progress = _stdin_progress(args)
+
+    def log_for(p: int) -> Log:
+        if p not in logs:
+            logs[p] = Log.open(os.path.join(args.dir, f"{args.topic}-{p}"))
+        return logs[p]
+
+    try:
+        pending: Dict[int, List[Record]] = {}
+        sticky = 0
+
+        def flush(p: int) -> None:
+            recs = pending.pop(p, [])
+            if recs:
+                res = log_for(p).append(recs)
+                done.setdefault(p, []).extend((res.base_offset, res.last_offset))
 
         for rec in _stdin_records(sep):
-            pending.append(rec)
+            if args.partition is not None:
+                p = args.partition
+            elif rec.key is not None:
+                p = partitions[partition_for_key(rec.key, len(partitions))]  # the producer's murmur2
+            else:
+                p = partitions[sticky % len(partitions)]
+            pending.setdefault(p, []).append(rec)
             n += 1
-            if len(pending) >= args.batch_size:
-                flush_pending()
-        flush_pending()
-        log.flush()
+            progress.advance(len(rec.value or b"") + len(rec.key or b"") + 1 if progress.unit == "B" else 1)
+            if len(pending[p]) >= args.batch_size:
+                flush(p)
+                if rec.key is None:
+                    sticky += 1
+        for p in list(pending):
+            flush(p)
+        for log in logs.values():
+            log.flush()
     except (OSError, PylogError) as exc:
-        _error(f"{path}: {exc}")
+        progress.finish()
+        _error(f"{args.dir}: {args.topic}: {exc}")
         return 1
     finally:
-        log.close()
-    where = f" (offsets {first}..{last})" if n else ""
-    print(f"Produced {n} records to {args.topic}-{args.partition}{where}", file=sys.stderr)
+        for log in logs.values():
+            log.close()
+    progress.finish(complete=True)
+    where = {p: [o[0], o[-1]] for p, o in done.items()}
+    print(f"Produced {n} records to {_where(where, args.topic) or args.topic}", file=sys.stderr)
     return 0
 
 
-def _consume_from_queue(args: argparse.Namespace, sep: bytes) -> int:
+class RecordFormatter:
+    """kafka-console-consumer's ``DefaultMessageFormatter``: ``[CreateTime:T<sep>][Partition:P<sep>]
+    [Offset:O<sep>][headers<sep>][key<sep>]value<line.separator>`` as the ``print.*`` properties ask.
+
+    Headers print as ``k:v`` joined by ``headers.separator`` (``NO_HEADERS`` when there are none); a null
+    key, value or header value prints ``null.literal``. Thread-safety: immutable. Complexity: O(record).
+    """
+
+    def __init__(self, props: Dict[str, str]):
+        self.p = {k: (v == "true") for k, v in props.items() if k in _BOOLEAN_PROPERTIES}
+        self.sep = props["key.separator"].encode()
+        self.line = props["line.separator"].encode()
+        self.hsep = props["headers.separator"].encode()
+        self.null = props["null.literal"].encode()
+
+    def format(self, rec: Any) -> bytes:
+        out = []
+        if self.p["print.timestamp"]:
+            kind = "LogAppendTime" if getattr(rec, "timestamp_type", 0) else "CreateTime"
+            out.append(f"{kind}:{rec.timestamp}".encode() if rec.timestamp >= 0 else b"NO_TIMESTAMP")
+            out.append(self.sep)
+        if self.p["print.partition"]:
+            out += [b"Partition:%d" % rec.partition, self.sep]
+        if self.p["print.offset"]:
+            out += [b"Offset:%d" % rec.offset, self.sep]
+        if self.p["print.headers"]:
+            hs = [k.encode() + b":" + (self.null if v is None else bytes(v)) for k, v in rec.headers]
+            out += [self.hsep.join(hs) if hs else b"NO_HEADERS", self.sep]
+        if self.p["print.key"]:
+            out += [self.null if rec.key is None else bytes(rec.key), self.sep]
+        if self.p["print.value"]:
+            out.append(self.null if rec.value is None else bytes(rec.value))
+        out.append(self.line)
+        return b"".join(out)
+
+
+class _PartitionRecord(NamedTuple):
+    """A log record with its partition (the formatter prints ``Partition:``)."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Sequence[Tuple[str, Optional[bytes]]]
+
+
+def _consume_props(args: argparse.Namespace) -> Dict[str, str]:
+    props = parse_properties(args.property or (), CONSUMER_PROPERTIES, "consumer")
+    if args.print_key:
+        props["print.key"] = "true"
+    if args.key_separator is not None:
+        props["key.separator"] = args.key_separator
+    return props
+
+
+def _check_consume_args(args: argparse.Namespace) -> Optional[str]:
+    if args.offset is not None and args.partition is None:
+        return "--offset needs --partition (as kafka-console-consumer)"
+    if args.group is not None and (args.offset is not None or args.partition is not None):
+        return "--group reads the group's assignment: it takes neither --partition nor --offset"
+    return None
+
+
+def _consume_from_queue(args: argparse.Namespace, fmt: RecordFormatter) -> int:
     """``pylog consume`` on a queue directory: a consumer of ``pylog.open(DIR)``.
 
     With ``--group``: subscribe as that group, start at its committed offset
     (else the beginning with ``--from-beginning``, else the end), and commit
-    what was printed. Without: read the one partition from ``--offset`` /
-    ``--from-beginning`` / the end. Stops at ``--max-messages``,
-    ``--to-offset`` or after ``--timeout-ms`` without a record.
+    what was printed. Without: read ``--partition`` (default every partition
+    of the topic) from ``--offset`` / ``--from-beginning`` / the end. Stops at
+    ``--max-messages``, ``--to-offset``, or after ``--timeout-ms`` without a
+    record (1000 ms by default; with ``--follow`` only when given).
     """
     out = sys.stdout.buffer
-    q = _open_queue(args.dir)
+    q: Any = _open_queue(args.dir)
     if q is None:
         return 1
     n = 0
+    idle_ms = args.timeout_ms if args.timeout_ms is not None else (None if args.follow else 1000)
     try:
         reset = "earliest" if args.from_beginning else "latest"
         if args.group is not None:
             cons = q.consumer(args.group, [args.topic], auto_offset_reset=reset, enable_auto_commit=False)
         else:
             cons = q.consumer(None, auto_offset_reset=reset)
-            cons.assign([(args.topic, args.partition)])
+            parts = [args.partition] if args.partition is not None else [r.partition for r in q.describe(args.topic)]
+            cons.assign([(args.topic, p) for p in parts])
             if args.offset is not None:
                 cons.seek(args.topic, args.partition, args.offset)
         consumed: Dict[Tuple[str, int], int] = {}
         done = False
+        idle = 0.0
         while not done:
-            recs = cons.poll(timeout=args.timeout_ms / 1000.0)
+            recs = cons.poll(timeout=0.5 if idle_ms is None else min(0.5, idle_ms / 1000.0))
             if not recs:
-                break
-            for rec in recs:
-                if args.group is None and rec.partition != args.partition:
-                    continue
-                if args.to_offset is not None and rec.offset >= args.to_offset:
-                    done = True
+                idle += 0.5 if idle_ms is None else min(0.5, idle_ms / 1000.0)
+                if idle_ms is not None and idle * 1000 >= idle_ms:
                     break
-                if args.print_key:
-                    out.write((rec.key or b"null") + sep)
-                out.write((rec.value if rec.value is not None else b"null") + b"\n")
+                continue
+            idle = 0.0
+            for rec in recs:
+                if args.to_offset is not None and rec.offset >= args.to_offset:
+                    if args.partition is not None or args.group is not None:
+                        done = True
+                        break
+                    continue  # every partition stops at --to-offset; the others may still be below it
+                out.write(fmt.format(rec))
                 consumed[(rec.topic, rec.partition)] = rec.offset + 1
                 n += 1
                 if args.max_messages is not None and n >= args.max_messages:
                     done = True
                     break
+            out.flush()
         out.flush()
         if args.group is not None and consumed:
             cons.commit(consumed)  # exactly what was printed (at-least-once for the rest)
@@ -734,53 +1151,102 @@ def _consume_from_queue(args: argparse.Namespace, sep: bytes) -> int:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    sep = (args.key_separator if args.key_separator is not None else "\t").encode()
+    """``pylog consume DIR --topic T``: print records (see docs/cli.md)."""
+    problem = _check_consume_args(args)
+    if problem:
+        _error(problem)
+        return 2
+    try:
+        fmt = RecordFormatter(_consume_props(args))
+    except PylogError as exc:
+        _error(str(exc))
+        return 2
     if _is_queue_dir(args.dir):
-        return _consume_from_queue(args, sep)
+        return _consume_from_queue(args, fmt)
     if args.group is not None:
         _error(f"{args.dir}: --group needs a queue/cluster directory (made by pylog.open), not a log directory")
         return 2
-    path = os.path.join(args.dir, f"{args.topic}-{args.partition}")
-    try:
-        log = Log.open(path, read_only=True)
-    except (OSError, PylogError) as exc:
-        _error(f"{path}: {exc}")
+    parts = [args.partition] if args.partition is not None else _topic_partitions(args.dir, args.topic)
+    if not parts:
+        _error(f"{args.dir}: no partition of topic {args.topic!r} ({args.topic}-<N>/) here")
         return 1
     out = sys.stdout.buffer
     n = 0
-    end = log.log_end_offset if args.to_offset is None else min(args.to_offset, log.log_end_offset)
-    try:
-        if args.offset is not None:
-            offset = args.offset
-        elif args.from_beginning:
-            offset = log.log_start_offset
-        else:
-            offset = log.log_end_offset  # like kafka-console-consumer: only new records (none, for a dir)
-        if offset < log.log_start_offset or offset > log.log_end_offset:
-            _error(f"offset {offset} is outside [{log.log_start_offset}, {log.log_end_offset}] of {path}")
+    total = 0
+    positions: Dict[int, int] = {}
+    # Starting positions: --offset, the log start (--from-beginning), or the end (only new records).
+    for p in parts:
+        path = os.path.join(args.dir, f"{args.topic}-{p}")
+        try:
+            with Log.open(path, read_only=True) as log:
+                if args.offset is not None:
+                    start = args.offset
+                elif args.from_beginning:
+                    start = log.log_start_offset
+                else:
+                    start = log.log_end_offset  # like kafka-console-consumer: only new records
+                if start < log.log_start_offset or start > log.log_end_offset:
+                    _error(f"offset {start} is outside [{log.log_start_offset}, {log.log_end_offset}] of {path}")
+                    return 1
+                positions[p] = start
+                end = log.log_end_offset if args.to_offset is None else min(args.to_offset, log.log_end_offset)
+                total += max(0, end - start)
+        except (OSError, PylogError) as exc:
+            _error(f"{path}: {exc}")
             return 1
-        while offset < end and (args.max_messages is None or n < args.max_messages):
-            got = False
-            for rec in log.read(offset, max_offset=end):
-                if rec.offset >= end:
-                    break
-                got = True
-                if args.print_key:
-                    out.write((rec.key or b"null") + sep)
-                out.write((rec.value if rec.value is not None else b"null") + b"\n")
-                n += 1
-                offset = rec.offset + 1
-                if args.max_messages is not None and n >= args.max_messages:
-                    break
-            if not got:
+    idle_ms = args.timeout_ms
+    idle = 0.0
+    if args.max_messages is not None:
+        total = min(total, args.max_messages)
+    progress = Progress(total, _progress_enabled(args) and not args.follow, unit=" records")
+    try:
+        while True:
+            got_any = False
+            for p in parts:
+                path = os.path.join(args.dir, f"{args.topic}-{p}")
+                # Reopened each round: a writer in another process may have appended (and rolled segments).
+                with Log.open(path, read_only=True) as log:
+                    end = log.log_end_offset if args.to_offset is None else min(args.to_offset, log.log_end_offset)
+                    offset = positions[p]
+                    if offset < log.log_start_offset:  # retention deleted what was not read yet
+                        offset = log.log_start_offset
+                    while offset < end and (args.max_messages is None or n < args.max_messages):
+                        got = False
+                        for rec in log.read(offset, max_offset=end):
+                            if rec.offset >= end:
+                                break
+                            got = got_any = True
+                            out.write(fmt.format(_PartitionRecord(p, rec.offset, rec.timestamp, rec.timestamp_type,
+                                                                  rec.key, rec.value, rec.headers)))
+                            n += 1
+                            progress.advance(1, f"{args.topic}-{p}")
+                            offset = rec.offset + 1
+                            if args.max_messages is not None and n >= args.max_messages:
+                                break
+                        if not got:
+                            break
+                    positions[p] = offset
+            out.flush()
+            if args.max_messages is not None and n >= args.max_messages:
+                break
+            if args.to_offset is not None and all(positions[p] >= args.to_offset for p in parts):
+                break
+            if not args.follow:
+                break
+            if got_any:
+                idle = 0.0
+                continue
+            time.sleep(0.2)
+            idle += 0.2
+            if idle_ms is not None and idle * 1000 >= idle_ms:
                 break
     except (OSError, PylogError) as exc:
         out.flush()
-        _error(f"{path}: {exc}")
+        progress.finish()
+        _error(f"{args.dir}: {args.topic}: {exc}")
         return 1
-    finally:
-        log.close()
     out.flush()
+    progress.finish()
     print(f"Processed a total of {n} messages", file=sys.stderr)
     return 0
 
@@ -873,7 +1339,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             _error("pylog sim --plot needs matplotlib, which is not installed: "
-                   "pip install 'pylog[plot]' (the plot extra), or pip install 'matplotlib>=3.8'")
+                   "pip install 'pylog-kafka[plot]' (the plot extra), or pip install 'matplotlib>=3.8'")
             return 1
     topics = tuple(t for t in args.topics if t)
     cfg = SimConfig(
@@ -976,8 +1442,13 @@ def cmd_groups(args: argparse.Namespace) -> int:
     if (args.delete_offsets or args.reset_offsets) and not args.topic:
         _error("--delete-offsets and --reset-offsets need --topic")
         return 2
-    if args.reset_offsets and args.to_offset is None:
-        _error("--reset-offsets needs --to-offset")
+    if args.reset_offsets:
+        spec = _reset_spec(args)
+        if isinstance(spec, str):
+            _error(spec)
+            return 2
+    elif _reset_spec(args) is not None or args.execute or args.dry_run:
+        _error("--to-*, --shift-by, --dry-run and --execute go with --reset-offsets")
         return 2
     q: Any = _open_queue(args.dir)
     if q is None:
@@ -1013,9 +1484,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
             print(f"Deleted the offsets of group {args.delete_offsets} for "
                   + ", ".join(f"{t}-{p}" for t, p in tps))
         elif args.reset_offsets:
-            tps = _partitions_arg(q, args.topic, args.partition)
-            q.alter_group_offsets(args.reset_offsets, {tp: args.to_offset for tp in tps})
-            print(f"Group {args.reset_offsets}: offset {args.to_offset} for " + ", ".join(f"{t}-{p}" for t, p in tps))
+            return _reset_offsets(q, args, spec)  # type: ignore[arg-type]
         else:
             for row in q.list_groups():
                 print(f"Group: {row.group_id} State: {row.state} ProtocolType: {row.protocol_type or '-'}")
@@ -1027,11 +1496,190 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_datetime_ms(text: str) -> int:
+    """``--to-datetime``: ISO 8601 (``2026-11-25T12:00:00``, ``...:00.500``, ``...Z``, ``...+02:00``,
+    or a date alone) as epoch milliseconds; a time without an offset is UTC (Kafka's tool takes the
+    local zone; a shared CLI should not depend on the machine's). Raises InvalidConfigurationError."""
+    import datetime as _dt
+
+    from pylog.errors import InvalidConfigurationError
+
+    t = text.strip()
+    if t.endswith(("Z", "z")):
+        t = t[:-1] + "+00:00"
+    try:
+        d = _dt.datetime.fromisoformat(t)
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"--to-datetime {text!r} is not an ISO 8601 time (e.g. 2026-11-25T12:00:00, 2026-11-25T12:00:00.500+02:00)"
+        ) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=_dt.timezone.utc)
+    return int(round(d.timestamp() * 1000))
+
+
+def _reset_spec(args: argparse.Namespace) -> Any:
+    """``(kind, value)`` of the chosen --to-*/--shift-by, None when none, or an error string."""
+    chosen = [(k, v) for k, v in (("to-offset", args.to_offset), ("shift-by", args.shift_by),
+                                  ("to-datetime", args.to_datetime),
+                                  ("to-earliest", True if args.to_earliest else None),
+                                  ("to-latest", True if args.to_latest else None)) if v is not None]
+    if not chosen:
+        return None if not args.reset_offsets else (
+            "--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, --shift-by, --to-datetime")
+    kind, value = chosen[0]
+    if kind == "to-datetime":
+        try:
+            value = parse_datetime_ms(value)
+        except PylogError as exc:
+            return str(exc)
+    if kind == "to-offset" and value < 0:
+        return f"--to-offset must be >= 0, got {value}"
+    return kind, value
+
+
+def _offsets_for_time(q: Any, tps: List[Tuple[str, int]], ts: int) -> Dict[Tuple[str, int], Optional[int]]:
+    """The first offset at or after ``ts`` per partition (None: no such record), through a consumer.
+
+    Uses the consumer's ``offsets_for_times`` when it has one (Kafka's name); otherwise asks each leader
+    with a ListOffsets request for the timestamp, as ``offsets_for_times`` does.
+    """
+    cons = q.consumer(None)
+    try:
+        oft = getattr(cons, "offsets_for_times", None)
+        if oft is not None:
+            got = oft({tp: ts for tp in tps})
+            return {tp: (None if v is None else getattr(v, "offset", v)) for tp, v in got.items()}
+        return _list_offsets_at(cons, tps, ts)
+    finally:
+        cons.close()
+
+
+def _list_offsets_at(cons: Any, tps: List[Tuple[str, int]], ts: int) -> Dict[Tuple[str, int], Optional[int]]:
+    """ListOffsets(timestamp) to each partition's leader through ``cons``'s node (see _offsets_for_time)."""
+    import threading
+
+    from pylog.replication import group_messages as gm
+    from pylog.errors import RequestTimedOutError
+
+    results: Dict[Tuple[str, int], Any] = {}
+    cond = threading.Condition()
+
+    def ask(tp: Tuple[str, int]) -> None:
+        st = cons.store.partitions.get(tp)
+        if st is None:
+            results[tp] = UnknownTopicOrPartitionError(f"unknown partition {tp[0]}-{tp[1]}")
+            return
+        req = gm.ListOffsetsRequest(tp[0], tp[1], ts, cons._node.next_corr())
+
+        def done(resp: Any) -> None:
+            with cond:
+                if resp is None:
+                    results[tp] = RequestTimedOutError(f"ListOffsets for {tp[0]}-{tp[1]} timed out")
+                elif resp.error is OffsetOutOfRangeError:
+                    results[tp] = None  # no record at or after ts
+                elif resp.error is not None:
+                    results[tp] = resp.error(resp.message)
+                else:
+                    results[tp] = resp.offset
+                cond.notify_all()
+
+        cons._node.request(st.leader, req, cons.request_timeout_ms, done)
+
+    for tp in tps:
+        cons._call(lambda tp=tp: ask(tp))
+    if cons.scheduler.simulated:  # pragma: no cover - the CLI runs in real time
+        cons.scheduler.wait_until(lambda: len(results) == len(tps), 30_000)
+    with cond:
+        cond.wait_for(lambda: len(results) == len(tps), timeout=30)
+    out: Dict[Tuple[str, int], Optional[int]] = {}
+    for tp in tps:
+        if tp not in results:
+            raise RequestTimedOutError(f"ListOffsets for {tp[0]}-{tp[1]} got no answer within 30 s")
+        v = results[tp]
+        if isinstance(v, BaseException):
+            raise v
+        out[tp] = v
+    return out
+
+
+def _reset_offsets(q: Any, args: argparse.Namespace, spec: Tuple[str, Any]) -> int:
+    """kafka-consumer-groups --reset-offsets: print the plan; apply it with --execute.
+
+    As in Kafka the group must be inactive (no members: state Empty, or a group that does not exist
+    yet); a --to-offset or --shift-by target outside [log start, high watermark] is clamped to it with
+    a warning; --shift-by needs a committed offset; --to-datetime takes the first offset whose timestamp
+    is at or after the time (the end when there is none).
+    """
+    from pylog.errors import GroupIdNotFoundError
+
+    group = args.reset_offsets
+    try:
+        state = q.describe_group(group).state
+    except GroupIdNotFoundError:
+        state = "Dead"
+    if state not in ("Empty", "Dead"):
+        _error(f"group {group!r}: assignments can only be reset if the group is inactive, but the current state "
+               f"is {state} (stop its consumers first)")
+        return 1
+    tps = _partitions_arg(q, args.topic, args.partition)
+    rows = {r.partition: r for r in q.describe(args.topic)}
+    for t, p in tps:
+        if p not in rows:
+            _error(f"{args.topic}-{p}: no such partition (the topic has {len(rows)})")
+            return 1
+    cons = q.consumer(None)
+    try:
+        cons.assign(tps)
+        cons.seek_to_beginning(*tps)
+        starts = {tp: cons.position(*tp) for tp in tps}
+        cons.seek_to_end(*tps)
+        ends = {tp: cons.position(*tp) for tp in tps}
+    finally:
+        cons.close()
+    committed = {tp: v.offset for tp, v in q.list_group_offsets(group).items()}
+    kind, value = spec
+    plan: Dict[Tuple[str, int], int] = {}
+    if kind == "to-datetime":
+        found = _offsets_for_time(q, tps, value)
+    for tp in tps:
+        if kind == "to-earliest":
+            target = starts[tp]
+        elif kind == "to-latest":
+            target = ends[tp]
+        elif kind == "to-offset":
+            target = value
+        elif kind == "shift-by":
+            if tp not in committed:
+                _error(f"group {group!r} has no committed offset for {tp[0]}-{tp[1]} to shift")
+                return 1
+            target = committed[tp] + value
+        else:
+            f = found[tp]
+            target = ends[tp] if f is None else f
+        clamped = min(max(target, starts[tp]), ends[tp])
+        if clamped != target:
+            print(f"WARN: new offset {target} for {tp[0]}-{tp[1]} is outside [{starts[tp]}, {ends[tp]}]; "
+                  f"using {clamped}", file=sys.stderr)
+        plan[tp] = clamped
+    print(f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'NEW-OFFSET':<10}")
+    for (t, p), o in sorted(plan.items()):
+        print(f"{group:<30} {t:<30} {p:<10} {o:<10}")
+    if not args.execute:
+        print("Dry run: nothing changed (add --execute to apply)", file=sys.stderr)
+        return 0
+    q.alter_group_offsets(group, plan)
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pylog", description="Inspect, verify and use pylog log directories.")
+    import pylog
+
+    p.add_argument("--version", action="version", version=f"pylog {pylog.__version__} (distribution pylog-kafka)")
     sub = p.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
 
@@ -1040,6 +1688,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("files", nargs="+", metavar="FILE")
     d.add_argument("--print-data", action="store_true", help="print each record's key, value and headers (implies --deep-iteration)")
     d.add_argument("--deep-iteration", action="store_true", help="print each record, decompressing compressed batches")
+    d.add_argument("--offsets-decoder", action="store_true",
+                   help="decode the records as __consumer_offsets commits and group metadata (JSON; implies --print-data)")
+    d.add_argument("--skip-record-metadata", action="store_true",
+                   help="print only each record's key and payload (no batch lines, offsets or sizes)")
+    d.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
 
     v = sub.add_parser("verify", help="CRC-check every batch and validate every index under DIR",
                        description="Walk a log dir (or a cluster dir with broker-*/), check every batch CRC and index; exit 1 on damage.")
@@ -1053,40 +1706,62 @@ def build_parser() -> argparse.ArgumentParser:
                                    "leader, replicas and ISR for a cluster dir; then each consumer group's committed "
                                    "offset, log end and lag per partition (from __consumer_offsets).")
     s.add_argument("dir", metavar="DIR")
+    s.add_argument("--topic", action="append", metavar="TOPIC",
+                   help="only this topic (repeatable); its consumer groups' lag lines too")
+    internal = s.add_mutually_exclusive_group()
+    internal.add_argument("--include-internal", action="store_true",
+                          help="also show internal topics (__consumer_offsets, ...), hidden by default")
+    internal.add_argument("--exclude-internal", action="store_true",
+                          help="hide internal topics (kafka-topics.sh's flag; the default here)")
 
-    pr = sub.add_parser("produce", help="append lines from stdin to a partition",
-                        description="Read lines from stdin and append each as a record to <DIR>/<TOPIC>-<PARTITION>.")
+    pr = sub.add_parser("produce", help="append lines from stdin to a topic (keys through the partitioner)",
+                        description="Read lines from stdin and append each as a record of TOPIC, like "
+                                    "kafka-console-producer. Without --partition a keyed record goes to "
+                                    "murmur2(key) mod the partition count (the producer's default partitioner).")
     pr.add_argument("dir", metavar="DIR")
     pr.add_argument("--topic", required=True)
-    pr.add_argument("--partition", type=int, default=0)
-    pr.add_argument("--key-separator", default=None, help="split each line into key and value at the first SEP")
+    pr.add_argument("--partition", type=int, default=None, help="write every record to partition N")
+    pr.add_argument("--property", action="append", metavar="NAME=VALUE", default=[],
+                    help="parse.key=true and key.separator=SEP (default tab) split each line into key and value")
+    pr.add_argument("--key-separator", default=None, help="short for --property parse.key=true --property key.separator=SEP")
     pr.add_argument("--batch-size", type=int, default=500, help="records per appended batch (default 500)")
     pr.add_argument("--acks", choices=["0", "1", "all"], default="all",
                     help="queue directories only (see below): the producer's acks (default all)")
-    pr.epilog = ("DIR is a log directory (holding <TOPIC>-<PARTITION>/), or a queue/cluster directory made by "
-                 "pylog.open (holding cluster-metadata.json): then the records go through a producer - to the "
-                 "process that owns the directory if one is running - and --partition is honoured as given.")
+    pr.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+    pr.epilog = ("DIR is a log directory (holding <TOPIC>-<PARTITION>/; the partition count is the number of "
+                 "those folders, 1 for a new topic), or a queue/cluster directory made by pylog.open (holding "
+                 "cluster-metadata.json): then the records go through a producer - to the process that owns "
+                 "the directory if one is running.")
 
-    c = sub.add_parser("consume", help="print records of a partition (read-only)",
-                       description="Print the values (and keys) of <DIR>/<TOPIC>-<PARTITION>, one per line.")
+    c = sub.add_parser("consume", help="print records of a topic's partitions (read-only on a log dir)",
+                       description="Print the records of TOPIC (every partition, or --partition N), one per line, "
+                                   "like kafka-console-consumer; --follow waits for new records.")
     c.add_argument("dir", metavar="DIR")
     c.add_argument("--topic", required=True)
-    c.add_argument("--partition", type=int, default=0)
+    c.add_argument("--partition", type=int, default=None, help="only partition N (default: every partition)")
     g = c.add_mutually_exclusive_group()
     g.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
-    g.add_argument("--offset", type=int, default=None, help="start at offset N")
-    c.add_argument("--to-offset", type=int, default=None, help="stop before offset N (exclusive)")
+    g.add_argument("--offset", type=int, default=None, help="start at offset N (needs --partition)")
+    c.add_argument("--to-offset", type=int, default=None, help="stop each partition before offset N (exclusive)")
     c.add_argument("--max-messages", type=int, default=None)
+    c.add_argument("--follow", action="store_true",
+                   help="keep waiting for new records (until Ctrl-C, --max-messages or --timeout-ms)")
+    c.add_argument("--property", action="append", metavar="NAME=VALUE", default=[],
+                   help="kafka-console-consumer's print.timestamp, print.partition, print.offset, print.headers, "
+                        "print.key, print.value (true/false), key.separator, headers.separator, line.separator, "
+                        "null.literal")
     c.add_argument("--group", default=None,
                    help="queue directories only: consume as consumer group G (subscribe to the topic, start at the "
                         "group's committed offset, commit what was printed)")
-    c.add_argument("--timeout-ms", type=int, default=1000,
-                   help="queue directories only: stop after this long without a record (default 1000)")
+    c.add_argument("--timeout-ms", type=int, default=None,
+                   help="stop after this long without a new record (default: 1000 on a queue directory without "
+                        "--follow; never with --follow)")
+    c.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
     c.epilog = ("DIR is a log directory (read-only, like kafka-dump-log's input), or a queue/cluster directory made "
                 "by pylog.open (holding cluster-metadata.json): then a consumer reads below the high watermark, "
                 "through the process that owns the directory if one is running.")
-    c.add_argument("--print-key", action="store_true")
-    c.add_argument("--key-separator", default=None, help="printed between key and value (default: tab)")
+    c.add_argument("--print-key", action="store_true", help="short for --property print.key=true")
+    c.add_argument("--key-separator", default=None, help="short for --property key.separator=SEP (default: tab)")
 
     gr = sub.add_parser("groups", help="list, describe, delete consumer groups and their offsets (queue dirs)",
                         description="Like kafka-consumer-groups, on a queue/cluster directory made by pylog.open "
@@ -1098,10 +1773,21 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument("--delete", metavar="GROUP", help="delete an empty group (its offsets too)")
     act.add_argument("--delete-offsets", metavar="GROUP", help="delete the group's offsets of --topic [--partition]")
     act.add_argument("--reset-offsets", metavar="GROUP",
-                     help="set the committed offset of an empty group for --topic [--partition] to --to-offset")
+                     help="plan (and with --execute, set) the committed offsets of an inactive group for --topic "
+                          "[--partition]; one of --to-earliest, --to-latest, --to-offset, --shift-by, --to-datetime")
     gr.add_argument("--topic", default=None)
     gr.add_argument("--partition", type=int, default=None, help="default: every partition of --topic")
-    gr.add_argument("--to-offset", type=int, default=None)
+    to = gr.add_mutually_exclusive_group()
+    to.add_argument("--to-offset", type=int, default=None, help="reset to offset N (clamped to the log's range)")
+    to.add_argument("--to-earliest", action="store_true", help="reset to the log start offset")
+    to.add_argument("--to-latest", action="store_true", help="reset to the end (the high watermark)")
+    to.add_argument("--shift-by", type=int, default=None, help="move the committed offset by N (negative: back)")
+    to.add_argument("--to-datetime", default=None, metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                    help="reset to the first offset whose timestamp is at or after this time (ISO 8601; UTC "
+                         "unless it has an offset such as +02:00 or Z)")
+    run_mode = gr.add_mutually_exclusive_group()
+    run_mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
+    run_mode.add_argument("--execute", action="store_true", help="apply the plan")
 
     sub.add_parser("bench", help="run benchmarks/compare.py (a source checkout only); other arguments go to it",
                    description="Run benchmarks/compare.py with the given arguments and print its ratio table.",

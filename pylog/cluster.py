@@ -133,9 +133,14 @@ class Cluster:
                    heartbeat_interval_ms: Optional[int], request_timeout_ms: int,
                    log_config: Optional[Dict[str, object]]) -> None:
         """__init__ after the scheduler exists: metadata, brokers, election (any failure is undone by _abort_init)."""
-        # Simulations default to short timeouts so failures resolve in little virtual time.
+        # Failure detection (README "What a crashed broker costs", docs/replication.md): a broker is
+        # fenced - and its partitions fail over - when the controller has had no heartbeat from it for
+        # session_timeout_ms. Kafka KRaft uses 9 s with 2 s heartbeats across a network; in process
+        # there is no network, and every broker heartbeats from the same loop thread, so a live broker
+        # misses heartbeats only when that whole loop stalls - which the controller discounts
+        # (stall_grace). Hence 3 s / 500 ms in real time as in simulations: a crash costs about 3 s.
         lag = replica_lag_time_max_ms if replica_lag_time_max_ms is not None else (30_000 if not self.simulated else 10_000)
-        session = session_timeout_ms if session_timeout_ms is not None else (18_000 if not self.simulated else 3_000)
+        session = session_timeout_ms if session_timeout_ms is not None else 3_000
         heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
         self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
         meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
@@ -146,7 +151,8 @@ class Cluster:
             disk: FileIO = SimDisk() if self.simulated else FileIO()
             self.brokers[b] = Broker(b, self.path, self.scheduler, self.transport, self.store, disk=disk,
                                      config=self.config, log_config=log_config, heartbeat_interval_ms=heartbeat,
-                                     session_timeout_ms=session, tick_ms=50, expiry_config=self._expiry_config)
+                                     session_timeout_ms=session, tick_ms=50, expiry_config=self._expiry_config,
+                                     stall_grace=not self.simulated)
         self._clients: List[Any] = []
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
         self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
@@ -310,12 +316,17 @@ class Cluster:
         does not exist (compacted, ``offsets_topic_partitions`` partitions,
         replication factor min(3, brokers)), as Kafka's brokers create it on the
         first FindCoordinator. The options are checked before that: a bad one
-        raises and leaves no topic behind.
+        raises and leaves no topic behind. The call waits for the new topic's
+        leaders except on a stopped broker (a crashed broker not yet fenced
+        would hold it for the session timeout): the consumer's coordinator
+        lookup retries until the group's offsets partition is served, as a
+        Kafka consumer does.
         """
         self._ensure_open()
         if group_id is not None and not self._has_offsets_topic():
             _validate_consumer_options(group_id, topics, kwargs)  # a bad option leaves nothing behind
-            self._ensure_offsets_topic()
+            self._request_offsets_topic()
+            self._wait_offsets_topic_where_possible()
         c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
         self._clients.append(c)
         return c
@@ -324,6 +335,55 @@ class Cluster:
         from pylog.replication.offsets_topic import OFFSETS_TOPIC
 
         return OFFSETS_TOPIC in self.store.topics
+
+    def _offsets_topic_config(self) -> TopicConfig:
+        from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
+
+        n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
+        return TopicConfig(OFFSETS_TOPIC, n, min(3, len(self.brokers)), 1, False, {"cleanup_policy": "compact"})
+
+    def _request_offsets_topic(self) -> None:
+        """Have the controller create ``__consumer_offsets`` without waiting for its leaders.
+
+        Runs on the loop now; when there is no running controller (it just crashed and its lease has
+        not expired) the request is retried every 50 ms until one exists. Complexity: O(partitions).
+        """
+        cfg = self._offsets_topic_config()
+
+        def attempt() -> None:
+            if self._closed or cfg.name in self.store.topics:
+                return
+            cid = self.store.controller_id
+            b = self.brokers.get(cid) if cid is not None else None
+            if b is None or not b.running or b.controller is None or not b.controller.active:
+                self.scheduler.call_later(50, attempt)
+                return
+            b._send(b.controller.create_topic(cfg))
+
+        self.scheduler.run_sync(attempt)
+
+    def _wait_offsets_topic_where_possible(self, timeout_ms: int = 30_000) -> None:
+        """Wait until ``__consumer_offsets`` exists and each partition is served - except those whose
+        leader is a stopped broker (crashed, not fenced yet: waiting would last the session timeout).
+        Without a crash this is what creating the topic waited for; returns quietly on timeout."""
+        from pylog.replication.offsets_topic import OFFSETS_TOPIC
+
+        def ready() -> bool:
+            cfg = self.store.topics.get(OFFSETS_TOPIC)
+            if cfg is None:
+                return False
+            for p in range(cfg.partitions):
+                st = self.store.partitions.get((OFFSETS_TOPIC, p))
+                if st is None:
+                    return False
+                b = self.brokers.get(st.leader)
+                if b is not None and not b.running:
+                    continue  # a stopped leader: the coordinator lookup retries after the failover
+                if not self._serving([(OFFSETS_TOPIC, p)]):
+                    return False
+            return True
+
+        self.scheduler.wait_until(ready, timeout_ms)
 
     def _ensure_offsets_topic(self) -> None:
         from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC

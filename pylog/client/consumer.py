@@ -335,6 +335,11 @@ class Consumer:
         self.bytes_consumed = 0
         self.fetch_requests = 0
         self.rebalances = 0
+        from pylog.metrics import Histogram
+
+        #: seconds from a fetch request to its response (includes the broker's fetch_max_wait_ms long poll)
+        self.fetch_latency = Histogram()
+        self._client_id_given = client_id is not None
         self.violations: List[Tuple[TP, int, int]] = []
         self._decoder = FetchDecoder(ConsumerRecord)  # loop thread only
         #: partitions whose fetched data was corrupt: not fetched again, and poll() raises the
@@ -834,11 +839,15 @@ class Consumer:
                                max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms)
             self._inflight.add(tp)
             self.fetch_requests += 1
+            sent = self.scheduler.clock.now_ms()
             self._node.request(st.leader, req, self.request_timeout_ms,
-                               lambda resp, tp=tp, pos=pos, token=token: self._on_fetch(tp, pos, token, resp))
+                               lambda resp, tp=tp, pos=pos, token=token, sent=sent:
+                               self._on_fetch(tp, pos, token, resp, sent))
 
-    def _on_fetch(self, tp: TP, pos: int, token: int, resp: Any) -> None:
+    def _on_fetch(self, tp: TP, pos: int, token: int, resp: Any, sent_ms: Optional[int] = None) -> None:
         self._inflight.discard(tp)
+        if resp is not None and sent_ms is not None:
+            self.fetch_latency.observe((self.scheduler.clock.now_ms() - sent_ms) / 1000.0)
         if self._closed or resp is None or self._token.get(tp, 0) != token or self._fetch_pos.get(tp) != pos:
             if resp is None and not self._closed:
                 return  # timed out or the broker went away: the tick sends again
@@ -1400,12 +1409,15 @@ class Consumer:
         ``pylog_consumer_fetch_requests_total`` (fetch requests sent),
         ``pylog_consumer_rebalances_total`` (assignments received),
         ``pylog_consumer_records_lag`` per assigned partition (last HW seen minus position),
-        ``pylog_consumer_assigned_partitions``.
+        ``pylog_consumer_assigned_partitions``, ``pylog_consumer_fetch_latency_seconds`` (a histogram).
+        The ``client_id`` label is the ``client_id`` given to the consumer (Kafka's client-id tag), else
+        its node id; give each consumer of a cluster its own ``client_id`` if it is to render together.
         """
         from pylog.metrics import metric
 
         def run() -> List[Any]:
-            cid = self._node.node_id
+            # The client_id the user gave (as Kafka's client-id metric tag), else the node id (unique).
+            cid = self.client_id if self._client_id_given else self._node.node_id
             group = self.group_id or ""
             out = [
                 metric("pylog_consumer_records_consumed_total", "counter", "Records returned by poll.",
@@ -1418,6 +1430,9 @@ class Consumer:
                        self.rebalances, client_id=cid, group=group),
                 metric("pylog_consumer_assigned_partitions", "gauge", "Partitions currently assigned.",
                        len(self._assignment), client_id=cid, group=group),
+                metric("pylog_consumer_fetch_latency_seconds", "histogram",
+                       "Seconds from a fetch request to its response (with the fetch_max_wait_ms long poll).",
+                       self.fetch_latency.snapshot(), client_id=cid, group=group),
             ]
             for tp in self._assignment:
                 if tp in self._hw and tp in self._positions:

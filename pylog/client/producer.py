@@ -233,6 +233,10 @@ class Producer:
         self.record_errors = 0
         self.retries = 0
         self.batches_sent = 0
+        from pylog.metrics import Histogram
+
+        #: seconds from a batch's first send() to its acknowledgement (the oldest record's send -> ack)
+        self.send_latency = Histogram()
         self.send = self._make_fast_send()  # type: ignore[method-assign]
         if key_ser is not None or value_ser is not None:
             self.send = self._make_serializing_send(self.send, key_ser, value_ser)  # type: ignore[method-assign]
@@ -671,6 +675,7 @@ class Producer:
             self._wake_locked()
 
     def _on_success(self, ps: _PartitionState, b: ProducerBatch, base_offset: int, timestamp: int) -> None:
+        self.send_latency.observe((self.scheduler.clock.now_ms() - b.created_ms) / 1000.0)
         self.records_sent += len(b.records)
         self.bytes_sent += len(b.data or b"")
         b.data = None  # the encoded copy is only kept for retries
@@ -862,6 +867,9 @@ class Producer:
             metric("pylog_producer_bufferpool_wait_seconds_total", "counter",
                    "Wall time send() spent blocked for buffer_memory (real time; 0 in simulated clusters).",
                    self.buffer_wait_seconds, client_id=cid),
+            metric("pylog_producer_send_latency_seconds", "histogram",
+                   "Seconds from a batch's first send() to its acknowledgement (virtual time in simulations).",
+                   self.send_latency.snapshot(), client_id=cid),
         ]
 
 

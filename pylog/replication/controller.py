@@ -326,6 +326,14 @@ class Controller:
             leads = sum(1 for st in self.store.partitions.values() if st.leader == b)
             out.send(b, HeartbeatResponse(self.epoch, should_shut_down=leads == 0, leads=leads))
 
+    def discount_stall(self, stall_ms: int, now_ms: int) -> None:
+        """The controller could not observe heartbeats for ``stall_ms`` (its host loop was stalled): move
+        every broker's last heartbeat that much later (at most ``now_ms``), so the stall does not count
+        towards any session timeout. A broker that really died is fenced ``stall_ms`` later than it
+        would have been. Complexity: O(brokers)."""
+        for b, t in self.last_heartbeat.items():
+            self.last_heartbeat[b] = min(now_ms, t + stall_ms)
+
     def tick(self, now_ms: int) -> Outbox:
         """Expire broker sessions (heartbeat older than the session timeout)."""
         out = Outbox()

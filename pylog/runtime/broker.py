@@ -92,6 +92,7 @@ class Broker:
         session_timeout_ms: int = 3_000,
         tick_ms: int = 50,
         expiry_config: Optional[Dict[str, int]] = None,
+        stall_grace: bool = False,
     ):
         self.broker_id = broker_id
         self.log_dir = os.path.join(path, f"broker-{broker_id}")
@@ -104,6 +105,13 @@ class Broker:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
         self.tick_ms = tick_ms
+        #: Real time: a tick that comes more than session_timeout_ms / 3 after the previous one means
+        #: the loop thread (which every in-process broker shares) was stalled - a GC pause, a slow disk,
+        #: a starved process. Nobody could heartbeat meanwhile, so that time is not held against the
+        #: brokers: the controller discounts it, and the others do not take the controller lease on
+        #: that tick. Off in simulations (virtual time never stalls).
+        self.stall_grace = stall_grace
+        self._last_tick_ms: Optional[int] = None
         #: offsets_retention_ms, offsets_retention_check_interval_ms, producer_id_expiration_ms,
         #: producer_id_expiration_check_interval_ms (Kafka's broker configs; unset: Kafka's defaults)
         self.expiry_config = dict(expiry_config or {})
@@ -323,8 +331,13 @@ class Broker:
         if not self.running:
             return
         now = self.scheduler.clock.now_ms()
+        stalled = 0
+        if self.stall_grace and self._last_tick_ms is not None and now - self._last_tick_ms > self.session_timeout_ms // 3:
+            stalled = now - self._last_tick_ms
+        self._last_tick_ms = now
         previous = self.store.controller_id
-        if self.store.try_claim(self.broker_id, now, self.session_timeout_ms, self.incarnation):
+        may_claim = not stalled or previous == self.broker_id
+        if may_claim and self.store.try_claim(self.broker_id, now, self.session_timeout_ms, self.incarnation):
             if self.controller is None or self.controller.epoch != self.store.controller_epoch:
                 self.controller = Controller(self.broker_id, self.store, session_timeout_ms=self.session_timeout_ms,
                                              now_ms=now, previous_controller=previous if previous != self.broker_id else None)
@@ -334,8 +347,10 @@ class Broker:
                 self._send(self.controller.handle(self.broker_id, BrokerHeartbeat(self.broker_id, self.incarnation, False, applied,
                                                                                   unclean_restart=not self.last_stop_clean), now))
                 self._send(self.controller.activate(now))
+            if stalled:
+                self.controller.discount_stall(stalled, now)
             self._send(self.controller.tick(now))
-        else:
+        elif may_claim:
             self.controller = None
         if now - self._last_heartbeat >= self.heartbeat_interval_ms:
             self._last_heartbeat = now

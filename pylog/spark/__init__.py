@@ -4,7 +4,7 @@
 >>> pylog.spark.register(spark)              # doctest: +SKIP
 >>> spark.read.format("pylog").option("path", "/data/logs").option("subscribe", "orders").load()  # doctest: +SKIP
 
-Needs ``pip install 'pylog[spark]'`` (pyspark >= 4.2, pyarrow) and Java 17+.
+Needs ``pip install 'pylog-kafka[spark]'`` (pyspark >= 4.2, pyarrow) and Java 17+.
 Importing this package does not import pyspark; :func:`register` does.
 See docs/spark.md.
 """

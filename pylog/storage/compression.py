@@ -12,7 +12,7 @@ id     name    format on disk
 =====  ======  =========================================================
 
 snappy, lz4 and zstd come from one optional package, ``cramjam``
-(``pip install pylog[codecs]``): a single maintained wheel, built for every
+(``pip install 'pylog-kafka[codecs]'``): a single maintained wheel, built for every
 platform, binding the reference implementations of all three, so pylog needs
 no C compression code of its own. Without it, reading or writing those codecs
 raises :class:`~pylog.errors.InvalidConfigurationError` saying what to install.
@@ -88,7 +88,7 @@ def _cramjam() -> Any:
         import cramjam
     except ImportError as exc:
         raise InvalidConfigurationError(
-            "snappy, lz4 and zstd need the optional package cramjam: pip install 'pylog[codecs]'"
+            "snappy, lz4 and zstd need the optional package cramjam: pip install 'pylog-kafka[codecs]'"
         ) from exc
     return cramjam
 

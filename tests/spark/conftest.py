@@ -16,8 +16,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pylog[spark]')")
-    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'pylog[spark]')")
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'pylog-kafka[spark]')")
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'pylog-kafka[spark]')")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):  # pragma: no cover - depends on the machine
         pytest.skip("Spark needs Java 17+ on PATH or JAVA_HOME")
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -43,12 +43,17 @@ def test_list_describe_reset_and_delete_groups_through_a_running_owner(tmp_path)
 
         c.close()
         r = run(d, "--reset-offsets", "billing", "--topic", "jobs", "--partition", "1", "--to-offset", "2")
+        assert r.returncode == 0, r.stderr  # a dry run by default, as Kafka's tool: the plan, nothing changed
+        assert r.stdout.splitlines()[1].split() == ["billing", "jobs", "1", "2"] and "Dry run" in r.stderr
+        assert {tp: v.offset for tp, v in q.list_group_offsets("billing").items()} == {("jobs", 0): 3, ("jobs", 1): 1}
+        r = run(d, "--reset-offsets", "billing", "--topic", "jobs", "--partition", "1", "--to-offset", "2",
+                "--execute")
         assert r.returncode == 0, r.stderr
         assert {tp: v.offset for tp, v in q.list_group_offsets("billing").items()} == {("jobs", 0): 3, ("jobs", 1): 2}
         r = run(d, "--delete-offsets", "billing", "--topic", "jobs")
         assert r.returncode == 0, r.stderr
         assert q.list_group_offsets("billing") == {}
-        r = run(d, "--reset-offsets", "billing", "--topic", "jobs", "--to-offset", "1")
+        r = run(d, "--reset-offsets", "billing", "--topic", "jobs", "--to-offset", "1", "--execute")
         assert r.returncode == 0, r.stderr
         r = run(d, "--delete", "billing")
         assert r.returncode == 0, r.stderr

@@ -180,7 +180,7 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
     r = run("sim", "--seed", "1", *SHORT, "--plot", str(png), env=env)
     err = r.stderr.decode()
     assert r.returncode == 1
-    assert "matplotlib" in err and "pylog[plot]" in err and "Traceback" not in err
+    assert "matplotlib" in err and "pylog-kafka[plot]" in err and "Traceback" not in err
     assert not png.exists() and b"RESULT" not in r.stdout  # refused before simulating
     # Without --plot the same environment runs fine.
     assert run("sim", "--seed", "1", *SHORT, env=env).returncode == 0

@@ -30,7 +30,7 @@ def test_there_are_examples() -> None:
 def test_example_runs(path: str, tmp_path) -> None:
     if _needs_spark(path):
         if importlib.util.find_spec("pyspark") is None:
-            pytest.skip("pyspark is not installed (pip install 'pylog[spark]')")
+            pytest.skip("pyspark is not installed (pip install 'pylog-kafka[spark]')")
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             pytest.skip("Spark needs Java 17+ on PATH or JAVA_HOME")
     env = dict(os.environ, TMPDIR=str(tmp_path))  # the examples' scratch directories go here

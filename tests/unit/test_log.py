@@ -373,7 +373,7 @@ def test_batches_larger_than_the_read_chunk(tmp_path) -> None:
 @pytest.mark.parametrize("codec", ["gzip", "zstd", "lz4", "snappy"])
 def test_compressed_batches(tmp_path, codec: str) -> None:
     if codec != "gzip":
-        pytest.importorskip("cramjam", reason=f"{codec} needs pip install 'pylog[codecs]'")
+        pytest.importorskip("cramjam", reason=f"{codec} needs pip install 'pylog-kafka[codecs]'")
     vals = [b"%d" % i * 30 for i in range(200)]
     with _open(tmp_path / "t-0", segment_bytes=4096, index_interval_bytes=256) as log:
         for i in range(0, 200, 20):
