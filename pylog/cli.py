@@ -28,7 +28,8 @@ import time
 from typing import IO, Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from pylog import _native
-from pylog.errors import CorruptRecordError, LogDirLockedError, OffsetOutOfRangeError, PylogError, UnknownTopicOrPartitionError
+from pylog._version import __version__
+from pylog.errors import CorruptRecordError, LogDirLockedError, PylogError
 from pylog.storage import checkpoint
 from pylog.storage.compression import NAMES as CODEC_NAMES
 from pylog.storage.fileio import FileIO
@@ -1539,69 +1540,13 @@ def _reset_spec(args: argparse.Namespace) -> Any:
 
 
 def _offsets_for_time(q: Any, tps: List[Tuple[str, int]], ts: int) -> Dict[Tuple[str, int], Optional[int]]:
-    """The first offset at or after ``ts`` per partition (None: no such record), through a consumer.
-
-    Uses the consumer's ``offsets_for_times`` when it has one (Kafka's name); otherwise asks each leader
-    with a ListOffsets request for the timestamp, as ``offsets_for_times`` does.
-    """
+    """The first offset at or after ``ts`` per partition (None: no such record): the consumer's ``offsets_for_times``."""
     cons = q.consumer(None)
     try:
-        oft = getattr(cons, "offsets_for_times", None)
-        if oft is not None:
-            got = oft({tp: ts for tp in tps})
-            return {tp: (None if v is None else getattr(v, "offset", v)) for tp, v in got.items()}
-        return _list_offsets_at(cons, tps, ts)
+        got = cons.offsets_for_times({tp: ts for tp in tps})
+        return {tp: (None if v is None else v.offset) for tp, v in got.items()}
     finally:
         cons.close()
-
-
-def _list_offsets_at(cons: Any, tps: List[Tuple[str, int]], ts: int) -> Dict[Tuple[str, int], Optional[int]]:
-    """ListOffsets(timestamp) to each partition's leader through ``cons``'s node (see _offsets_for_time)."""
-    import threading
-
-    from pylog.replication import group_messages as gm
-    from pylog.errors import RequestTimedOutError
-
-    results: Dict[Tuple[str, int], Any] = {}
-    cond = threading.Condition()
-
-    def ask(tp: Tuple[str, int]) -> None:
-        st = cons.store.partitions.get(tp)
-        if st is None:
-            results[tp] = UnknownTopicOrPartitionError(f"unknown partition {tp[0]}-{tp[1]}")
-            return
-        req = gm.ListOffsetsRequest(tp[0], tp[1], ts, cons._node.next_corr())
-
-        def done(resp: Any) -> None:
-            with cond:
-                if resp is None:
-                    results[tp] = RequestTimedOutError(f"ListOffsets for {tp[0]}-{tp[1]} timed out")
-                elif resp.error is OffsetOutOfRangeError:
-                    results[tp] = None  # no record at or after ts
-                elif resp.error is not None:
-                    results[tp] = resp.error(resp.message)
-                else:
-                    results[tp] = resp.offset
-                cond.notify_all()
-
-        cons._node.request(st.leader, req, cons.request_timeout_ms, done)
-
-    for tp in tps:
-        cons._call(lambda tp=tp: ask(tp))
-    if cons.scheduler.simulated:  # pragma: no cover - the CLI runs in real time
-        cons.scheduler.wait_until(lambda: len(results) == len(tps), 30_000)
-    with cond:
-        cond.wait_for(lambda: len(results) == len(tps), timeout=30)
-    out: Dict[Tuple[str, int], Optional[int]] = {}
-    for tp in tps:
-        if tp not in results:
-            raise RequestTimedOutError(f"ListOffsets for {tp[0]}-{tp[1]} got no answer within 30 s")
-        v = results[tp]
-        if isinstance(v, BaseException):
-            raise v
-        out[tp] = v
-    return out
-
 
 def _reset_offsets(q: Any, args: argparse.Namespace, spec: Tuple[str, Any]) -> int:
     """kafka-consumer-groups --reset-offsets: print the plan; apply it with --execute.
@@ -1677,9 +1622,7 @@ def _reset_offsets(q: Any, args: argparse.Namespace, spec: Tuple[str, Any]) -> i
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pylog", description="Inspect, verify and use pylog log directories.")
-    import pylog
-
-    p.add_argument("--version", action="version", version=f"pylog {pylog.__version__} (distribution pylog-kafka)")
+    p.add_argument("--version", action="version", version=f"pylog {__version__} (distribution pylog-kafka)")
     sub = p.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
 
