@@ -443,6 +443,22 @@ class Log:
             for seg in old.values():
                 seg.close()
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Apply new settings to the open log (an altered topic config), as Kafka's
+        ``UnifiedLog.updateConfig``: later appends, rolls, flushes, retention and cleaning use
+        them; segments already written keep their index interval. ``config`` is validated first.
+
+        Complexity: O(1). Durability: nothing is written. Thread-safety: takes the log's lock.
+        """
+        if not isinstance(config, LogConfig):
+            raise InvalidConfigurationError(f"{self.dir}: reconfigure() takes a LogConfig, not {type(config).__name__}")
+        config.validate()
+        with self._lock:
+            self._ensure_open()
+            self.config = config
+            if not self.read_only:
+                self.active_segment.map_limit = config.segment_bytes
+
     # ------------------------------------------------------------ properties
     @property
     def active_segment(self) -> LogSegment:
