@@ -35,6 +35,7 @@ import random
 import re
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from pylog import adopt
 from pylog.client.admin import GroupDescription, GroupListing, admin_for
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
@@ -125,6 +126,8 @@ class Cluster:
             self.transport = DirectTransport(self.scheduler)
         self.brokers: Dict[int, Broker] = {}
         self._closed = False
+        #: topics registered from partition folders found without cluster metadata (pylog/adopt.py)
+        self.adopted_topics: List[str] = []
         try:
             self._init_rest(brokers, replica_lag_time_max_ms, session_timeout_ms, heartbeat_interval_ms,
                             request_timeout_ms, log_config)
@@ -142,8 +145,15 @@ class Cluster:
         heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
         self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
         meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
+        # Partition folders but no metadata (a Log.open log directory, or lost metadata): adopt them
+        # rather than start an empty cluster beside the data (see pylog/adopt.py).
+        adopting = adopt.adoptable(self.path, METADATA_FILE)
+        if adopting:
+            adopt.move_into_broker(self.path, meta_io)
         self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
                                    path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
+        if adopting:
+            self.adopted_topics = adopt.register_topics(self.path, self.store, meta_io)
         for b in range(brokers):
             check_not_locked(os.path.join(self.path, f"broker-{b}"))  # a clear error now, not per partition later
             disk: FileIO = SimDisk() if self.simulated else FileIO()

@@ -155,13 +155,14 @@ class ReplicaManager:
         self._pid_block = (-1, 0)
         self._next_pid = 0
         self._pid_end = 0
-        #: ``(due_ms, path)`` of renamed directories of deleted partitions, removed by :meth:`tick`;
-        #: those a previous incarnation left behind are found again here (Kafka's LogManager does the same)
+        #: ``(due_ms, path)`` of renamed directories of deleted partitions, removed by :meth:`tick` (and
+        #: by a clean shutdown); those a previous incarnation left behind are found again here and
+        #: removed at the first tick (Kafka's LogManager finds them too; their readers are gone)
         self.pending_deletes: List[Tuple[int, str]] = []
         self._deleted_count = 0
         for name in sorted(self.io.listdir(log_dir)):
             if name.endswith("-delete") and os.path.isdir(os.path.join(log_dir, name)):
-                self.pending_deletes.append((now + self.config.file_delete_delay_ms, os.path.join(log_dir, name)))
+                self.pending_deletes.append((now, os.path.join(log_dir, name)))
 
     # ----------------------------------------------------------- partitions
     def log_config_for(self, topic_config: Sequence[Tuple[str, object]] = ()) -> Dict[str, object]:
@@ -331,13 +332,13 @@ class ReplicaManager:
             logging.getLogger("pylog.replication").error("%s", text)
         out.send(CONTROLLER, StopReplicaResponse(self.broker_id, msg.topic, msg.partition, error, text))
 
-    def _remove_deleted_dirs(self, now_ms: int) -> None:
-        """Remove the renamed directories of deleted partitions whose delay has passed."""
-        if not self.pending_deletes or now_ms < min(due for due, _ in self.pending_deletes):
+    def _remove_deleted_dirs(self, now_ms: Optional[int]) -> None:
+        """Remove the renamed directories of deleted partitions whose delay has passed (all: None)."""
+        if not self.pending_deletes or (now_ms is not None and now_ms < min(due for due, _ in self.pending_deletes)):
             return
         keep = []
         for due, path in self.pending_deletes:
-            if due > now_ms:
+            if now_ms is not None and due > now_ms:
                 keep.append((due, path))
                 continue
             try:
@@ -349,7 +350,8 @@ class ReplicaManager:
 
                 logging.getLogger("pylog.replication").error("broker %d: removing %s failed: %s",
                                                              self.broker_id, path, exc)
-                keep.append((now_ms + self.config.file_delete_delay_ms, path))
+                if now_ms is not None:
+                    keep.append((now_ms + self.config.file_delete_delay_ms, path))
         self.pending_deletes = keep
 
     # -------------------------------------------------------------- produce
@@ -600,11 +602,13 @@ class ReplicaManager:
 
     # ------------------------------------------------------------- shutdown
     def shutdown(self, clean: bool) -> None:
-        """Clean: checkpoint HWs and close (flush) every log. Unclean: abandon them (a crash)."""
+        """Clean: remove deleted partitions' renamed directories, checkpoint HWs and close (flush) every
+        log. Unclean: abandon them (a crash; the next start finds the renamed directories)."""
         if self.closed:
             return
         self.closed = True
         if clean:
+            self._remove_deleted_dirs(None)
             # A failing disk must not stop the shutdown half-way: every log is closed (or, if
             # closing fails, abandoned, which releases its directory as a crash would), then
             # the first error is raised. The next open recovers what was not closed cleanly.

@@ -101,11 +101,11 @@ def normalize_topic_configs(topic: str, configs: Mapping[str, object],
         raise InvalidConfigurationError(
             f"topic {topic!r}: unknown config {', '.join(unknown)}; known: "
             + ", ".join(kafka_name(k) for k in sorted(known)))
-    if "min_insync_replicas" in out:
+    if out.get("min_insync_replicas") is not None:
         v = out["min_insync_replicas"]
         if not isinstance(v, int) or isinstance(v, bool):
             raise InvalidConfigurationError(f"topic {topic!r}: min.insync.replicas must be an int, got {v!r}")
-    if "unclean_leader_election" in out and not isinstance(out["unclean_leader_election"], bool):
+    if out.get("unclean_leader_election") is not None and not isinstance(out["unclean_leader_election"], bool):
         raise InvalidConfigurationError(
             f"topic {topic!r}: unclean.leader.election.enable must be true or false, "
             f"got {out['unclean_leader_election']!r}")

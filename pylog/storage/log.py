@@ -276,8 +276,23 @@ class Log:
         """Open (creating when needed) the partition directory ``path``.
 
         ``path`` must be named ``<topic>-<partition>`` as in a Kafka log dir
-        (e.g. ``/data/orders-0``); its parent is the log directory holding the
-        checkpoints and the lock. Settings are those of :class:`LogConfig`.
+        (e.g. ``/data/orders-0``). Its parent (``/data``) becomes a Kafka log
+        directory (an entry of ``log.dirs``), shared by every partition opened
+        under it; a writer creates or replaces there, and only there:
+
+        * ``.lock`` - an fcntl lock held while a writer has any partition of
+          ``/data`` open (a second writer process gets LogDirLockedError);
+        * ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``
+          - one line per partition of ``/data`` (written atomically);
+        * ``cleaner-offset-checkpoint`` - only for compacted partitions;
+        * ``.kafka_cleanshutdown`` - removed while a writer is open, written when
+          the last partition closes cleanly.
+
+        Inside ``path``: the segments (``.log``, ``.index``, ``.timeindex``),
+        ``leader-epoch-checkpoint`` and producer snapshots. ``read_only=True``
+        writes nothing anywhere. ``pylog.open("/data")`` later adopts such
+        partition folders into its broker (pylog/adopt.py) rather than ignoring
+        them. Settings are those of :class:`LogConfig`.
 
         Raises :class:`LogDirLockedError` when another writer has the log
         directory, :class:`InvalidTopicError` for a bad directory name and
