@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _error(msg: str) -> None:
-    print(f"pylog topics: {msg}", file=sys.stderr)
+    print(f"ERROR: {msg}", file=sys.stderr, flush=True)
 
 
 def _configs(pairs: List[str]) -> Optional[Dict[str, str]]:
