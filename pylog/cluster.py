@@ -365,14 +365,17 @@ class Cluster:
         metadata refresh. Records keep their partitions: keyed records may now hash elsewhere.
 
         Raises InvalidPartitionsError when ``total_count`` is not above the current count,
-        UnknownTopicOrPartitionError for an unknown topic. Durability: in ``cluster-metadata.json``
+        UnknownTopicOrPartitionError for an unknown topic, LeaderNotAvailableError when a new
+        partition has no live replica for 30 s (it exists; it gets a leader when one starts). Durability: in ``cluster-metadata.json``
         (atomic) before this returns. Thread-safety: any thread.
         """
         self._ensure_open()
         validate_topic(name)
+        cfg = self.store.topics.get(name)
+        before = cfg.partitions if cfg is not None else 0
         self._run_controller(lambda c: c.create_partitions(name, total_count))
-        self._wait(lambda: self._serving([(name, p) for p in range(total_count)]), 30_000,
-                   f"topic {name!r} has no serving leader")
+        self._wait(lambda: self._serving([(name, p) for p in range(before, total_count)]), 30_000,
+                   f"a new partition of topic {name!r} has no serving leader")
 
     def alter_topic_config(self, name: str, configs: Dict[str, object]) -> None:
         """Set topic configs (Kafka's incrementalAlterConfigs with SET; a value of None removes the
