@@ -160,6 +160,8 @@ class ReplicaManager:
         #: removed at the first tick (Kafka's LogManager finds them too; their readers are gone)
         self.pending_deletes: List[Tuple[int, str]] = []
         self._deleted_count = 0
+        #: per replica, the topic configs (the controller's overrides) its log was opened or last reconfigured with
+        self._topic_configs: Dict[TP, Tuple[Tuple[str, object], ...]] = {}
         for name in sorted(self.io.listdir(log_dir)):
             if name.endswith("-delete") and os.path.isdir(os.path.join(log_dir, name)):
                 self.pending_deletes.append((now, os.path.join(log_dir, name)))
@@ -252,7 +254,7 @@ class ReplicaManager:
                 continue
             try:
                 p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
-                self._apply_topic_config(p, topic_configs.get(st.topic, ()))
+                self._apply_topic_config((st.topic, st.partition), p, topic_configs.get(st.topic, ()))
                 outcome = p.apply_state(st, now_ms)
             except (PylogError, OSError) as exc:
                 # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
@@ -276,12 +278,15 @@ class ReplicaManager:
             elif outcome == "isr":
                 self._complete_delayed(tp, now_ms, out)
 
-    def _apply_topic_config(self, p: Partition, topic_config: Sequence[Tuple[str, object]]) -> None:
-        """Give an open log its topic's current configs (an altered topic config reaches running
-        replicas with the controller's next LeaderAndIsr)."""
-        want = LogConfig.from_kwargs(**self.log_config_for(topic_config))
-        if want != p.log.config:
-            p.log.reconfigure(want)
+    def _apply_topic_config(self, tp: TP, p: Partition, topic_config: Sequence[Tuple[str, object]]) -> None:
+        """Give an open log its topic's configs when the controller's differ from those it last applied
+        (an altered topic config reaches running replicas with the controller's next LeaderAndIsr)."""
+        given = tuple(topic_config)
+        if self._topic_configs.get(tp) == given:
+            return
+        if tp in self._topic_configs:
+            p.log.reconfigure(LogConfig.from_kwargs(**self.log_config_for(given)))
+        self._topic_configs[tp] = given
 
     # ------------------------------------------------------ topic deletion
     def _delete_replica(self, msg: StopReplicaRequest, now_ms: int, out: Outbox) -> None:
@@ -292,6 +297,7 @@ class ReplicaManager:
         tp = (msg.topic, msg.partition)
         p = self.partitions.pop(tp, None)
         self._hw_at_start.pop(tp, None)
+        self._topic_configs.pop(tp, None)
         error: Optional[type] = None
         text = ""
         try:
