@@ -287,3 +287,39 @@ def test_a_crash_in_the_middle_of_a_deletion_completes_it_after_restart(tmp_path
             c.describe("t")
     finally:
         c.close()
+
+
+def test_shared_queue_client_forwards_topic_admin_to_the_owner(tmp_path):
+    d = str(tmp_path / "q")
+    owner = pylog.open(d)
+    client = pylog.open(d)
+    try:
+        assert (owner.role, client.role) == ("owner", "client")
+        client.create_topic("t", partitions=1, config={"retention.ms": "60000"})
+        client.create_topic("t", exist_ok=True)
+        with pytest.raises(TopicAlreadyExistsError):
+            client.create_topic("t")
+        client.create_partitions("t", 3)
+        with pytest.raises(InvalidPartitionsError):
+            client.create_partitions("t", 2)
+        assert len(owner.describe("t")) == 3
+        client.alter_topic_config("t", {"max.message.bytes": 500})
+        with pytest.raises(InvalidConfigurationError, match="nope.ms"):
+            client.alter_topic_config("t", {"nope.ms": 1})
+        assert owner.topic_config("t")["max_message_bytes"] == 500
+        assert client.topic_config("t", kafka_names=True)["retention.ms"] == 60000
+        consumer = owner.consumer("g", ["t"])
+        assert client.list_topics() == ["t"] and "__consumer_offsets" in client.list_topics(include_internal=True)
+        client.delete_topic("t")
+        assert owner.list_topics() == [] and client.list_topics() == []
+        assert not [n for n in os.listdir(os.path.join(d, "broker-0")) if n.startswith("t-") and "." not in n]
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_topic("t")
+        for _ in range(50):
+            consumer.poll(timeout=0.1)  # must not raise
+            if not consumer.assignment():
+                break
+        assert consumer.assignment() == []
+    finally:
+        client.close()
+        owner.close()
