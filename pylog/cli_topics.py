@@ -11,7 +11,7 @@ that owns it, if one is running) or by ``pylog.Cluster(DIR, brokers=N)`` (the
 cluster is opened here: no other process may have it open). ``--create`` on a
 new directory makes a queue directory there; the other actions refuse a
 directory that is neither (a log directory's partition folders are adopted,
-see pylog/adopt.py).
+see pylog/storage/adopt.py).
 
 Exit status: 0 done, 1 refused or failed (the message names the topic and the
 reason), 2 bad arguments.
@@ -75,9 +75,9 @@ def _configs(pairs: List[str]) -> Optional[Dict[str, str]]:
 
 def _open(path: str, create: bool) -> Any:
     """The directory's cluster: ``pylog.open`` (a 1-broker queue) or ``pylog.Cluster`` (more brokers)."""
-    import pylog
-    from pylog import adopt
-    from pylog.cluster import METADATA_FILE
+    from pylog.cluster import METADATA_FILE, Cluster
+    from pylog.shared import SharedCluster  # what pylog.open(path) returns
+    from pylog.storage import adopt
 
     meta = os.path.join(path, METADATA_FILE)
     if os.path.isfile(meta):
@@ -87,12 +87,12 @@ def _open(path: str, create: bool) -> Any:
         except (OSError, ValueError) as exc:
             raise PylogError(f"{meta}: unreadable cluster metadata: {exc}") from None
         if len(brokers) > 1:
-            return pylog.Cluster(path, brokers=len(brokers))
-        return pylog.open(path)
+            return Cluster(path, brokers=len(brokers))
+        return SharedCluster(path)
     if not create and not (os.path.isdir(path) and adopt.adoptable(path, METADATA_FILE)):
         raise PylogError(f"{path} is not a pylog queue or cluster directory (no {METADATA_FILE}); "
                          "create a topic there with --create first")
-    return pylog.open(path)
+    return SharedCluster(path)
 
 
 def _describe(q: Any, name: str) -> List[str]:

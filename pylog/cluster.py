@@ -35,7 +35,6 @@ import random
 import re
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from pylog import adopt
 from pylog.client.admin import GroupDescription, GroupListing, admin_for
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
@@ -49,7 +48,7 @@ from pylog.errors import (
 )
 from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig
 from pylog.replication.topic_configs import TOPIC_FIELDS, kafka_name, normalize_topic_configs
-from pylog.replication.messages import NO_LEADER
+from pylog.replication.messages import NO_LEADER, PartitionState
 from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
 from pylog.runtime.broker import Broker, SimDisk, _NoRealSync
@@ -57,6 +56,7 @@ from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
 from pylog.runtime.transport.simnet import SimulatedNetwork
+from pylog.storage import adopt
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import LogConfig, validate_topic
 from pylog.storage.logdir import check_not_locked
@@ -126,7 +126,7 @@ class Cluster:
             self.transport = DirectTransport(self.scheduler)
         self.brokers: Dict[int, Broker] = {}
         self._closed = False
-        #: topics registered from partition folders found without cluster metadata (pylog/adopt.py)
+        #: topics registered from partition folders found without cluster metadata (pylog/storage/adopt.py)
         self.adopted_topics: List[str] = []
         try:
             self._init_rest(brokers, replica_lag_time_max_ms, session_timeout_ms, heartbeat_interval_ms,
@@ -146,14 +146,15 @@ class Cluster:
         self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
         meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
         # Partition folders but no metadata (a Log.open log directory, or lost metadata): adopt them
-        # rather than start an empty cluster beside the data (see pylog/adopt.py).
+        # rather than start an empty cluster beside the data (see pylog/storage/adopt.py).
         adopting = adopt.adoptable(self.path, METADATA_FILE)
         if adopting:
             adopt.move_into_broker(self.path, meta_io)
         self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
                                    path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
         if adopting:
-            self.adopted_topics = adopt.register_topics(self.path, self.store, meta_io)
+            self.adopted_topics = self._register_adopted(meta_io)
+            adopt.remove_top_checkpoints(self.path)
         for b in range(brokers):
             check_not_locked(os.path.join(self.path, f"broker-{b}"))  # a clear error now, not per partition later
             disk: FileIO = SimDisk() if self.simulated else FileIO()
@@ -167,6 +168,24 @@ class Cluster:
         if self.store.partitions:  # reopened directory: let leaders come back before returning
             self.scheduler.wait_until(lambda: self._serving(list(self.store.partitions)), 30_000)
         self.scheduler.run_sync(self._schedule_maintenance)
+
+    def _register_adopted(self, io: FileIO) -> List[str]:
+        """Step 2 of pylog/storage/adopt.py: a topic for every partition folder of broker-0 (partitions
+        0..max, replication factor 1 on broker 0, leader epoch above the folder's latest); one save."""
+        folders = adopt.partition_folders(os.path.join(self.path, "broker-0"))
+        per_topic: Dict[str, List[int]] = {}
+        for t, p in folders:
+            per_topic.setdefault(t, []).append(p)
+        for t, parts in sorted(per_topic.items()):
+            n = max(parts) + 1
+            self.store.topics[t] = TopicConfig(t, n, 1, 1)
+            for p in range(n):
+                folder = folders.get((t, p))
+                epoch = adopt.latest_epoch(folder, io) + 1 if folder is not None else 0
+                self.store.partitions[(t, p)] = PartitionState(t, p, (0,), 0, epoch, (0,), 0, 1)
+        if per_topic:
+            self.store.save()
+        return sorted(per_topic)
 
     def _abort_init(self) -> None:
         """Undo a failed __init__: stop the brokers that started (releasing their log directories)

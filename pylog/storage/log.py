@@ -291,7 +291,7 @@ class Log:
         Inside ``path``: the segments (``.log``, ``.index``, ``.timeindex``),
         ``leader-epoch-checkpoint`` and producer snapshots. ``read_only=True``
         writes nothing anywhere. ``pylog.open("/data")`` later adopts such
-        partition folders into its broker (pylog/adopt.py) rather than ignoring
+        partition folders into its broker (pylog/storage/adopt.py) rather than ignoring
         them. Settings are those of :class:`LogConfig`.
 
         Raises :class:`LogDirLockedError` when another writer has the log

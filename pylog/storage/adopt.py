@@ -14,9 +14,10 @@ beside the data:
    the log-start offsets of ``/data/log-start-offset-checkpoint`` are merged into
    broker-0's first, so records deleted before stay deleted);
 2. every partition folder in ``broker-0/`` becomes a topic of
-   ``cluster-metadata.json``: partitions ``0..max(p)`` (missing ones start empty),
-   replication factor 1 on broker 0, leader epoch one above the highest in the
-   folder's ``leader-epoch-checkpoint``;
+   ``cluster-metadata.json`` (:meth:`pylog.Cluster` does this with
+   :func:`partition_folders` and :func:`latest_epoch`): partitions ``0..max(p)``
+   (missing ones start empty), replication factor 1 on broker 0, leader epoch one
+   above the highest in the folder's ``leader-epoch-checkpoint``;
 3. the top-level checkpoint files (which described the moved folders) are removed;
 4. the first open recovers the moved partitions (a full scan: no recovery point
    is carried over), so a torn tail is truncated as after a crash.
@@ -33,11 +34,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 from pylog.errors import CorruptCheckpointError, InvalidConfigurationError
-from pylog.replication.controller import MetadataStore, TopicConfig
-from pylog.replication.messages import PartitionState
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.logdir import (
@@ -54,7 +53,7 @@ _SEGMENT = re.compile(r"^\d{20}\.log$")
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 
 
-def _partition_folders(log_dir: str) -> Dict[TP, str]:
+def partition_folders(log_dir: str) -> Dict[TP, str]:
     """``<topic>-<p>`` folders directly under ``log_dir`` that hold at least one segment file."""
     found: Dict[TP, str] = {}
     try:
@@ -78,8 +77,8 @@ def adoptable(path: str, metadata_file: str) -> bool:
     """True when ``path`` has no ``metadata_file`` but partition folders (at the top or in broker-0)."""
     if os.path.exists(os.path.join(path, metadata_file)):
         return False
-    top = {tp for tp in _partition_folders(path) if not re.fullmatch(r"broker-\d+", f"{tp[0]}-{tp[1]}")}
-    return bool(top) or bool(_partition_folders(os.path.join(path, "broker-0")))
+    top = {tp for tp in partition_folders(path) if not re.fullmatch(r"broker-\d+", f"{tp[0]}-{tp[1]}")}
+    return bool(top) or bool(partition_folders(os.path.join(path, "broker-0")))
 
 
 def move_into_broker(path: str, io: FileIO) -> None:
@@ -87,7 +86,7 @@ def move_into_broker(path: str, io: FileIO) -> None:
     check_not_locked(path)  # an open Log (this process or another) is writing them
     broker_dir = os.path.join(path, "broker-0")
     check_not_locked(broker_dir)
-    top = {tp: p for tp, p in _partition_folders(path).items() if not re.fullmatch(r"broker-\d+", os.path.basename(p))}
+    top = {tp: p for tp, p in partition_folders(path).items() if not re.fullmatch(r"broker-\d+", os.path.basename(p))}
     if not top:
         return
     os.makedirs(broker_dir, exist_ok=True)
@@ -115,36 +114,25 @@ def move_into_broker(path: str, io: FileIO) -> None:
     io.fsync_dir(path)
 
 
-def register_topics(path: str, store: MetadataStore, io: FileIO) -> List[str]:
-    """Step 2: a topic in ``store`` for every partition folder of ``path/broker-0``; returns the names."""
-    folders = _partition_folders(os.path.join(path, "broker-0"))
-    per_topic: Dict[str, List[int]] = {}
-    for t, p in folders:
-        per_topic.setdefault(t, []).append(p)
-    for t, parts in sorted(per_topic.items()):
-        n = max(parts) + 1
-        store.topics[t] = TopicConfig(t, n, 1, 1)
-        for p in range(n):
-            epoch = 0
-            folder = folders.get((t, p))
-            if folder is not None:
-                try:
-                    entries = checkpoint.read_epochs(io, os.path.join(folder, LEADER_EPOCH_FILE))
-                except CorruptCheckpointError:
-                    entries = []
-                epoch = max((e for e, _ in entries), default=-1) + 1
-            store.partitions[(t, p)] = PartitionState(t, p, (0,), 0, epoch, (0,), 0, 1)
-    if per_topic:
-        store.save()
-    # Step 3: the top-level checkpoints described the folders that moved; once they are all gone
-    # from the top, drop them (a later Log.open of a same-named folder must not inherit them).
-    if not any(not re.fullmatch(r"broker-\d+", os.path.basename(p)) for p in _partition_folders(path).values()):
-        for name in (LOG_START_FILE, RECOVERY_POINT_FILE, CLEANER_OFFSET_FILE, CLEAN_SHUTDOWN_FILE):
-            try:
-                os.unlink(os.path.join(path, name))
-            except FileNotFoundError:
-                pass
-    return sorted(per_topic)
+def latest_epoch(folder: str, io: FileIO) -> int:
+    """The highest leader epoch in the folder's ``leader-epoch-checkpoint`` (-1: none or unreadable)."""
+    try:
+        entries = checkpoint.read_epochs(io, os.path.join(folder, LEADER_EPOCH_FILE))
+    except CorruptCheckpointError:
+        entries = []
+    return max((e for e, _ in entries), default=-1)
 
 
-__all__ = ["adoptable", "move_into_broker", "register_topics"]
+def remove_top_checkpoints(path: str) -> None:
+    """Step 3: once no partition folder is left at the top of ``path``, remove the checkpoint files
+    that described the moved folders (a later Log.open of a same-named folder must not inherit them)."""
+    if any(not re.fullmatch(r"broker-\d+", os.path.basename(p)) for p in partition_folders(path).values()):
+        return
+    for name in (LOG_START_FILE, RECOVERY_POINT_FILE, CLEANER_OFFSET_FILE, CLEAN_SHUTDOWN_FILE):
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+
+
+__all__ = ["adoptable", "move_into_broker", "partition_folders", "latest_epoch", "remove_top_checkpoints"]
