@@ -323,3 +323,25 @@ def test_shared_queue_client_forwards_topic_admin_to_the_owner(tmp_path):
     finally:
         client.close()
         owner.close()
+
+
+def test_groupless_and_assigned_consumers_of_a_deleted_topic_go_on(tmp_path):
+    c = pylog.Cluster(str(tmp_path), brokers=2, seed=13)
+    try:
+        c.create_topic("gone", partitions=2, replication_factor=2)
+        c.create_topic("stays", partitions=1, replication_factor=2)
+        p = c.producer()
+        p.send("gone", b"g", partition=0).result()
+        sub = c.consumer(topics=["gone", "stays"], auto_offset_reset="earliest")
+        pinned = c.consumer(auto_offset_reset="earliest")
+        pinned.assign([("gone", 0), ("stays", 0)])
+        assert [r.value for r in sub.poll(timeout=1.0)] == [b"g"]
+        assert [r.value for r in pinned.poll(timeout=1.0)] == [b"g"]
+        c.delete_topic("gone")
+        c.advance(500)
+        assert sub.assignment() == [("stays", 0)]
+        p.send("stays", b"s").result()
+        assert [r.value for r in sub.poll(timeout=1.0)] == [b"s"]
+        assert [r.value for r in pinned.poll(timeout=1.0)] == [b"s"]  # the deleted partition: nothing, no error
+    finally:
+        c.close()
