@@ -610,9 +610,10 @@ class Controller:
 
         Raises UnknownTopicOrPartitionError, or InvalidTopicError for an internal topic.
         """
-        self._topic(name)
+        cfg = self._topic(name)
         if name in self.INTERNAL_TOPICS:
             raise InvalidTopicError(f"topic {name!r} is internal and cannot be deleted")
+        delay = cfg.configs.get("file_delete_delay_ms", -1)
         pending: Dict[int, List[int]] = {}
         for (t, p), st in self.store.partitions.items():
             if t == name:
@@ -621,15 +622,16 @@ class Controller:
         self.store.remove_topic(name, pending)
         out = Outbox()
         for b in self.store.brokers:
-            self.resend_deletions(b, out, topics=(name,))
+            self.resend_deletions(b, out, topics=(name,), delay_ms=delay if isinstance(delay, int) else -1)
             out.send(b, TopicsDeleted(self.epoch, (name,)))
         return out
 
-    def resend_deletions(self, b: int, out: Outbox, topics: Optional[Sequence[str]] = None) -> None:
-        """StopReplica(delete) for every replica broker ``b`` still has to remove (of ``topics``)."""
+    def resend_deletions(self, b: int, out: Outbox, topics: Optional[Sequence[str]] = None, delay_ms: int = -1) -> None:
+        """StopReplica(delete) for every replica broker ``b`` still has to remove (of ``topics``);
+        ``delay_ms``: the topic's ``file_delete_delay_ms`` (-1: the broker's)."""
         for t in (topics if topics is not None else sorted(self.store.deleting)):
             for p in self.store.deleting.get(t, {}).get(b, ()):
-                out.send(b, StopReplicaRequest(self.epoch, t, p, delete_partition=True))
+                out.send(b, StopReplicaRequest(self.epoch, t, p, delete_partition=True, delete_delay_ms=delay_ms))
 
     def create_partitions(self, name: str, total: int, *, start_index: Optional[int] = None,
                           shift: Optional[int] = None) -> Outbox:

@@ -162,6 +162,9 @@ class ReplicaManager:
         self._deleted_count = 0
         #: per replica, the topic configs (the controller's overrides) its log was opened or last reconfigured with
         self._topic_configs: Dict[TP, Tuple[Tuple[str, object], ...]] = {}
+        #: replicas this incarnation deleted: requests for them get UnknownTopicOrPartitionError
+        #: (Kafka's answer for a deleted partition) rather than NotLeaderError
+        self.deleted: Set[TP] = set()
         for name in sorted(self.io.listdir(log_dir)):
             if name.endswith("-delete") and os.path.isdir(os.path.join(log_dir, name)):
                 self.pending_deletes.append((now, os.path.join(log_dir, name)))
@@ -191,6 +194,7 @@ class ReplicaManager:
             )
             log.retention_high_watermark = lambda p=p: p.high_watermark  # retention stays below the HW
             self.partitions[tp] = p
+            self.deleted.discard(tp)
         return p
 
     def _next_corr(self) -> int:
@@ -298,6 +302,7 @@ class ReplicaManager:
         p = self.partitions.pop(tp, None)
         self._hw_at_start.pop(tp, None)
         self._topic_configs.pop(tp, None)
+        self.deleted.add(tp)
         error: Optional[type] = None
         text = ""
         try:
@@ -377,9 +382,11 @@ class ReplicaManager:
         acks = req.acks
         if p is None:
             if acks != 0:
-                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=NotLeaderError,
+                gone = tp in self.deleted
+                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id,
+                                              error=UnknownTopicOrPartitionError if gone else NotLeaderError,
                                               message=f"broker {self.broker_id} has no replica of "
-                                              f"{req.topic}-{req.partition}"))
+                                              f"{req.topic}-{req.partition}" + (" (deleted)" if gone else "")))
             return
         try:
             res = p.append_as_leader(req.records, acks, now_ms)
@@ -469,8 +476,11 @@ class ReplicaManager:
         tp = (req.topic, req.partition)
         p = self.partitions.get(tp)
         if p is None:
-            out.send(src, FetchResponse(req.topic, req.partition, req.correlation_id, error=NotLeaderError,
-                                        message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}"))
+            gone = tp in self.deleted
+            out.send(src, FetchResponse(req.topic, req.partition, req.correlation_id,
+                                        error=UnknownTopicOrPartitionError if gone else NotLeaderError,
+                                        message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}"
+                                        + (" (deleted)" if gone else "")))
             return
         hw_before = p.high_watermark
         resp, alter = p.handle_fetch(req, now_ms)

@@ -343,5 +343,30 @@ def test_groupless_and_assigned_consumers_of_a_deleted_topic_go_on(tmp_path):
         p.send("stays", b"s").result()
         assert [r.value for r in sub.poll(timeout=1.0)] == [b"s"]
         assert [r.value for r in pinned.poll(timeout=1.0)] == [b"s"]  # the deleted partition: nothing, no error
+        # what the brokers answer for it: Kafka's UNKNOWN_TOPIC_OR_PARTITION, not "not the leader"
+        from pylog.replication.messages import FetchRequest, ProduceRequest
+
+        for b in c.brokers.values():
+            out = c.scheduler.run_sync(lambda b=b: b.rm.handle("probe", FetchRequest(-1, "gone", 0, 0, -1, 1), c.now_ms))
+            assert out.items[0][1].error is UnknownTopicOrPartitionError
+            out = c.scheduler.run_sync(lambda b=b: b.rm.handle("probe", ProduceRequest("gone", 1, [b"x"], 1, 1000, 2),
+                                                                c.now_ms))
+            assert out.items[0][1].error is UnknownTopicOrPartitionError
+    finally:
+        c.close()
+
+
+def test_a_topics_file_delete_delay_ms_keeps_its_renamed_directories_that_long(tmp_path):
+    c = pylog.Cluster(str(tmp_path), brokers=1, seed=17)
+    try:
+        c.create_topic("slow", config={"file.delete.delay.ms": 60_000})
+        c.create_topic("fast")
+        c.delete_topic("slow")
+        c.delete_topic("fast")
+        c.advance(5_000)
+        left = [n for n in _dirs(c, 0) if n.endswith("-delete")]
+        assert len(left) == 1 and left[0].startswith("slow-0.")
+        c.advance(60_000)
+        assert [n for n in _dirs(c, 0) if n.endswith("-delete")] == []
     finally:
         c.close()
