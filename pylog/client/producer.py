@@ -592,9 +592,12 @@ class Producer:
             self._fail(b, self._closed_error())
             return
         cfg = self._store.topics.get(topic)
-        if cfg is None:  # deleted while the batch waited (Kafka: UNKNOWN_TOPIC_OR_PARTITION)
+        if cfg is None or p >= cfg.partitions:  # deleted (or re-created smaller) while the batch waited
             self._settle(ps, b)
-            self._fail(b, UnknownTopicOrPartitionError(f"topic {topic!r} does not exist (deleted?)"))
+            self._fail(b, UnknownTopicOrPartitionError(
+                f"topic {topic!r} does not exist (deleted?)" if cfg is None else
+                f"topic {topic!r} has no partition {p} now (deleted and re-created with {cfg.partitions}); "
+                "make a new producer for the re-created topic"))
             return
         if cfg.partitions > len(self._parts.get(topic, ())):
             self._refresh_partitions(topic)

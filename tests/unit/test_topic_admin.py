@@ -370,3 +370,18 @@ def test_a_topics_file_delete_delay_ms_keeps_its_renamed_directories_that_long(t
         assert [n for n in _dirs(c, 0) if n.endswith("-delete")] == []
     finally:
         c.close()
+
+
+def test_a_producer_of_a_topic_recreated_smaller_fails_the_missing_partition_at_once(tmp_path):
+    c = pylog.Cluster(str(tmp_path), brokers=1, seed=19)
+    try:
+        c.create_topic("t", partitions=2)
+        p = c.producer()
+        p.send("t", b"a", partition=1).result()
+        c.delete_topic("t")
+        c.create_topic("t", partitions=1)
+        with pytest.raises(UnknownTopicOrPartitionError, match="no partition 1 now"):
+            p.send("t", b"b", partition=1).result()
+        assert p.send("t", b"c", partition=0).result().offset == 0
+    finally:
+        c.close()
