@@ -175,10 +175,12 @@ class Cluster:
         folders = adopt.partition_folders(os.path.join(self.path, "broker-0"))
         per_topic: Dict[str, List[int]] = {}
         for t, p in folders:
-            per_topic.setdefault(t, []).append(p)
+            if t != "__cluster_metadata":  # a KRaft broker's metadata log (copied from Kafka): not a topic
+                per_topic.setdefault(t, []).append(p)
         for t, parts in sorted(per_topic.items()):
             n = max(parts) + 1
-            self.store.topics[t] = TopicConfig(t, n, 1, 1)
+            compact = {"cleanup_policy": "compact"} if t in Controller.INTERNAL_TOPICS else {}
+            self.store.topics[t] = TopicConfig(t, n, 1, 1, False, compact)
             for p in range(n):
                 folder = folders.get((t, p))
                 epoch = adopt.latest_epoch(folder, io) + 1 if folder is not None else 0
