@@ -1773,6 +1773,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="test-only: switch on a known replication bug to see the checks catch it: "
                         "no-epoch-truncation (a follower skips the KIP-101 leader-epoch truncation) or "
                         "hw-ignores-followers (the leader advances the HW without waiting for the ISR)")
+    from pylog.cli_topics import add_parser as add_topics_parser
+
+    add_topics_parser(sub)
     return p
 
 
@@ -1789,6 +1792,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"dump-log": cmd_dump_log, "verify": cmd_verify, "describe": cmd_describe,
                 "produce": cmd_produce, "consume": cmd_consume, "sim": cmd_sim, "groups": cmd_groups}
+    from pylog.cli_topics import cmd_topics
+
+    handlers["topics"] = cmd_topics
     try:
         return handlers[args.verb](args)
     except KeyboardInterrupt:

@@ -43,10 +43,12 @@ from pylog.errors import (
     BrokerNotAvailableError,
     InvalidConfigurationError,
     LeaderNotAvailableError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from pylog.replication.controller import MetadataStore, TopicConfig
-from pylog.replication.messages import NO_LEADER
+from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig
+from pylog.replication.topic_configs import TOPIC_FIELDS, kafka_name, normalize_topic_configs
+from pylog.replication.messages import NO_LEADER, PartitionState
 from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
 from pylog.runtime.broker import Broker, SimDisk, _NoRealSync
@@ -54,7 +56,9 @@ from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
 from pylog.runtime.transport.simnet import SimulatedNetwork
+from pylog.storage import adopt
 from pylog.storage.fileio import FileIO
+from pylog.storage.log import LogConfig, validate_topic
 from pylog.storage.logdir import check_not_locked
 
 
@@ -122,6 +126,8 @@ class Cluster:
             self.transport = DirectTransport(self.scheduler)
         self.brokers: Dict[int, Broker] = {}
         self._closed = False
+        #: topics registered from partition folders found without cluster metadata (pylog/storage/adopt.py)
+        self.adopted_topics: List[str] = []
         try:
             self._init_rest(brokers, replica_lag_time_max_ms, session_timeout_ms, heartbeat_interval_ms,
                             request_timeout_ms, log_config)
@@ -144,8 +150,16 @@ class Cluster:
         heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
         self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
         meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
+        # Partition folders but no metadata (a Log.open log directory, or lost metadata): adopt them
+        # rather than start an empty cluster beside the data (see pylog/storage/adopt.py).
+        adopting = adopt.adoptable(self.path, METADATA_FILE)
+        if adopting:
+            adopt.move_into_broker(self.path, meta_io)
         self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
                                    path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
+        if adopting:
+            self.adopted_topics = self._register_adopted(meta_io)
+            adopt.remove_top_checkpoints(self.path)
         for b in range(brokers):
             check_not_locked(os.path.join(self.path, f"broker-{b}"))  # a clear error now, not per partition later
             disk: FileIO = SimDisk() if self.simulated else FileIO()
@@ -160,6 +174,26 @@ class Cluster:
         if self.store.partitions:  # reopened directory: let leaders come back before returning
             self.scheduler.wait_until(lambda: self._serving(list(self.store.partitions)), 30_000)
         self.scheduler.run_sync(self._schedule_maintenance)
+
+    def _register_adopted(self, io: FileIO) -> List[str]:
+        """Step 2 of pylog/storage/adopt.py: a topic for every partition folder of broker-0 (partitions
+        0..max, replication factor 1 on broker 0, leader epoch above the folder's latest); one save."""
+        folders = adopt.partition_folders(os.path.join(self.path, "broker-0"))
+        per_topic: Dict[str, List[int]] = {}
+        for t, p in folders:
+            if t != "__cluster_metadata":  # a KRaft broker's metadata log (copied from Kafka): not a topic
+                per_topic.setdefault(t, []).append(p)
+        for t, parts in sorted(per_topic.items()):
+            n = max(parts) + 1
+            compact = {"cleanup_policy": "compact"} if t in Controller.INTERNAL_TOPICS else {}
+            self.store.topics[t] = TopicConfig(t, n, 1, 1, False, compact)
+            for p in range(n):
+                folder = folders.get((t, p))
+                epoch = adopt.latest_epoch(folder, io) + 1 if folder is not None else 0
+                self.store.partitions[(t, p)] = PartitionState(t, p, (0,), 0, epoch, (0,), 0, 1)
+        if per_topic:
+            self.store.save()
+        return sorted(per_topic)
 
     def _abort_init(self) -> None:
         """Undo a failed __init__: stop the brokers that started (releasing their log directories)
@@ -266,26 +300,166 @@ class Cluster:
     def create_topic(self, name: str, partitions: int = 1, replication_factor: Optional[int] = None,
                      min_insync_replicas: int = 1, *, unclean_leader_election: bool = False,
                      start_index: Optional[int] = None, shift: Optional[int] = None,
-                     config: Optional[Dict[str, object]] = None) -> None:
+                     config: Optional[Dict[str, object]] = None, exist_ok: bool = False) -> None:
         """Create a topic; returns once every partition has a leader serving it.
 
-        ``config``: per-topic overrides of the brokers' ``log_config`` (Kafka's topic configs in
-        snake_case, e.g. ``{"cleanup_policy": "compact", "retention_ms": 60_000}``); stored with the
-        topic in ``cluster-metadata.json``. An unknown key raises InvalidConfigurationError.
+        ``config``: per-topic overrides of the brokers' ``log_config`` (Kafka's topic configs, in
+        snake_case or Kafka's dotted names, e.g. ``{"cleanup.policy": "compact", "retention_ms":
+        60_000}``; ``min.insync.replicas`` and ``unclean.leader.election.enable`` may be given here
+        too); stored with the topic in ``cluster-metadata.json``. An unknown key raises
+        InvalidConfigurationError naming it. A topic of that name already there raises
+        TopicAlreadyExistsError, unless ``exist_ok`` (then this returns quietly, whatever the existing
+        topic's partitions and configs are).
         """
         self._ensure_open()
+        if exist_ok and name in self.store.topics:
+            return
         rf = replication_factor if replication_factor is not None else min(3, len(self.brokers))
-        cfg = TopicConfig(name, partitions, rf, min_insync_replicas, unclean_leader_election, dict(config or {}))
+        configs = normalize_topic_configs(name, config or {}, EXTRA_TOPIC_CONFIGS) if config else {}
+        if "min_insync_replicas" in configs:
+            min_insync_replicas = configs.pop("min_insync_replicas")  # type: ignore[assignment]
+        if "unclean_leader_election" in configs:
+            unclean_leader_election = bool(configs.pop("unclean_leader_election"))
+        cfg = TopicConfig(name, partitions, rf, min_insync_replicas, unclean_leader_election, configs)
         self._wait(lambda: self._controller() is not None, 30_000, "no active controller")
 
         def run() -> None:
             cid = self.store.controller_id
             self.brokers[cid]._send(self.brokers[cid].controller.create_topic(cfg, start_index=start_index, shift=shift))
 
-        self.scheduler.run_sync(run)
+        try:
+            self.scheduler.run_sync(run)
+        except TopicAlreadyExistsError:
+            if not (exist_ok and name in self.store.topics):
+                raise
+            partitions = self.store.topics[name].partitions
 
         self._wait(lambda: self._serving([(name, p) for p in range(partitions)]), 30_000,
                    f"topic {name!r} has no serving leader")
+
+    # ---------------------------------------------------------- topic admin
+    def _run_controller(self, call: Any) -> Any:
+        """Run ``call(controller)`` on the loop and send the outbox it returns (from the controller's broker)."""
+        self._wait(lambda: self._controller() is not None, 30_000, "no active controller")
+
+        def run() -> Any:
+            c = self._controller()
+            if c is None:
+                raise LeaderNotAvailableError("no active controller")
+            self.brokers[self.store.controller_id]._send(call(c))
+
+        return self.scheduler.run_sync(run)
+
+    def list_topics(self, include_internal: bool = False) -> List[str]:
+        """Names of the topics, sorted; Kafka's internal topics (``__consumer_offsets``,
+        ``__transaction_state``) only with ``include_internal``. Complexity: O(topics log topics)."""
+        self._ensure_open()
+        names = self.scheduler.run_sync(lambda: list(self.store.topics))
+        return sorted(n for n in names if include_internal or n not in Controller.INTERNAL_TOPICS)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its data (Kafka's DeleteTopics).
+
+        It leaves the cluster metadata at once (one atomic write of ``cluster-metadata.json``);
+        each running broker then renames its replica's directory ``<topic>-<p>.<uuid>-delete``
+        (so ``<topic>-<p>`` is gone when this returns) and removes it after
+        ``file_delete_delay_ms`` (1 s). Producers then get UnknownTopicOrPartitionError; consumers
+        subscribed to it lose its partitions at their next rebalance; the groups' committed offsets
+        of its partitions are deleted (tombstoned). A stopped broker's replicas are removed when it
+        starts again, and a deletion cut short by a crash completes when the cluster reopens.
+        Re-creating the name is refused until every replica is removed.
+
+        Raises UnknownTopicOrPartitionError (no such topic), InvalidTopicError (an internal topic
+        or a bad name). Durability: the deletion survives a crash once this returns.
+        Thread-safety: any thread.
+        """
+        self._ensure_open()
+        validate_topic(name)
+        if name not in self.store.topics:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        self._run_controller(lambda c: c.delete_topic(name))
+
+        def renamed() -> bool:
+            per = self.store.deleting.get(name, {})
+            return not any(self.brokers[b].running for b in per)
+
+        self.scheduler.wait_until(renamed, self.config.request_timeout_ms)
+
+    def create_partitions(self, name: str, total_count: int) -> None:
+        """Grow topic ``name`` to ``total_count`` partitions (Kafka's CreatePartitions); returns once
+        the new partitions have serving leaders. Producers' partitioners and subscribed consumers
+        see them at once in this process (a group rebalances); Kafka's clients at their next
+        metadata refresh. Records keep their partitions: keyed records may now hash elsewhere.
+
+        Raises InvalidPartitionsError when ``total_count`` is not above the current count,
+        UnknownTopicOrPartitionError for an unknown topic, LeaderNotAvailableError when a new
+        partition has no live replica for 30 s (it exists; it gets a leader when one starts). Durability: in ``cluster-metadata.json``
+        (atomic) before this returns. Thread-safety: any thread.
+        """
+        self._ensure_open()
+        validate_topic(name)
+        cfg = self.store.topics.get(name)
+        before = cfg.partitions if cfg is not None else 0
+        self._run_controller(lambda c: c.create_partitions(name, total_count))
+        self._wait(lambda: self._serving([(name, p) for p in range(before, total_count)]), 30_000,
+                   f"a new partition of topic {name!r} has no serving leader")
+
+    def alter_topic_config(self, name: str, configs: Dict[str, object]) -> None:
+        """Set topic configs (Kafka's incrementalAlterConfigs with SET; a value of None removes the
+        override, Kafka's DELETE). Keys in Kafka's dotted names (``retention.ms``, ``segment.bytes``,
+        ``cleanup.policy``, ``max.message.bytes``, ``min.insync.replicas``, ...) or snake_case; values
+        typed or as strings. Running replicas apply them before this returns (their next append,
+        roll, retention and cleaning use them). Durability: stored in ``cluster-metadata.json``.
+
+        Raises InvalidConfigurationError naming an unknown config or a bad value,
+        UnknownTopicOrPartitionError for an unknown topic. Thread-safety: any thread.
+        """
+        self._ensure_open()
+        validate_topic(name)
+        if name not in self.store.topics:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        normalized = normalize_topic_configs(name, configs, EXTRA_TOPIC_CONFIGS)
+        self._run_controller(lambda c: c.alter_topic_config(name, normalized))
+
+        def applied() -> bool:
+            cfg = self.store.topics.get(name)
+            if cfg is None:
+                return True
+            for b in self.brokers.values():
+                if not b.running or b.rm is None:
+                    continue
+                want = LogConfig.from_kwargs(**b.rm.log_config_for(cfg.config_items()))
+                for (t, _), part in b.rm.partitions.items():
+                    if t == name and (part.log.config != want or part.min_insync_replicas != cfg.min_insync_replicas):
+                        return False
+            return True
+
+        self.scheduler.wait_until(applied, self.config.request_timeout_ms)
+
+    def topic_config(self, name: str, *, kafka_names: bool = False) -> Dict[str, object]:
+        """Every config of topic ``name`` with its value: the topic's overrides, else the brokers'
+        ``log_config``, else the default (``min_insync_replicas`` and ``unclean_leader_election``
+        included). Keys in snake_case, or Kafka's dotted names with ``kafka_names``.
+        Raises UnknownTopicOrPartitionError. Complexity: O(configs). Thread-safety: any thread.
+        """
+        self._ensure_open()
+        from pylog.runtime.log_maintenance import DEFAULT_CLEANUP_INTERVAL_MS
+
+        cfg = self.scheduler.run_sync(lambda: self.store.topics.get(name))
+        if cfg is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        broker = next(iter(self.brokers.values()))
+        out: Dict[str, object] = dict(LogConfig()._asdict())
+        out.update(broker.log_config)
+        out.update({"message_timestamp_type": "CreateTime", "file_delete_delay_ms": self.config.file_delete_delay_ms,
+                    "retention_protect_groups": [], "log_cleanup_interval_ms": DEFAULT_CLEANUP_INTERVAL_MS})
+        out.update(cfg.configs)
+        out["min_insync_replicas"] = cfg.min_insync_replicas
+        out["unclean_leader_election"] = cfg.unclean_leader_election
+        assert set(out) <= set(LogConfig._fields) | EXTRA_TOPIC_CONFIGS | set(TOPIC_FIELDS), out
+        if kafka_names:
+            return {kafka_name(k): v for k, v in sorted(out.items())}
+        return dict(sorted(out.items()))
 
     def _serving(self, tps: List[Tuple[str, int]]) -> bool:
         """True when each partition's leader (per the controller) serves it at the current epoch."""

@@ -121,6 +121,13 @@ class TopicAlreadyExistsError(PylogError, ValueError):
     kafka_name = "TOPIC_ALREADY_EXISTS"
 
 
+class InvalidPartitionsError(PylogError, ValueError):
+    """A partition count that is not allowed (Kafka's INVALID_PARTITIONS): e.g. ``create_partitions``
+    with a total not above the topic's current count."""
+
+    kafka_name = "INVALID_PARTITIONS"
+
+
 class NotLeaderError(PylogError):
     """The broker is not the leader of the partition (NOT_LEADER_OR_FOLLOWER)."""
 

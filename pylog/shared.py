@@ -86,7 +86,8 @@ OWNER_INFO_FILE = "pylog.owner"
 #: how often the owner compares its metadata with what it last sent its clients
 META_INTERVAL_MS = 50
 #: admin calls a client may ask the owner to run
-_CALLS = frozenset({"create_topic", "describe", "_ensure_offsets_topic", "metrics"})
+_CALLS = frozenset({"create_topic", "describe", "_ensure_offsets_topic", "metrics", "delete_topic",
+                    "create_partitions", "alter_topic_config", "topic_config", "list_topics"})
 
 Snapshot = Tuple[Tuple[int, ...], Optional[int], int, Dict[str, Any], Dict[Tuple[str, int], Any]]
 
@@ -552,6 +553,28 @@ class SharedCluster:
     def describe(self, topic: str) -> List[PartitionInfo]:
         """Per partition: leader, epoch, replicas, ISR, high watermark, log end offsets (asked of the owner)."""
         return self._call("describe", topic)
+
+    # Topic admin: run by the owner (as :class:`pylog.Cluster`'s methods of the same names); every
+    # process's metadata mirror has the change when the call returns in the caller.
+    def list_topics(self, include_internal: bool = False) -> List[str]:
+        """As :meth:`pylog.Cluster.list_topics`."""
+        return self._call("list_topics", include_internal)
+
+    def delete_topic(self, name: str) -> None:
+        """As :meth:`pylog.Cluster.delete_topic` (the owner's broker renames and removes the directories)."""
+        self._call("delete_topic", name)
+
+    def create_partitions(self, name: str, total_count: int) -> None:
+        """As :meth:`pylog.Cluster.create_partitions`."""
+        self._call("create_partitions", name, total_count)
+
+    def alter_topic_config(self, name: str, configs: Dict[str, Any]) -> None:
+        """As :meth:`pylog.Cluster.alter_topic_config`."""
+        self._call("alter_topic_config", name, dict(configs))
+
+    def topic_config(self, name: str, *, kafka_names: bool = False) -> Dict[str, Any]:
+        """As :meth:`pylog.Cluster.topic_config`."""
+        return self._call("topic_config", name, kafka_names=kafka_names)
 
     def metrics(self, *, include_clients: bool = True) -> List[Any]:
         """The owner's cluster samples (:meth:`pylog.Cluster.metrics`) plus, with ``include_clients``,

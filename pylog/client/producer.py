@@ -348,13 +348,15 @@ class Producer:
         if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
             raise InvalidRecordError(f"timestamp must be an int (ms), not {type(timestamp).__name__}")
         parts = self._parts.get(topic)
+        cfg = self._store.topics.get(topic)  # the metadata: a deleted topic is refused, new partitions seen
+        if cfg is None:
+            return failed_future(self, topic, -1 if partition is None else partition,
+                                 UnknownTopicOrPartitionError(f"unknown topic {topic!r}"))
         if parts is None:
-            cfg = self._store.topics.get(topic)
-            if cfg is None:
-                return failed_future(self, topic, -1 if partition is None else partition,
-                                     UnknownTopicOrPartitionError(f"unknown topic {topic!r}"))
             with self._lock:
                 parts = self._parts.setdefault(topic, [_PartitionState(topic, p) for p in range(cfg.partitions)])
+        if cfg.partitions > len(parts):
+            self._refresh_partitions(topic)
         n = len(parts)
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < n:
@@ -609,12 +611,31 @@ class Producer:
             ps.inflight.append(b)
             to_send.append((ps, b))
 
+    def _refresh_partitions(self, topic: str) -> None:
+        """The topic gained partitions (``create_partitions``): extend the cached list in place (the
+        send paths, C included, read it from ``_parts``), so partitioners spread over them too."""
+        cfg = self._store.topics.get(topic)
+        with self._lock:
+            parts = self._parts.get(topic)
+            if cfg is not None and parts is not None and cfg.partitions > len(parts):
+                parts.extend(_PartitionState(topic, p) for p in range(len(parts), cfg.partitions))
+
     def _send_batch(self, ps: _PartitionState, b: ProducerBatch) -> None:
         """Loop thread: encode (first time) and send one batch to the partition's leader."""
         topic, p = b.topic, b.partition
         if self._node.closed:
             self._fail(b, self._closed_error())
             return
+        cfg = self._store.topics.get(topic)
+        if cfg is None or p >= cfg.partitions:  # deleted (or re-created smaller) while the batch waited
+            self._settle(ps, b)
+            self._fail(b, UnknownTopicOrPartitionError(
+                f"topic {topic!r} does not exist (deleted?)" if cfg is None else
+                f"topic {topic!r} has no partition {p} now (deleted and re-created with {cfg.partitions}); "
+                "make a new producer for the re-created topic"))
+            return
+        if cfg.partitions > len(self._parts.get(topic, ())):
+            self._refresh_partitions(topic)
         now = self.scheduler.clock.now_ms()
         if b.data is None:
             try:

@@ -39,6 +39,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from pylog.errors import (
     FencedLeaderEpochError,
     InvalidConfigurationError,
+    InvalidPartitionsError,
+    InvalidTopicError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -53,6 +55,9 @@ from pylog.replication.messages import (
     LeaderAndIsrRequest,
     Outbox,
     PartitionState,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    TopicsDeleted,
 )
 from pylog.storage.log import LogConfig, validate_topic
 
@@ -135,6 +140,10 @@ class MetadataStore:
         self.history: List[Tuple[int, PartitionState]] = []  # (controller epoch, state) of every write
         #: the next producer id to hand out; durable, so ids never repeat across restarts
         self.next_producer_id = 0
+        #: deleted topics whose replicas some broker has not removed from its disk yet:
+        #: ``{topic: {broker: [partition, ...]}}``; durable, so a deletion interrupted by a crash
+        #: completes after the restart (see :meth:`Controller.delete_topic`)
+        self.deleting: Dict[str, Dict[int, List[int]]] = {}
         if path is not None and os.path.exists(path):
             self._load()
 
@@ -155,6 +164,8 @@ class MetadataStore:
             self.partitions[(st.topic, st.partition)] = st
         self.broker_incarnations = {int(k): int(v) for k, v in data["broker_incarnations"].items()}
         self.next_producer_id = int(data.get("next_producer_id", 0))
+        self.deleting = {t: {int(b): [int(p) for p in ps] for b, ps in per.items()}
+                         for t, per in data.get("deleting", {}).items()}
 
     def save(self) -> None:
         if self.path is None:
@@ -167,6 +178,7 @@ class MetadataStore:
             "partitions": [asdict(st) for st in self.partitions.values()],
             "broker_incarnations": {str(k): v for k, v in self.broker_incarnations.items()},
             "next_producer_id": self.next_producer_id,
+            "deleting": {t: {str(b): ps for b, ps in per.items()} for t, per in self.deleting.items()},
         }
         blob = json.dumps(data, sort_keys=True).encode("utf-8")
         if self.io is not None:
@@ -192,6 +204,46 @@ class MetadataStore:
         return first, count
 
     def add_topic(self, cfg: "TopicConfig") -> None:
+        self.topics[cfg.name] = cfg
+        self.save()
+
+    # topic admin (each change is one atomic save)
+    def remove_topic(self, name: str, pending: Dict[int, List[int]]) -> None:
+        """Drop topic ``name`` and its partitions; its replicas in ``pending`` (broker -> partitions)
+        are to be removed from disk. One save: after a crash the topic is either whole or gone."""
+        self.topics.pop(name, None)
+        for tp in [tp for tp in self.partitions if tp[0] == name]:
+            del self.partitions[tp]
+        pending = {b: sorted(ps) for b, ps in pending.items() if ps}
+        if pending:
+            self.deleting[name] = pending
+        self.save()
+
+    def replica_deleted(self, name: str, broker: int, partition: int) -> bool:
+        """Broker ``broker`` removed its replica of ``name``-``partition``; True if that was pending."""
+        per = self.deleting.get(name)
+        if per is None or partition not in per.get(broker, ()):
+            return False
+        per[broker] = [p for p in per[broker] if p != partition]
+        if not per[broker]:
+            del per[broker]
+        if not per:
+            del self.deleting[name]
+        self.save()
+        return True
+
+    def extend_topic(self, cfg: "TopicConfig", states: Sequence[PartitionState]) -> None:
+        """Replace the topic's record by ``cfg`` and add the new partitions' ``states`` (one save)."""
+        self.topics[cfg.name] = cfg
+        for st in states:
+            assert (st.topic, st.partition) not in self.partitions, st
+            self.partitions[(st.topic, st.partition)] = st
+            self.history.append((self.controller_epoch, st))
+        self.save()
+
+    def replace_topic(self, cfg: "TopicConfig") -> None:
+        """Replace the topic's record (configs) by ``cfg``."""
+        assert cfg.name in self.topics, cfg.name
         self.topics[cfg.name] = cfg
         self.save()
 
@@ -294,6 +346,9 @@ class Controller:
             elif isinstance(msg, AlterPartitionRequest):
                 resp = self._on_alter_partition(msg, out)
                 out.send(src, replace(resp, proposal=tuple(msg.new_isr), request_partition_epoch=msg.partition_epoch))
+            elif isinstance(msg, StopReplicaResponse):
+                if msg.error is None:
+                    self.store.replica_deleted(msg.topic, msg.broker_id, msg.partition)
         except StaleControllerEpochError:
             self.active = False
             return Outbox()
@@ -319,6 +374,7 @@ class Controller:
         )
         if missed and not started:
             out.send(b, self._lai(b, missed))
+        self.resend_deletions(b, out)
         if hb.want_shutdown:
             if b not in self.shutting_down:
                 self.shutting_down.add(b)
@@ -514,6 +570,10 @@ class Controller:
         validate_topic(cfg.name)
         if cfg.name in self.store.topics:
             raise TopicAlreadyExistsError(f"topic {cfg.name!r} already exists")
+        if cfg.name in self.store.deleting:
+            raise TopicAlreadyExistsError(
+                f"topic {cfg.name!r} is marked for deletion: brokers {sorted(self.store.deleting[cfg.name])} "
+                "have not removed their replicas yet (they do when they run)")
         for field in ("partitions", "replication_factor", "min_insync_replicas"):
             value = getattr(cfg, field)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -536,6 +596,120 @@ class Controller:
             self.store.write(self.epoch, st)
             for r in replicas:
                 out.send(r, self._lai(r, (st,)))
+        return out
+
+    # ---------------------------------------------------------- topic admin
+    #: topics Kafka calls internal: never deleted or given more partitions through the admin API
+    INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+    def _topic(self, name: str) -> TopicConfig:
+        cfg = self.store.topics.get(name)
+        if cfg is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return cfg
+
+    def delete_topic(self, name: str) -> Outbox:
+        """Delete topic ``name`` (Kafka's DeleteTopics): it leaves the metadata at once (one atomic
+        save, together with the list of replicas still to remove); every replica gets a
+        StopReplica(delete) - the broker renames the directory ``<topic>-<p>.<uuid>-delete`` and
+        deletes it after a delay - and every broker a :class:`TopicsDeleted` for its group
+        coordinator. A replica whose broker is down is removed when it comes back (the request is
+        repeated on each heartbeat until the broker confirms).
+
+        Raises UnknownTopicOrPartitionError, or InvalidTopicError for an internal topic.
+        """
+        cfg = self._topic(name)
+        if name in self.INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic {name!r} is internal and cannot be deleted")
+        delay = cfg.configs.get("file_delete_delay_ms", -1)
+        pending: Dict[int, List[int]] = {}
+        for (t, p), st in self.store.partitions.items():
+            if t == name:
+                for r in st.replicas:
+                    pending.setdefault(r, []).append(p)
+        self.store.remove_topic(name, pending)
+        out = Outbox()
+        for b in self.store.brokers:
+            self.resend_deletions(b, out, topics=(name,), delay_ms=delay if isinstance(delay, int) else -1)
+            out.send(b, TopicsDeleted(self.epoch, (name,)))
+        return out
+
+    def resend_deletions(self, b: int, out: Outbox, topics: Optional[Sequence[str]] = None, delay_ms: int = -1) -> None:
+        """StopReplica(delete) for every replica broker ``b`` still has to remove (of ``topics``);
+        ``delay_ms``: the topic's ``file_delete_delay_ms`` (-1: the broker's)."""
+        for t in (topics if topics is not None else sorted(self.store.deleting)):
+            for p in self.store.deleting.get(t, {}).get(b, ()):
+                out.send(b, StopReplicaRequest(self.epoch, t, p, delete_partition=True, delete_delay_ms=delay_ms))
+
+    def create_partitions(self, name: str, total: int, *, start_index: Optional[int] = None,
+                          shift: Optional[int] = None) -> Outbox:
+        """Grow topic ``name`` to ``total`` partitions (Kafka's CreatePartitions): the new ones are
+        assigned as a topic creation assigns them and start empty at leader epoch 0.
+
+        Raises UnknownTopicOrPartitionError, InvalidPartitionsError (``total`` not above the current
+        count), InvalidTopicError for an internal topic.
+        """
+        cfg = self._topic(name)
+        if not isinstance(total, int) or isinstance(total, bool):
+            raise InvalidPartitionsError(f"topic {name!r}: the partition count must be an int, got {total!r}")
+        if total <= cfg.partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {cfg.partitions} partitions; the new count ({total}) must be greater")
+        if name in self.INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic {name!r} is internal: its partition count cannot change")
+        brokers = sorted(self.store.brokers)
+        assignment = assign_replicas(brokers, total - cfg.partitions, cfg.replication_factor, rng=self.store.rng,
+                                     start_index=start_index, shift=shift)
+        states = []
+        for i, replicas in enumerate(assignment):
+            live = [r for r in replicas if self._is_live(r)] or [replicas[0]]
+            leader = live[0] if self._is_live(live[0]) else NO_LEADER
+            states.append(PartitionState(name, cfg.partitions + i, tuple(replicas), leader, 0, tuple(live), 0,
+                                         cfg.min_insync_replicas))
+        self.store.extend_topic(replace(cfg, partitions=total), states)
+        out = Outbox()
+        for st in states:
+            for r in st.replicas:
+                out.send(r, self._lai(r, (st,)))
+        return out
+
+    def alter_topic_config(self, name: str, configs: Dict[str, object]) -> Outbox:
+        """Set (value None: remove) per-topic configs, already in snake_case with typed values
+        (:func:`pylog.replication.topic_configs.normalize_topic_configs`). Log configs reach the
+        running replicas in a LeaderAndIsr (they apply them to their open logs); a new
+        ``min_insync_replicas`` is a new partition state (partition epoch + 1).
+
+        Raises UnknownTopicOrPartitionError, InvalidConfigurationError.
+        """
+        cfg = self._topic(name)
+        merged = dict(cfg.configs)
+        min_isr, unclean = cfg.min_insync_replicas, cfg.unclean_leader_election
+        for k, v in configs.items():
+            if k == "min_insync_replicas":
+                min_isr = 1 if v is None else v  # type: ignore[assignment]
+            elif k == "unclean_leader_election":
+                unclean = bool(v)
+            elif v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = v
+        if not isinstance(min_isr, int) or isinstance(min_isr, bool) or not 1 <= min_isr <= cfg.replication_factor:
+            raise InvalidConfigurationError(
+                f"topic {name!r}: min.insync.replicas must be in [1, replication_factor={cfg.replication_factor}], "
+                f"got {min_isr!r}")
+        validate_topic_configs(name, merged)
+        new = replace(cfg, configs=merged, min_insync_replicas=min_isr, unclean_leader_election=unclean)
+        self.store.replace_topic(new)
+        out = Outbox()
+        states = sorted((st for (t, _), st in self.store.partitions.items() if t == name), key=lambda st: st.partition)
+        if min_isr != cfg.min_insync_replicas:
+            for st in states:
+                self._write(self._next(replace(st, min_insync_replicas=min_isr), isr=st.isr), out)
+        else:
+            for b in self.store.brokers:
+                mine = tuple(st for st in states if b in st.replicas)
+                if mine:
+                    out.send(b, self._lai(b, mine))
         return out
 
     def _check(self) -> None:

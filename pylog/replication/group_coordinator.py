@@ -953,6 +953,27 @@ class GroupCoordinator:
                                            for t, p in sorted(expired)], out, lambda r, o, n: None)
             self._maybe_dead(g, now_ms, out)
 
+    def on_topics_deleted(self, topics: Iterable[str], now_ms: int) -> Outbox:
+        """Topics were deleted: every loaded group forgets its committed offsets of their partitions
+        and tombstones them in ``__consumer_offsets`` (Kafka's ``onPartitionsDeleted``); a group left
+        Empty without offsets is removed. Groups whose offsets partition this broker does not lead
+        now are not touched (their coordinator does it when it gets the same notice).
+        """
+        out = Outbox()
+        gone = set(topics)
+        for g in list(self.groups.values()):
+            if g.partition not in self.loaded or g.state == DEAD:
+                continue
+            dropped = sorted(tp for tp in g.offsets if tp[0] in gone)
+            for tp in dropped:
+                del g.offsets[tp]
+                g.written_by.pop(tp, None)
+            if dropped:
+                self._append(g.partition, [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p))
+                                           for t, p in dropped], out, lambda r, o, n: None)
+                self._maybe_dead(g, now_ms, out)
+        return out
+
     def _check(self) -> None:
         for gid, g in self.groups.items():
             assert g.group_id == gid

@@ -219,9 +219,36 @@ class HeartbeatResponse:
 
 @dataclass(frozen=True)
 class StopReplicaRequest:
+    """Stop serving a replica; with ``delete_partition`` (topic deletion) also remove it from disk:
+    Kafka renames the directory ``<topic>-<partition>.<uuid>-delete`` at once and deletes it after
+    ``delete_delay_ms`` (-1: the broker's ``file_delete_delay_ms``)."""
+
     controller_epoch: int
     topic: str
     partition: int
+    delete_partition: bool = False
+    delete_delay_ms: int = -1
+
+
+@dataclass(frozen=True)
+class StopReplicaResponse:
+    """A broker removed its replica of ``topic``-``partition`` from its log directory (renamed for
+    deletion, or it had none): the controller stops asking."""
+
+    broker_id: int
+    topic: str
+    partition: int
+    error: ErrorType = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TopicsDeleted:
+    """The controller tells every broker that ``topics`` are gone: the group coordinators drop the
+    committed offsets of their partitions (Kafka's GroupCoordinator.onPartitionsDeleted)."""
+
+    controller_epoch: int
+    topics: Tuple[str, ...]
 
 
 @dataclass

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 
 import os
+import shutil
+import uuid
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -39,6 +41,7 @@ from pylog.errors import (
     NotLeaderError,
     PylogError,
     RequestTimedOutError,
+    UnknownTopicOrPartitionError,
 )
 from pylog.replication.messages import (
     ACKS_ALL,
@@ -54,11 +57,13 @@ from pylog.replication.messages import (
     ProduceRequest,
     ProduceResponse,
     StopReplicaRequest,
+    StopReplicaResponse,
 )
 from pylog.replication.partition import FOLLOWER, LEADER, Partition
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log, LogConfig
+from pylog.storage.logdir import LogDir
 
 CONTROLLER = "controller"
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
@@ -76,6 +81,10 @@ class ReplicaManagerConfig:
     request_timeout_ms: int = 30_000
     hw_checkpoint_interval_ms: int = 5_000
     alter_partition_retry_ms: int = 2_000
+    #: how long the directory of a deleted partition (renamed ``<topic>-<p>.<uuid>-delete``) stays
+    #: before it is removed (Kafka's ``file.delete.delay.ms``, 60 s there; 1 s here: an embedded
+    #: broker has no reader that needs the grace period)
+    file_delete_delay_ms: int = 1_000
 
 
 @dataclass
@@ -146,6 +155,19 @@ class ReplicaManager:
         self._pid_block = (-1, 0)
         self._next_pid = 0
         self._pid_end = 0
+        #: ``(due_ms, path)`` of renamed directories of deleted partitions, removed by :meth:`tick` (and
+        #: by a clean shutdown); those a previous incarnation left behind are found again here and
+        #: removed at the first tick (Kafka's LogManager finds them too; their readers are gone)
+        self.pending_deletes: List[Tuple[int, str]] = []
+        self._deleted_count = 0
+        #: per replica, the topic configs (the controller's overrides) its log was opened or last reconfigured with
+        self._topic_configs: Dict[TP, Tuple[Tuple[str, object], ...]] = {}
+        #: replicas this incarnation deleted: requests for them get UnknownTopicOrPartitionError
+        #: (Kafka's answer for a deleted partition) rather than NotLeaderError
+        self.deleted: Set[TP] = set()
+        for name in sorted(self.io.listdir(log_dir)):
+            if name.endswith("-delete") and os.path.isdir(os.path.join(log_dir, name)):
+                self.pending_deletes.append((now, os.path.join(log_dir, name)))
 
     # ----------------------------------------------------------- partitions
     def log_config_for(self, topic_config: Sequence[Tuple[str, object]] = ()) -> Dict[str, object]:
@@ -172,6 +194,7 @@ class ReplicaManager:
             )
             log.retention_high_watermark = lambda p=p: p.high_watermark  # retention stays below the HW
             self.partitions[tp] = p
+            self.deleted.discard(tp)
         return p
 
     def _next_corr(self) -> int:
@@ -207,6 +230,9 @@ class ReplicaManager:
             p = self.partitions.get((msg.topic, msg.partition))
             if p is not None and p.on_alter_partition_response(msg, now_ms):
                 self._complete_delayed((msg.topic, msg.partition), now_ms, out)
+        elif isinstance(msg, StopReplicaRequest) and msg.delete_partition:
+            if msg.controller_epoch >= self.controller_epoch:
+                self._delete_replica(msg, now_ms, out)
         elif isinstance(msg, StopReplicaRequest):
             if msg.controller_epoch >= self.controller_epoch:
                 tp = (msg.topic, msg.partition)
@@ -232,6 +258,7 @@ class ReplicaManager:
                 continue
             try:
                 p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
+                self._apply_topic_config((st.topic, st.partition), p, topic_configs.get(st.topic, ()))
                 outcome = p.apply_state(st, now_ms)
             except (PylogError, OSError) as exc:
                 # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
@@ -255,6 +282,89 @@ class ReplicaManager:
             elif outcome == "isr":
                 self._complete_delayed(tp, now_ms, out)
 
+    def _apply_topic_config(self, tp: TP, p: Partition, topic_config: Sequence[Tuple[str, object]]) -> None:
+        """Give an open log its topic's configs when the controller's differ from those it last applied
+        (an altered topic config reaches running replicas with the controller's next LeaderAndIsr)."""
+        given = tuple(topic_config)
+        if self._topic_configs.get(tp) == given:
+            return
+        if tp in self._topic_configs:
+            p.log.reconfigure(LogConfig.from_kwargs(**self.log_config_for(given)))
+        self._topic_configs[tp] = given
+
+    # ------------------------------------------------------ topic deletion
+    def _delete_replica(self, msg: StopReplicaRequest, now_ms: int, out: Outbox) -> None:
+        """Stop the replica, close its log, rename its directory ``<topic>-<p>.<uuid>-delete`` (removed
+        after ``file_delete_delay_ms``, or at the next start), drop its checkpoint entries; confirm to
+        the controller. Idempotent: a replica that is not open or on disk is confirmed as removed.
+        """
+        tp = (msg.topic, msg.partition)
+        p = self.partitions.pop(tp, None)
+        self._hw_at_start.pop(tp, None)
+        self._topic_configs.pop(tp, None)
+        self.deleted.add(tp)
+        error: Optional[type] = None
+        text = ""
+        try:
+            if p is not None:
+                p.stop()
+                self._fail_delayed_produce(tp, NotLeaderError, out)
+                for d in self.delayed_fetch.pop(tp, []):
+                    out.send(d.src, FetchResponse(msg.topic, msg.partition, d.req.correlation_id,
+                                                  error=UnknownTopicOrPartitionError,
+                                                  message=f"{msg.topic}-{msg.partition} was deleted"))
+                self.inflight.pop(tp, None)
+                self.next_fetch_at.pop(tp, None)
+                self.fetch_wakeups.discard(tp)
+                try:
+                    p.log.close()
+                except OSError:
+                    p.log.abandon()  # its data is being deleted anyway
+            src = os.path.join(self.log_dir, f"{msg.topic}-{msg.partition}")
+            if os.path.isdir(src):
+                self._deleted_count += 1
+                tag = uuid.UUID(int=((self.incarnation & ((1 << 64) - 1)) << 64) | self._deleted_count).hex
+                dst = f"{src}.{tag}-delete"
+                os.rename(src, dst)
+                self.io.fsync_dir(self.log_dir)
+                delay = msg.delete_delay_ms if msg.delete_delay_ms >= 0 else self.config.file_delete_delay_ms
+                self.pending_deletes.append((now_ms + delay, dst))
+            ld = LogDir.acquire(self.log_dir, self.io)
+            try:
+                ld.forget(tp)
+                ld.write_checkpoints()
+            finally:
+                ld.release()
+            self.checkpoint_high_watermarks()
+        except (PylogError, OSError) as exc:
+            error, text = KafkaStorageError, f"broker {self.broker_id}: deleting {msg.topic}-{msg.partition}: {exc}"
+            import logging
+
+            logging.getLogger("pylog.replication").error("%s", text)
+        out.send(CONTROLLER, StopReplicaResponse(self.broker_id, msg.topic, msg.partition, error, text))
+
+    def _remove_deleted_dirs(self, now_ms: Optional[int]) -> None:
+        """Remove the renamed directories of deleted partitions whose delay has passed (all: None)."""
+        if not self.pending_deletes or (now_ms is not None and now_ms < min(due for due, _ in self.pending_deletes)):
+            return
+        keep = []
+        for due, path in self.pending_deletes:
+            if now_ms is not None and due > now_ms:
+                keep.append((due, path))
+                continue
+            try:
+                shutil.rmtree(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # retried at the next tick's turn
+                import logging
+
+                logging.getLogger("pylog.replication").error("broker %d: removing %s failed: %s",
+                                                             self.broker_id, path, exc)
+                if now_ms is not None:
+                    keep.append((now_ms + self.config.file_delete_delay_ms, path))
+        self.pending_deletes = keep
+
     # -------------------------------------------------------------- produce
     def _init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         """Hand out the next id of the block the controller granted (epoch 0: a new idempotent producer)."""
@@ -272,9 +382,11 @@ class ReplicaManager:
         acks = req.acks
         if p is None:
             if acks != 0:
-                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=NotLeaderError,
+                gone = tp in self.deleted
+                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id,
+                                              error=UnknownTopicOrPartitionError if gone else NotLeaderError,
                                               message=f"broker {self.broker_id} has no replica of "
-                                              f"{req.topic}-{req.partition}"))
+                                              f"{req.topic}-{req.partition}" + (" (deleted)" if gone else "")))
             return
         try:
             res = p.append_as_leader(req.records, acks, now_ms)
@@ -364,8 +476,11 @@ class ReplicaManager:
         tp = (req.topic, req.partition)
         p = self.partitions.get(tp)
         if p is None:
-            out.send(src, FetchResponse(req.topic, req.partition, req.correlation_id, error=NotLeaderError,
-                                        message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}"))
+            gone = tp in self.deleted
+            out.send(src, FetchResponse(req.topic, req.partition, req.correlation_id,
+                                        error=UnknownTopicOrPartitionError if gone else NotLeaderError,
+                                        message=f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}"
+                                        + (" (deleted)" if gone else "")))
             return
         hw_before = p.high_watermark
         resp, alter = p.handle_fetch(req, now_ms)
@@ -484,6 +599,7 @@ class ReplicaManager:
             if cur is not None and now_ms - cur[2] >= cfg.request_timeout_ms:
                 del self.inflight[tp]
             self._maybe_send_follower(tp, now_ms, out)
+        self._remove_deleted_dirs(now_ms)
         if now_ms - self._last_hw_checkpoint >= cfg.hw_checkpoint_interval_ms:
             try:
                 self.checkpoint_high_watermarks()
@@ -502,11 +618,13 @@ class ReplicaManager:
 
     # ------------------------------------------------------------- shutdown
     def shutdown(self, clean: bool) -> None:
-        """Clean: checkpoint HWs and close (flush) every log. Unclean: abandon them (a crash)."""
+        """Clean: remove deleted partitions' renamed directories, checkpoint HWs and close (flush) every
+        log. Unclean: abandon them (a crash; the next start finds the renamed directories)."""
         if self.closed:
             return
         self.closed = True
         if clean:
+            self._remove_deleted_dirs(None)
             # A failing disk must not stop the shutdown half-way: every log is closed (or, if
             # closing fails, abandoned, which releases its directory as a crash would), then
             # the first error is raised. The next open recovers what was not closed cleanly.

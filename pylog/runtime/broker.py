@@ -47,6 +47,8 @@ from pylog.replication.messages import (
     Outbox,
     ProduceRequest,
     ProduceResponse,
+    StopReplicaResponse,
+    TopicsDeleted,
 )
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 from pylog.replication.partition import LEADER
@@ -205,7 +207,7 @@ class Broker:
             if rm.fetch_wakeups and not self._wakeup_queued:  # type: ignore[union-attr]
                 self._queue_fetch_wakeups()
             return
-        if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest)):
+        if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest, StopReplicaResponse)):
             if self.controller is not None and self.controller.active and self.store.controller_id == self.broker_id:
                 self._send(self.controller.handle(src, msg, now))
             return
@@ -229,6 +231,10 @@ class Broker:
             return
         if isinstance(msg, gm.ListOffsetsRequest):
             self.transport.send(self.broker_id, src, self._list_offsets(msg))
+            return
+        if isinstance(msg, TopicsDeleted):
+            self._sync_coordinator(now)
+            self._send(self.coordinator.on_topics_deleted(msg.topics, now))
             return
         self._send(self.rm.handle(src, msg, now))
         if self.rm.fetch_wakeups and not self._wakeup_queued:

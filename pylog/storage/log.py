@@ -279,8 +279,23 @@ class Log:
         """Open (creating when needed) the partition directory ``path``.
 
         ``path`` must be named ``<topic>-<partition>`` as in a Kafka log dir
-        (e.g. ``/data/orders-0``); its parent is the log directory holding the
-        checkpoints and the lock. Settings are those of :class:`LogConfig`.
+        (e.g. ``/data/orders-0``). Its parent (``/data``) becomes a Kafka log
+        directory (an entry of ``log.dirs``), shared by every partition opened
+        under it; a writer creates or replaces there, and only there:
+
+        * ``.lock`` - an fcntl lock held while a writer has any partition of
+          ``/data`` open (a second writer process gets LogDirLockedError);
+        * ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``
+          - one line per partition of ``/data`` (written atomically);
+        * ``cleaner-offset-checkpoint`` - only for compacted partitions;
+        * ``.kafka_cleanshutdown`` - removed while a writer is open, written when
+          the last partition closes cleanly.
+
+        Inside ``path``: the segments (``.log``, ``.index``, ``.timeindex``),
+        ``leader-epoch-checkpoint`` and producer snapshots. ``read_only=True``
+        writes nothing anywhere. ``pylog.open("/data")`` later adopts such
+        partition folders into its broker (pylog/storage/adopt.py) rather than ignoring
+        them. Settings are those of :class:`LogConfig`.
 
         Raises :class:`LogDirLockedError` when another writer has the log
         directory, :class:`InvalidTopicError` for a bad directory name,
@@ -471,6 +486,22 @@ class Log:
             self._load_read_only()  # on an error the old view stays usable
             for seg in old.values():
                 seg.close()
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Apply new settings to the open log (an altered topic config), as Kafka's
+        ``UnifiedLog.updateConfig``: later appends, rolls, flushes, retention and cleaning use
+        them; segments already written keep their index interval. ``config`` is validated first.
+
+        Complexity: O(1). Durability: nothing is written. Thread-safety: takes the log's lock.
+        """
+        if not isinstance(config, LogConfig):
+            raise InvalidConfigurationError(f"{self.dir}: reconfigure() takes a LogConfig, not {type(config).__name__}")
+        config.validate()
+        with self._lock:
+            self._ensure_open()
+            self.config = config
+            if not self.read_only:
+                self.active_segment.map_limit = config.segment_bytes
 
     # ------------------------------------------------------------ properties
     @property
