@@ -6,7 +6,6 @@ needs a SparkSession (``spark``) and Java: ``examples/spark_read.py`` is its run
 """
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import subprocess
@@ -14,7 +13,6 @@ import sys
 
 import pytest
 
-import pylog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,8 +38,6 @@ def test_readme_has_the_blocks_this_test_runs():
 
 @pytest.mark.parametrize("code", PYTHON_BLOCKS, ids=[_id(b) for b in PYTHON_BLOCKS])
 def test_readme_block_runs_twice_on_the_same_directory(code, tmp_path):
-    if "exist_ok=True" in code and "exist_ok" not in inspect.signature(pylog.Cluster.create_topic).parameters:
-        pytest.xfail("create_topic(exist_ok=True) comes with the topic-admin work of issue 19 (not on this branch)")
     root = str(tmp_path)
     body = re.sub(r'"/(data|var/lib/myapp)/', lambda m: f'"{root}/{m.group(1).replace("/", "_")}/', code)
     assert body != code or "/data" not in code
