@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, register
+from pylog.protocol.handlers.core import default_rf
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -63,7 +64,7 @@ def create_topics(ctx: RequestContext, req: Any) -> None:
             rows.append((n, codec.INVALID_REQUEST, "topic named more than once in the request", -1, -1))
             continue
         partitions = cluster.num_partitions if t.num_partitions in (-1, None) else int(t.num_partitions)
-        rf = min(3, len(cluster.brokers)) if t.replication_factor in (-1, None) else int(t.replication_factor)
+        rf = default_rf(cluster) if t.replication_factor in (-1, None) else int(t.replication_factor)
         if t.assignments:
             rows.append((n, codec.INVALID_REQUEST, "manual replica assignments are not supported", -1, -1))
             continue
@@ -277,7 +278,7 @@ def _broker_configs(ctx: RequestContext) -> List[Tuple[str, Optional[str], int]]
     c = ctx.cluster
     rows = [("auto.create.topics.enable", "true" if c.auto_create_topics else "false", SOURCE_STATIC_BROKER),
             ("num.partitions", str(c.num_partitions), SOURCE_STATIC_BROKER),
-            ("default.replication.factor", str(min(3, len(c.brokers))), SOURCE_STATIC_BROKER),
+            ("default.replication.factor", str(default_rf(c)), SOURCE_STATIC_BROKER),
             ("socket.request.max.bytes", str(ctx.server.max_request_bytes), SOURCE_STATIC_BROKER),
             ("replica.lag.time.max.ms", str(c.config.replica_lag_time_max_ms), SOURCE_STATIC_BROKER)]
     for k, val in sorted((ctx.broker.log_config or {}).items()):
