@@ -234,7 +234,7 @@ class KafkaServer:
             while self._cmds:
                 self._cmds.popleft()()
             now = time.monotonic()
-            if now - last_idle_check >= 1.0:
+            if now - last_idle_check >= min(1.0, self.max_idle_s / 2):
                 last_idle_check = now
                 for c in [c for c in self.conns.values()
                           if not c.busy and not c.wbuf and now - c.last_active > self.max_idle_s]:
