@@ -103,8 +103,9 @@ def _error_codes() -> Dict[str, int]:
         if isinstance(obj, type) and issubclass(obj, _kerrors.BrokerResponseError) and isinstance(
                 getattr(obj, "errno", None), int):
             codes[obj.message] = obj.errno
-    codes["NOT_LEADER_OR_FOLLOWER"] = codes.get("NOT_LEADER_FOR_PARTITION", 6)  # Kafka's name since 2.7
-    codes["NONE"] = 0
+    # Kafka's own names (Errors.java) where kafka-python's differ
+    codes.update(NOT_LEADER_OR_FOLLOWER=6, NONE=0, UNKNOWN_SERVER_ERROR=-1, MESSAGE_TOO_LARGE=10,
+                 INVALID_TOPIC_EXCEPTION=17, INVALID_REPLICA_ASSIGNMENT=39)
     return codes
 
 
