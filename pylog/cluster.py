@@ -642,6 +642,8 @@ class Cluster:
         checker = getattr(self.scheduler, "_check", None)
         if checker is not None:
             checker()
+        if self.kafka_server is not None:
+            self.kafka_server._call_io(self.kafka_server._check)
 
         def run() -> None:
             self.store._check()

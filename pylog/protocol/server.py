@@ -455,6 +455,18 @@ class KafkaServer:
         except OSError:
             pass
 
+    def _check(self) -> None:
+        """Invariants (tests call it): listeners are brokers' and on their recorded ports; open
+        connections are registered for what they wait on; a muted connection holds a whole frame."""
+        assert set(self.listeners) <= set(self.ports)
+        for b, s in self.listeners.items():
+            assert s.getsockname()[1] == self.ports[b]
+        for c in list(self.conns.values()):
+            assert not c.closed
+            want = (0 if c.muted else selectors.EVENT_READ) | (selectors.EVENT_WRITE if c.wbuf else 0)
+            assert c.events == want, (c.peer, c.events, want)
+            assert c.ctx is None or c.busy
+
     # ---------------------------------------------------------------- close
     def close(self) -> None:
         """Close every listener and connection and join the I/O thread (idempotent)."""
