@@ -123,3 +123,38 @@ def test_fetch_mid_batch_offset_returns_the_whole_batch(kcluster1):
     recs = bytes(part.records)
     assert struct.unpack(">q", recs[:8])[0] == 0  # the batch holding offset 5 starts at 0 and comes whole
     assert part.aborted_transactions is None  # read_uncommitted: null
+
+
+def test_fetch_v12_reports_a_diverging_epoch(kcluster):
+    """KIP-320: a consumer whose last fetched epoch ended (on the leader) before its fetch offset is told
+    where that epoch ends, with no records, instead of silently reading another history."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    kcluster.create_topic("t", partitions=1, replication_factor=3)
+    p = kcluster.producer(acks="all")
+    for i in range(5):
+        p.send("t", f"e0-{i}".encode()).result()  # offsets 0-4 in epoch 0
+    old = kcluster.leader_of("t", 0)
+    kcluster.stop_broker(old, clean=True)  # leadership moves: epoch 1
+    for i in range(5):
+        p.send("t", f"e1-{i}".encode()).result()  # offsets 5-9 in epoch 1
+    leader = kcluster.leader_of("t", 0)
+    F = FetchRequest[12]
+
+    def fetch(offset, last_epoch):
+        req = F(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[F.FetchTopic(topic="t", partitions=[F.FetchTopic.FetchPartition(
+                    partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=last_epoch,
+                    log_start_offset=-1, partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+        req.with_header(correlation_id=1, client_id="raw")
+        with socket.create_connection(_addr(kcluster, leader), timeout=30) as s:
+            s.sendall(bytes(req.encode(header=True, framed=True)))
+            body = _recv(s, struct.unpack(">i", _recv(s, 4))[0])
+        return FetchResponse.decode(body[5:], version=12).responses[0].partitions[0]
+
+    part = fetch(7, 0)  # "my offset 6 came from epoch 0": epoch 0 ended at 5
+    assert part.error_code == 0 and (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (0, 5)
+    assert not part.records
+    ok = fetch(5, 0)  # consistent with the leader: records, no divergence
+    assert (ok.diverging_epoch is None or ok.diverging_epoch.epoch == -1) and ok.records
+    kcluster.start_broker(old)
