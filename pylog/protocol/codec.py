@@ -21,15 +21,22 @@ from typing import Any, Dict, Optional, Tuple
 
 from pylog.errors import InvalidConfigurationError
 
-try:
-    from kafka.protocol import api_message as _api_message  # noqa: F401 - presence check
-except ImportError as exc:  # pragma: no cover - the `kafka` extra is missing
-    raise InvalidConfigurationError(
-        "the Kafka protocol listener needs kafka-python>=3 (its Kafka message schemas): "
-        "pip install 'pylog[kafka]'") from exc
+import warnings
 
-import kafka.errors as _kerrors
-from kafka.protocol.api_header import RequestHeader
+with warnings.catch_warnings():
+    # kafka-python 3.0 loads its JSON schemas with importlib.resources.read_text (deprecated since 3.11)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    try:
+        from kafka.protocol import api_message as _api_message  # noqa: F401 - presence check
+    except ImportError as exc:  # pragma: no cover - the `kafka` extra is missing
+        raise InvalidConfigurationError(
+            "the Kafka protocol listener needs kafka-python>=3 (its Kafka message schemas): "
+            "pip install 'pylog[kafka]'") from exc
+    import kafka.errors as _kerrors
+    import kafka.protocol.admin  # noqa: F401 - every schema loads now, not in a request's path
+    import kafka.protocol.consumer  # noqa: F401
+    import kafka.protocol.metadata  # noqa: F401
+    import kafka.protocol.producer  # noqa: F401
 
 _HEAD = struct.Struct(">hhi")  # request_api_key, request_api_version, correlation_id
 
