@@ -14,7 +14,9 @@ fetches (KIP-227).
 Long poll: a first pass reads every partition at once; if it found fewer than
 ``min_bytes`` (and ``max_wait_ms`` > 0), each partition is asked again with the
 remaining wait, parking in the broker's fetch purgatory, and the response goes
-out when the first of them has data or an error, or when the wait is over.
+out once the partitions' data reach ``min_bytes`` (each parked partition answers
+once, with what it has when the leader appends), at the first error, or when
+the wait is over.
 
 Thread-safety: handlers run on the cluster's loop thread.
 """
@@ -156,7 +158,8 @@ def fetch(ctx: RequestContext, req: Any) -> None:
         if done[0]:
             return
         apply(tp, resp)
-        if pending[0] == 0 or state[tp].records or state[tp].code:
+        got = sum(len(s.records) for s in state.values())
+        if pending[0] == 0 or got >= max(min_bytes, 1) or state[tp].code:
             reply()
 
     if not wanted:
