@@ -1,4 +1,4 @@
-"""pytest plugin: ``pylog_cluster`` (a 3-broker simulated cluster) and ``pylog_kafka`` (a real-time one with Kafka listeners).
+"""pytest plugin: a ``pylog_cluster`` fixture giving each test a 3-broker simulated cluster.
 
 Registered as a ``pytest11`` entry point, so installing pylog is enough::
 
@@ -41,23 +41,6 @@ def pylog_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     marker = request.node.get_closest_marker("pylog_seed")
     seed = int(marker.args[0]) if marker is not None else int(request.config.getoption("--pylog-seed", default=0) or 0)
     cluster = Cluster(tmp_path_factory.mktemp("pylog-cluster"), brokers=3, seed=seed)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
-
-
-@pytest.fixture
-def pylog_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A real-time 3-broker :class:`pylog.Cluster` that speaks the Kafka protocol on loopback.
-
-    Point any Kafka client at ``pylog_kafka.bootstrap_servers``; topics are
-    auto-created (1 partition, replication factor 3) or made with the client's
-    admin API or ``pylog_kafka.create_topic``. Faults: ``pylog_kafka.inject_fault``,
-    ``pylog_kafka.stop_broker(b, clean=False)``. Needs the ``kafka`` extra
-    (docs/kafka-protocol.md). Closed after the test.
-    """
-    cluster = Cluster(tmp_path_factory.mktemp("pylog-kafka"), brokers=3, listen="127.0.0.1:0")
     try:
         yield cluster
     finally:
