@@ -39,8 +39,10 @@ def test_listen_argument_checks(tmp_path):
         pylog.Cluster(tmp_path / "a", brokers=1, listen="nonsense")
     with pytest.raises(InvalidConfigurationError):
         pylog.Cluster(tmp_path / "b", brokers=1, seed=1, listen="127.0.0.1:0")
-    c = pylog.Cluster(tmp_path / "c", brokers=1, listen="127.0.0.1:0")
+    c = pylog.Cluster(tmp_path / "c", brokers=1, listen="127.0.0.1:0", connections_max_idle_ms=250,
+                      socket_request_max_bytes=1000)
     try:
+        assert (c.kafka_server.max_idle_s, c.kafka_server.max_request_bytes) == (0.25, 1000)
         port = c.kafka_server.address_of(0)[1]
         with pytest.raises(InvalidConfigurationError):  # the port is taken
             pylog.Cluster(tmp_path / "d", brokers=1, listen=f"127.0.0.1:{port}")
