@@ -49,7 +49,7 @@ from pylog.replication.controller import MetadataStore, TopicConfig
 from pylog.replication.messages import NO_LEADER
 from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
-from pylog.runtime.broker import Broker, SimDisk, _NoRealSync
+from pylog.runtime.broker import Broker, SimDisk
 from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
@@ -138,7 +138,9 @@ class Cluster:
         session = session_timeout_ms if session_timeout_ms is not None else (18_000 if not self.simulated else 3_000)
         heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
         self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
-        meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
+        # A simulation's metadata file is on a SimDisk too: its writes can be made to fail
+        # (``store.io.fail_write_after``, the simulator's metadata-write fault).
+        meta_io: FileIO = SimDisk() if self.simulated else FileIO()
         self.store = MetadataStore(list(range(brokers)), random.Random(self.scheduler.rng.getrandbits(64)),
                                    path=os.path.join(self.path, METADATA_FILE), file_io=meta_io)
         for b in range(brokers):
