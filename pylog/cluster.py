@@ -45,7 +45,7 @@ from pylog.errors import (
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
-from pylog.replication.controller import MetadataStore, TopicConfig
+from pylog.replication.controller import MetadataStore, TopicConfig, offsets_topic_replication
 from pylog.replication.messages import NO_LEADER
 from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
@@ -310,8 +310,9 @@ class Cluster:
 
         With a ``group_id``, the ``__consumer_offsets`` topic is created first if it
         does not exist (compacted, ``offsets_topic_partitions`` partitions,
-        replication factor min(3, brokers)), as Kafka's brokers create it on the
-        first FindCoordinator. The options are checked before that: a bad one
+        replication factor min(3, brokers), min ISR 2 with 3 or more brokers, see
+        :func:`~pylog.replication.controller.offsets_topic_replication`), as Kafka's
+        brokers create it on the first FindCoordinator. The options are checked before that: a bad one
         raises and leaves no topic behind.
         """
         self._ensure_open()
@@ -333,12 +334,12 @@ class Cluster:
         if OFFSETS_TOPIC in self.store.topics:
             return
         n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
-        rf = min(3, len(self.brokers))
+        rf, min_isr = offsets_topic_replication(len(self.brokers))
         try:
             self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf,  # type: ignore[call-arg]
-                              config={"cleanup_policy": "compact"})
+                              min_insync_replicas=min_isr, config={"cleanup_policy": "compact"})
         except TypeError:  # a Cluster without per-topic configs
-            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf)
+            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf, min_insync_replicas=min_isr)
         except Exception:
             if OFFSETS_TOPIC not in self.store.topics:  # another consumer created it meanwhile: fine
                 raise

@@ -61,6 +61,7 @@ from pylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from pylog.replication.assignment import assign_replicas
+from pylog.replication.offsets_topic import OFFSETS_TOPIC
 from pylog.replication.messages import (
     NO_LEADER,
     AlterPartitionRequest,
@@ -106,6 +107,20 @@ class TopicConfig:
 
     def config_items(self) -> Tuple[Tuple[str, object], ...]:
         return tuple(sorted(self.configs.items()))
+
+
+def offsets_topic_replication(brokers: int) -> Tuple[int, int]:
+    """``(replication_factor, min_insync_replicas)`` of ``__consumer_offsets`` in a cluster of ``brokers``.
+
+    Kafka's ``offsets.topic.replication.factor`` is 3; with 3 or more brokers pylog also gives the
+    topic min ISR 2 (Kafka's recommended production setting), so the HW of a group's offsets
+    partition stops while only one replica is in sync and the replicas that left keep every
+    committed offset (KIP-966's ELR): a lone leader that crashes and loses its unflushed tail
+    can no longer take committed offsets with it (issue 14, item 3). With 1 or 2 brokers: RF =
+    brokers and min ISR 1 (a second replica that must always be up would stop every commit).
+    """
+    rf = min(3, brokers)
+    return rf, (2 if rf >= 3 else 1)
 
 
 def validate_topic_configs(name: str, configs: Dict[str, object]) -> None:
@@ -528,6 +543,13 @@ class Controller:
             for b in self.store.brokers:
                 if not self._is_live(b):  # the previous controller's broker: its lease expired
                     self._broker_failed(b, out)
+            # Kafka's onControllerFailover (triggerOnlinePartitionStateChange): elect a leader for
+            # every partition left offline. Otherwise a partition whose ISR members all lived
+            # through a controller change (a controller that stopped acting on a failing store,
+            # or one cut off from them) would wait for a broker restart to be elected.
+            for tp, st in list(self.store.partitions.items()):
+                if st.leader == NO_LEADER:
+                    self._elect(tp, "offline", out, exclude=set())
         except MetadataStorageError as exc:
             self._lose_store(exc)
         return out
@@ -614,7 +636,16 @@ class Controller:
             if b in st.elr and unclean:  # it may have lost the committed records it held
                 st = self._write(self._next(st, isr=st.isr, unclean=lost), out)
             if st.leader == b or (unclean and st.leader == NO_LEADER and st.isr == (b,)):
-                self._elect(tp, "offline", out, exclude={b}, unclean=lost)
+                if not self._elect(tp, "offline", out, exclude={b}, unclean=lost) and unclean:
+                    st = self.store.partitions[tp]
+                    if st.isr == (b,) and st.elr:
+                        # KIP-966: a broker that restarted uncleanly leaves the ISR. It was the last
+                        # member, so the ISR is "empty" and the next leader must come from the ELR,
+                        # which holds every committed record (the HW froze when it left the ISR);
+                        # pylog keeps ISRs non-empty, so the ELR becomes the ISR of the offline
+                        # partition. Electing ``b`` instead would truncate the ELR to what ``b``
+                        # kept (seed 702007 of issue 14: __consumer_offsets HW 5 -> 0).
+                        self._write(replace(st, isr=st.elr, elr=(), partition_epoch=st.partition_epoch + 1), out)
             elif b in st.isr and len(st.isr) > 1:
                 self._write(self._next(st, isr=tuple(r for r in st.isr if r != b), unclean=lost), out)
 
@@ -794,6 +825,13 @@ class Controller:
             )
         validate_topic_configs(cfg.name, cfg.configs)
         brokers = sorted(self.store.brokers)
+        if cfg.name == OFFSETS_TOPIC:
+            rf, min_isr = offsets_topic_replication(len(brokers))
+            if cfg.replication_factor < rf or cfg.min_insync_replicas < min_isr:
+                raise InvalidConfigurationError(
+                    f"topic {OFFSETS_TOPIC!r} needs replication_factor >= {rf} and min_insync_replicas >= {min_isr} "
+                    f"with {len(brokers)} brokers, got {cfg.replication_factor} and {cfg.min_insync_replicas}: a lone "
+                    f"in-sync replica that crashes can lose committed offsets (docs/replication.md)")
         assignment = assign_replicas(brokers, cfg.partitions, cfg.replication_factor, rng=self.store.rng,
                                      start_index=start_index, shift=shift)
         states = []
@@ -817,4 +855,5 @@ class Controller:
         assert self.epoch <= self.store.controller_epoch
 
 
-__all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
+__all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata",
+           "offsets_topic_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
