@@ -42,7 +42,10 @@ from pylog.metrics import Metric, metric
 from pylog.errors import (
     BrokerNotAvailableError,
     InvalidConfigurationError,
+    KafkaStorageError,
     LeaderNotAvailableError,
+    MetadataStorageError,
+    PylogError,
     UnknownTopicOrPartitionError,
 )
 from pylog.replication.controller import MetadataStore, TopicConfig, offsets_topic_replication
@@ -55,6 +58,7 @@ from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
 from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.storage.fileio import FileIO
+from pylog.storage.log import LogConfig
 from pylog.storage.logdir import check_not_locked
 
 
@@ -106,8 +110,9 @@ class Cluster:
         for k, v in self._expiry_config.items():
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidConfigurationError(f"{k} must be a positive int (milliseconds), got {v!r}")
-        if not isinstance(brokers, int) or brokers < 1:
+        if not isinstance(brokers, int) or isinstance(brokers, bool) or brokers < 1:
             raise InvalidConfigurationError(f"brokers must be a positive int, got {brokers!r}")
+        _validate_cluster_args(log_config, loss, min_latency_ms, max_latency_ms, request_timeout_ms)
         self.path = os.path.abspath(os.fspath(path))
         os.makedirs(self.path, exist_ok=True)
         self.seed = seed
@@ -152,7 +157,11 @@ class Cluster:
         self._clients: List[Any] = []
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
         self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
-        self._wait(lambda: self.store.controller_id is not None, 10_000, "no controller elected")
+        if not self.scheduler.wait_until(lambda: self.store.controller_id is not None, 10_000):
+            if self.store.write_error is not None:  # nobody can claim the role: the file cannot be written
+                raise MetadataStorageError(f"{self.store.path}: no controller could be elected, the cluster "
+                                           f"metadata cannot be written: {self.store.write_error}")
+            raise LeaderNotAvailableError("no controller elected within 10000 ms")
         if self.store.partitions:  # reopened directory: let leaders come back before returning
             self.scheduler.wait_until(lambda: self._serving(list(self.store.partitions)), 30_000)
         self.scheduler.run_sync(self._schedule_maintenance)
@@ -496,7 +505,7 @@ class Cluster:
         every byte not fsynced is lost.
         """
         self._ensure_open()
-        b = self.brokers[broker_id]
+        b = self._broker(broker_id)
         if not b.running:
             return
         if clean:
@@ -504,16 +513,27 @@ class Cluster:
             self.scheduler.wait_until(lambda: b.shutdown_ok or not b.running, shutdown_timeout_ms)
 
         def run() -> None:
-            b.stop(clean=clean)
-            for c in self._clients:
-                c._node.disconnected(broker_id)
+            try:
+                b.stop(clean=clean)
+            except OSError as exc:
+                raise _storage_error(exc, f"broker {broker_id}: stopping") from exc
+            finally:
+                for c in self._clients:
+                    c._node.disconnected(broker_id)
 
         self.scheduler.run_sync(run)
 
     def start_broker(self, broker_id: int) -> None:
         self._ensure_open()
-        b = self.brokers[broker_id]
+        b = self._broker(broker_id)
         self.scheduler.run_sync(b.start)
+
+    def _broker(self, broker_id: object) -> Broker:
+        b = self.brokers.get(broker_id) if isinstance(broker_id, int) and not isinstance(broker_id, bool) else None
+        if b is None:
+            raise InvalidConfigurationError(
+                f"no broker {broker_id!r} in the cluster at {self.path} (brokers {sorted(self.brokers)})")
+        return b
 
     def partition_network(self, a: Iterable[Any], b: Optional[Iterable[Any]] = None, *, one_way: bool = False) -> None:
         """Simulated clusters: cut the links between broker groups ``a`` and ``b`` (default: all others)."""
@@ -536,7 +556,10 @@ class Cluster:
         self.scheduler.run_sync(run)
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
-        return self.store.partitions[(topic, partition)].leader
+        st = self.store.partitions.get((topic, partition)) if isinstance(topic, str) else None
+        if st is None:
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic!r}-{partition!r}")
+        return st.leader
 
     # --------------------------------------------------------------- close
     def close(self) -> None:
@@ -553,7 +576,7 @@ class Cluster:
                     try:
                         b.stop(clean=True)
                     except OSError as exc:
-                        first = first or exc
+                        first = first or _storage_error(exc, f"broker {b.broker_id}: closing")
             if first is not None:
                 raise first
 
@@ -617,6 +640,36 @@ class Cluster:
                     )
 
         self.scheduler.run_sync(run)
+
+
+def _storage_error(exc: OSError, what: str) -> OSError:
+    """A disk error as a pylog error: a bare OSError becomes KafkaStorageError naming what failed."""
+    if isinstance(exc, PylogError):
+        return exc
+    return KafkaStorageError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _validate_cluster_args(log_config: object, loss: object, min_latency_ms: object, max_latency_ms: object,
+                           request_timeout_ms: object) -> None:
+    """Refuse bad constructor arguments before anything is created (InvalidConfigurationError naming the key)."""
+    if log_config is not None:
+        if not isinstance(log_config, dict):
+            raise InvalidConfigurationError(f"log_config must be a dict, not {type(log_config).__name__}")
+        for k in log_config:
+            if not isinstance(k, str):
+                raise InvalidConfigurationError(f"log_config: keys are setting names (str), got {k!r}")
+        try:
+            LogConfig.from_kwargs(**log_config)
+        except InvalidConfigurationError as exc:
+            raise InvalidConfigurationError(f"log_config: {exc}") from None
+    if not isinstance(loss, (int, float)) or isinstance(loss, bool) or not 0.0 <= loss < 1.0:
+        raise InvalidConfigurationError(f"loss must be a number in [0, 1), got {loss!r}")
+    for name, v in (("min_latency_ms", min_latency_ms), ("max_latency_ms", max_latency_ms),
+                    ("request_timeout_ms", request_timeout_ms)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name == "request_timeout_ms" else 0):
+            raise InvalidConfigurationError(f"{name} must be a non-negative int, got {v!r}")
+    if min_latency_ms > max_latency_ms:  # type: ignore[operator]
+        raise InvalidConfigurationError(f"min_latency_ms ({min_latency_ms}) > max_latency_ms ({max_latency_ms})")
 
 
 class _OptionsChecked(Exception):

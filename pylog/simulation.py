@@ -156,6 +156,9 @@ class SimConfig:
             raise InvalidConfigurationError("need at least one topic, partitions >= 0 and max_burst >= 1")
         if self.duration_ms is None and self.steps is None:
             raise InvalidConfigurationError("give duration_ms or steps")
+        loss = self.loss
+        if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool) or not 0.0 <= loss < 1.0):
+            raise InvalidConfigurationError(f"simulation loss must be a number in [0, 1), got {loss!r}")
 
 
 # --------------------------------------------------------------------------- trace
