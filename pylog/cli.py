@@ -452,8 +452,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
                     f"LeaderEpoch: {st['leader_epoch']} Replicas: {','.join(map(str, st['replicas']))} "
                     f"Isr: {','.join(map(str, st['isr']))}"
                 )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            _error(f"{meta_path}: cannot read cluster metadata: {exc}")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged file
+            _error(f"{meta_path}: cannot read cluster metadata: {type(exc).__name__}: {exc}")
             return 1
     dirs = _log_dirs(root)
     for d in dirs:
@@ -475,7 +475,7 @@ def _leaders(root: str) -> Dict[Tuple[str, int], int]:
         with open(os.path.join(root, METADATA_FILE), "rb") as f:
             meta = json.loads(f.read().decode("utf-8"))
         return {(st["topic"], st["partition"]): st["leader"] for st in meta.get("partitions", [])}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 
