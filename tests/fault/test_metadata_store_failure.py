@@ -155,3 +155,38 @@ def test_create_topic_on_a_full_metadata_disk_raises_a_storage_error_and_creates
         assert c.producer().send("t", b"v", partition=1).result().offset == 0
     finally:
         c.close()
+
+
+def test_real_time_loop_thread_keeps_running_and_nothing_escapes(tmp_path):
+    """Real time (one loop thread): the failing store is logged, the controller resigns, no exception
+    reaches the loop thread's error list, and the controller comes back once the file works."""
+    from pylog.storage.fileio import FileIO
+
+    class FullDisk(FileIO):
+        full = False
+
+        def write_file_atomic(self, path: str, data: bytes) -> None:
+            if self.full:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+            super().write_file_atomic(path, data)
+
+    c = Cluster(tmp_path, brokers=3, session_timeout_ms=1_000, heartbeat_interval_ms=100,
+                replica_lag_time_max_ms=1_000)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+        c.producer(acks="all").send("t", b"v").result(timeout=30)
+        disk = FullDisk()
+        c.store.io = disk
+        disk.full = True
+        victim = next(b for b in (0, 1, 2) if b != c.store.controller_id and b != c.leader_of("t"))
+        c.stop_broker(victim, clean=False)  # its session expires: the controller must drop it from the ISR
+        assert c.scheduler.wait_until(lambda: c.store.controller_id is None, 60_000), "the controller kept acting"
+        assert victim in c.store.partitions[("t", 0)].isr and victim in _file_isr(tmp_path)
+        disk.full = False
+        assert c.scheduler.wait_until(
+            lambda: c.store.controller_id is not None and victim not in c.store.partitions[("t", 0)].isr, 60_000)
+        assert victim not in _file_isr(tmp_path)
+        assert c.producer(acks="all").send("t", b"w").result(timeout=30).offset == 1
+        assert not c.scheduler.errors, c.scheduler.errors[:3]
+    finally:
+        c.close()
