@@ -30,8 +30,10 @@ Partition state machine (Kafka's PartitionStateMachine): NonExistent -> New
 
 Leader selectors (research §3.12, assignment order decides):
 
-* offline: first replica that is live and in the ISR; else, only with
-  ``unclean_leader_election``, the first live replica (ISR reset to it);
+* offline: first replica that is live and in the ISR; else the first live ELR
+  member (KIP-966, ISR reset to it); else, only with ``unclean_leader_election``,
+  the first live replica (ISR reset to it). A broker that restarted uncleanly
+  while it was the last ISR member gives way to the ELR;
 * preferred: the first replica, if live and in the ISR;
 * controlled shutdown: first live ISR replica not shutting down;
 * reassignment: first replica of the new assignment that is live and in the ISR.
@@ -47,13 +49,14 @@ import logging
 import os
 import random
 from dataclasses import asdict, dataclass, field, replace
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     CorruptCheckpointError,
     FencedLeaderEpochError,
     InvalidConfigurationError,
     InvalidTopicError,
+    KafkaStorageError,
     MetadataStorageError,
     PylogError,
     StaleControllerEpochError,
@@ -145,11 +148,20 @@ _PARTITION_FIELDS = {"topic", "partition", "replicas", "leader", "leader_epoch",
 _TOP_FIELDS = {"version", "brokers", "controller_epoch", "topics", "partitions", "broker_incarnations"}
 
 
-def load_metadata(path: str, brokers: Sequence[int]) -> Dict[str, object]:
+class LoadedMetadata(NamedTuple):
+    """What :func:`load_metadata` read."""
+
+    controller_epoch: int
+    topics: Dict[str, "TopicConfig"]
+    partitions: Dict[TP, PartitionState]
+    broker_incarnations: Dict[int, int]
+    next_producer_id: int
+
+
+def load_metadata(path: str, brokers: Sequence[int]) -> LoadedMetadata:
     """Read and check ``cluster-metadata.json`` field by field; returns the parsed state.
 
-    Returns ``{"controller_epoch", "topics" (name -> TopicConfig), "partitions" (tp ->
-    PartitionState), "broker_incarnations", "next_producer_id"}``. Every field is checked for
+    Every field is checked for
     its type and range and against the others (a partition's topic exists, its number is below
     the topic's count, every partition of every topic is there once, replicas are distinct
     brokers of this cluster, the ISR is a non-empty subset of them, the leader is -1 or in the
@@ -164,8 +176,6 @@ def load_metadata(path: str, brokers: Sequence[int]) -> Dict[str, object]:
     other brokers; :class:`KafkaStorageError` when the file cannot be read.
     Complexity: O(size of the file). Thread-safety: pure function (reads one file).
     """
-    from pylog.errors import KafkaStorageError
-
     def bad(field: str, why: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"cluster metadata field {field}: {why}", path=path)
 
@@ -224,7 +234,7 @@ def load_metadata(path: str, brokers: Sequence[int]) -> Dict[str, object]:
     if file_brokers != tuple(brokers):
         raise InvalidConfigurationError(
             f"{path}: the cluster was created with brokers {list(file_brokers)}, not {list(brokers)}")
-    out: Dict[str, object] = {"controller_epoch": need_int(top["controller_epoch"], "controller_epoch")}
+    controller_epoch = need_int(top["controller_epoch"], "controller_epoch")
 
     topics: Dict[str, TopicConfig] = {}
     for i, t in enumerate(need_list(top["topics"], "topics")):
@@ -253,7 +263,6 @@ def load_metadata(path: str, brokers: Sequence[int]) -> Dict[str, object]:
         except (InvalidConfigurationError, TypeError) as exc:
             raise bad(f"{where}.configs", str(exc)) from None
         topics[name] = TopicConfig(name, parts, rf, min_isr, unclean, dict(configs))
-    out["topics"] = topics
 
     partitions: Dict[TP, PartitionState] = {}
     for i, raw_st in enumerate(need_list(top["partitions"], "partitions")):
@@ -281,7 +290,6 @@ def load_metadata(path: str, brokers: Sequence[int]) -> Dict[str, object]:
         for p in range(cfg.partitions):
             if (name, p) not in partitions:
                 raise bad("partitions", f"{name}-{p} is missing (topic {name!r} has {cfg.partitions} partitions)")
-    out["partitions"] = partitions
 
     incs = top["broker_incarnations"]
     if not isinstance(incs, dict):
@@ -291,9 +299,8 @@ def load_metadata(path: str, brokers: Sequence[int]) -> Dict[str, object]:
         if not (k.isascii() and k.isdigit() and str(int(k)) == k) or int(k) not in brokers:
             raise bad(f"broker_incarnations.{k:.20}", f"{k!r:.40} is not a broker id of {list(brokers)}")
         incarnations[int(k)] = need_int(v, f"broker_incarnations.{k}")
-    out["broker_incarnations"] = incarnations
-    out["next_producer_id"] = need_int(top.get("next_producer_id", 0), "next_producer_id", 0, (1 << 62))
-    return out
+    next_pid = need_int(top.get("next_producer_id", 0), "next_producer_id", 0, (1 << 62))
+    return LoadedMetadata(controller_epoch, topics, partitions, incarnations, next_pid)
 
 
 class MetadataStore:
@@ -350,11 +357,11 @@ class MetadataStore:
     def _load(self) -> None:
         assert self.path is not None
         data = load_metadata(self.path, self.brokers)
-        self.controller_epoch = data["controller_epoch"]
-        self.topics = data["topics"]
-        self.partitions = data["partitions"]
-        self.broker_incarnations = data["broker_incarnations"]
-        self.next_producer_id = data["next_producer_id"]
+        self.controller_epoch = data.controller_epoch
+        self.topics = data.topics
+        self.partitions = data.partitions
+        self.broker_incarnations = data.broker_incarnations
+        self.next_producer_id = data.next_producer_id
 
     def _blob(self, *, controller_epoch: Optional[int] = None, topics: Optional[Dict[str, TopicConfig]] = None,
               partitions: Optional[Dict[TP, PartitionState]] = None,
@@ -855,5 +862,5 @@ class Controller:
         assert self.epoch <= self.store.controller_epoch
 
 
-__all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata",
+__all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata", "LoadedMetadata",
            "offsets_topic_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
