@@ -676,8 +676,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
                     f"LeaderEpoch: {st['leader_epoch']} Replicas: {','.join(map(str, st['replicas']))} "
                     f"Isr: {','.join(map(str, st['isr']))}"
                 )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            _error(f"{meta_path}: cannot read cluster metadata: {exc}")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged file
+            _error(f"{meta_path}: cannot read cluster metadata: {type(exc).__name__}: {exc}")
             return 1
     dirs = _log_dirs(root)
     for d in dirs:
@@ -717,7 +717,7 @@ def _leaders(root: str) -> Dict[Tuple[str, int], int]:
         with open(os.path.join(root, METADATA_FILE), "rb") as f:
             meta = json.loads(f.read().decode("utf-8"))
         return {(st["topic"], st["partition"]): st["leader"] for st in meta.get("partitions", [])}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 
@@ -1323,6 +1323,8 @@ def _sim_replay(args: argparse.Namespace) -> str:
     ]
     if args.disk_fail_rate:
         parts.append(f"--disk-fail-rate {args.disk_fail_rate:g}")
+    if args.metadata_fail_rate:
+        parts.append(f"--metadata-fail-rate {args.metadata_fail_rate:g}")
     if args.inject_bug:
         parts.append(f"--inject-bug {args.inject_bug}")
     return " ".join(parts)
@@ -1349,6 +1351,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         crash_rate=args.crash_rate, stop_rate=args.stop_rate, restart_rate=args.restart_rate,
         partition_rate=args.partition_rate, heal_rate=args.heal_rate, slow_rate=args.slow_rate, loss=args.loss,
         max_latency_ms=args.max_latency_ms, disk_fail_rate=args.disk_fail_rate,
+        metadata_fail_rate=args.metadata_fail_rate,
     )
     try:
         cfg.validate()
@@ -1366,7 +1369,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
           f"RF {cfg.rf}, min ISR {cfg.min_isr}, {cfg.duration_ms / 1000:.3f} s of virtual time")
     print(f"rates per step: produce {cfg.produce_rate:g} (bursts of 1-{cfg.max_burst}), crash {cfg.crash_rate:g}, "
           f"stop {cfg.stop_rate:g}, restart {cfg.restart_rate:g}, partition {cfg.partition_rate:g}, "
-          f"heal {cfg.heal_rate:g}, slow {cfg.slow_rate:g}, disk failure {cfg.disk_fail_rate:g}; message loss {cfg.loss:g}, "
+          f"heal {cfg.heal_rate:g}, slow {cfg.slow_rate:g}, disk failure {cfg.disk_fail_rate:g}, "
+          f"metadata-write failure {cfg.metadata_fail_rate:g}; message loss {cfg.loss:g}, "
           f"latency 1-{cfg.max_latency_ms} ms" + (f"; INJECTED BUG: {args.inject_bug}" if args.inject_bug else ""))
     sys.stdout.flush()
     try:
@@ -1810,6 +1814,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--slow-rate", type=_rate, default=0.04, help="chance per step of slowing a broker (0.04)")
     m.add_argument("--disk-fail-rate", type=_rate, default=0.0,
                    help="chance per step of a broker's disk failing every write until a restart step replaces it (0)")
+    m.add_argument("--metadata-fail-rate", type=_rate, default=0.0,
+                   help="chance per step of cluster-metadata.json writes starting to fail (ENOSPC), or working "
+                        "again if they fail: the controller stops acting meanwhile (0)")
     m.add_argument("--loss", type=_rate, default=0.0, help="probability each message is lost (0)")
     m.add_argument("--max-latency-ms", type=_positive_int, default=5, help="network latency is 1..N ms (5)")
     m.add_argument("--plot", metavar="FILE.png", default=None, help="draw the timeline (needs the plot extra: matplotlib)")

@@ -42,16 +42,19 @@ from pylog.metrics import Metric, metric
 from pylog.errors import (
     BrokerNotAvailableError,
     InvalidConfigurationError,
+    KafkaStorageError,
     LeaderNotAvailableError,
+    MetadataStorageError,
+    PylogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig
+from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig, offsets_topic_replication
 from pylog.replication.topic_configs import TOPIC_FIELDS, kafka_name, normalize_topic_configs
 from pylog.replication.messages import NO_LEADER, PartitionState
 from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
-from pylog.runtime.broker import Broker, SimDisk, _NoRealSync
+from pylog.runtime.broker import Broker, SimDisk
 from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.direct import DirectTransport
@@ -123,8 +126,9 @@ class Cluster:
         for k, v in self._expiry_config.items():
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidConfigurationError(f"{k} must be a positive int (milliseconds), got {v!r}")
-        if not isinstance(brokers, int) or brokers < 1:
+        if not isinstance(brokers, int) or isinstance(brokers, bool) or brokers < 1:
             raise InvalidConfigurationError(f"brokers must be a positive int, got {brokers!r}")
+        _validate_cluster_args(log_config, loss, min_latency_ms, max_latency_ms, request_timeout_ms)
         self.path = os.path.abspath(os.fspath(path))
         os.makedirs(self.path, exist_ok=True)
         self.seed = seed
@@ -174,7 +178,9 @@ class Cluster:
         session = session_timeout_ms if session_timeout_ms is not None else 3_000
         heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
         self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
-        meta_io: FileIO = _NoRealSync() if self.simulated else FileIO()
+        # A simulation's metadata file is on a SimDisk too: its writes can be made to fail
+        # (``store.io.fail_write_after``, the simulator's metadata-write fault).
+        meta_io: FileIO = SimDisk() if self.simulated else FileIO()
         # Partition folders but no metadata (a Log.open log directory, or lost metadata): adopt them
         # rather than start an empty cluster beside the data (see pylog/storage/adopt.py).
         adopting = adopt.adoptable(self.path, METADATA_FILE)
@@ -195,7 +201,11 @@ class Cluster:
         self._clients: List[Any] = []
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
         self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
-        self._wait(lambda: self.store.controller_id is not None, 10_000, "no controller elected")
+        if not self.scheduler.wait_until(lambda: self.store.controller_id is not None, 10_000):
+            if self.store.write_error is not None:  # nobody can claim the role: the file cannot be written
+                raise MetadataStorageError(f"{self.store.path}: no controller could be elected, the cluster "
+                                           f"metadata cannot be written: {self.store.write_error}")
+            raise LeaderNotAvailableError("no controller elected within 10000 ms")
         if self.store.partitions:  # reopened directory: let leaders come back before returning
             self.scheduler.wait_until(lambda: self._serving(list(self.store.partitions)), 30_000)
         self.scheduler.run_sync(self._schedule_maintenance)
@@ -526,8 +536,9 @@ class Cluster:
 
         With a ``group_id``, the ``__consumer_offsets`` topic is created first if it
         does not exist (compacted, ``offsets_topic_partitions`` partitions,
-        replication factor min(3, brokers)), as Kafka's brokers create it on the
-        first FindCoordinator. The options are checked before that: a bad one
+        replication factor min(3, brokers), min ISR 2 with 3 or more brokers, see
+        :func:`~pylog.replication.controller.offsets_topic_replication`), as Kafka's
+        brokers create it on the first FindCoordinator. The options are checked before that: a bad one
         raises and leaves no topic behind. The call waits for the new topic's
         leaders except on a stopped broker (a crashed broker not yet fenced
         would hold it for the session timeout): the consumer's coordinator
@@ -603,12 +614,12 @@ class Cluster:
         if OFFSETS_TOPIC in self.store.topics:
             return
         n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
-        rf = min(3, len(self.brokers))
+        rf, min_isr = offsets_topic_replication(len(self.brokers))
         try:
             self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf,  # type: ignore[call-arg]
-                              config={"cleanup_policy": "compact"})
+                              min_insync_replicas=min_isr, config={"cleanup_policy": "compact"})
         except TypeError:  # a Cluster without per-topic configs
-            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf)
+            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf, min_insync_replicas=min_isr)
         except Exception:
             if OFFSETS_TOPIC not in self.store.topics:  # another consumer created it meanwhile: fine
                 raise
@@ -765,7 +776,7 @@ class Cluster:
         every byte not fsynced is lost.
         """
         self._ensure_open()
-        b = self.brokers[broker_id]
+        b = self._broker(broker_id)
         if not b.running:
             return
         if clean:
@@ -776,18 +787,22 @@ class Cluster:
             self.kafka_server.stop_broker(broker_id)  # its sockets close, as a dead broker's do
 
         def run() -> None:
-            b.stop(clean=clean)
-            for c in self._clients:
-                c._node.disconnected(broker_id)
-            if self.kafka_server is not None:
-                for n in self.kafka_server.nodes.values():
-                    n.disconnected(broker_id)
+            try:
+                b.stop(clean=clean)
+            except OSError as exc:
+                raise _storage_error(exc, f"broker {broker_id}: stopping") from exc
+            finally:
+                for c in self._clients:
+                    c._node.disconnected(broker_id)
+                if self.kafka_server is not None:
+                    for n in self.kafka_server.nodes.values():
+                        n.disconnected(broker_id)
 
         self.scheduler.run_sync(run)
 
     def start_broker(self, broker_id: int) -> None:
         self._ensure_open()
-        b = self.brokers[broker_id]
+        b = self._broker(broker_id)
         self.scheduler.run_sync(b.start)
         if self.kafka_server is not None:
             self.kafka_server.start_broker(broker_id)  # the same port as before
@@ -803,6 +818,13 @@ class Cluster:
         if self.kafka_server is None:
             raise InvalidConfigurationError("inject_fault needs the Kafka listener: Cluster(..., listen='127.0.0.1:0')")
         return self.kafka_server.faults.add(api, error, count, broker, topic, delay_ms, drop_connection)
+
+    def _broker(self, broker_id: object) -> Broker:
+        b = self.brokers.get(broker_id) if isinstance(broker_id, int) and not isinstance(broker_id, bool) else None
+        if b is None:
+            raise InvalidConfigurationError(
+                f"no broker {broker_id!r} in the cluster at {self.path} (brokers {sorted(self.brokers)})")
+        return b
 
     def partition_network(self, a: Iterable[Any], b: Optional[Iterable[Any]] = None, *, one_way: bool = False) -> None:
         """Simulated clusters: cut the links between broker groups ``a`` and ``b`` (default: all others)."""
@@ -825,7 +847,10 @@ class Cluster:
         self.scheduler.run_sync(run)
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
-        return self.store.partitions[(topic, partition)].leader
+        st = self.store.partitions.get((topic, partition)) if isinstance(topic, str) else None
+        if st is None:
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic!r}-{partition!r}")
+        return st.leader
 
     # --------------------------------------------------------------- close
     def close(self) -> None:
@@ -846,7 +871,7 @@ class Cluster:
                     try:
                         b.stop(clean=True)
                     except OSError as exc:
-                        first = first or exc
+                        first = first or _storage_error(exc, f"broker {b.broker_id}: closing")
             if first is not None:
                 raise first
 
@@ -912,6 +937,36 @@ class Cluster:
                     )
 
         self.scheduler.run_sync(run)
+
+
+def _storage_error(exc: OSError, what: str) -> OSError:
+    """A disk error as a pylog error: a bare OSError becomes KafkaStorageError naming what failed."""
+    if isinstance(exc, PylogError):
+        return exc
+    return KafkaStorageError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _validate_cluster_args(log_config: object, loss: object, min_latency_ms: object, max_latency_ms: object,
+                           request_timeout_ms: object) -> None:
+    """Refuse bad constructor arguments before anything is created (InvalidConfigurationError naming the key)."""
+    if log_config is not None:
+        if not isinstance(log_config, dict):
+            raise InvalidConfigurationError(f"log_config must be a dict, not {type(log_config).__name__}")
+        for k in log_config:
+            if not isinstance(k, str):
+                raise InvalidConfigurationError(f"log_config: keys are setting names (str), got {k!r}")
+        try:
+            LogConfig.from_kwargs(**log_config)
+        except InvalidConfigurationError as exc:
+            raise InvalidConfigurationError(f"log_config: {exc}") from None
+    if not isinstance(loss, (int, float)) or isinstance(loss, bool) or not 0.0 <= loss < 1.0:
+        raise InvalidConfigurationError(f"loss must be a number in [0, 1), got {loss!r}")
+    for name, v in (("min_latency_ms", min_latency_ms), ("max_latency_ms", max_latency_ms),
+                    ("request_timeout_ms", request_timeout_ms)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name == "request_timeout_ms" else 0):
+            raise InvalidConfigurationError(f"{name} must be a non-negative int, got {v!r}")
+    if min_latency_ms > max_latency_ms:  # type: ignore[operator]
+        raise InvalidConfigurationError(f"min_latency_ms ({min_latency_ms}) > max_latency_ms ({max_latency_ms})")
 
 
 class _OptionsChecked(Exception):

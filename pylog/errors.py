@@ -32,6 +32,17 @@ class KafkaStorageError(PylogError, OSError):
     retriable = True  # as Kafka's (an InvalidMetadataException): the leadership may move off the failing disk
 
 
+class MetadataStorageError(KafkaStorageError):
+    """The controller's metadata (``cluster-metadata.json``) could not be stored.
+
+    The change that needed storing was *not* applied: a controller change counts only once it is
+    durable (as a KRaft record counts once the quorum committed it). The controller that hit it
+    stops acting and resigns until the store works again (see docs/replication.md).
+    """
+
+    retriable = True  # a new controller takes over once the disk accepts writes again
+
+
 class LogDirLockedError(KafkaStorageError):
     """Another writer (a process, or another object in this one) holds the log directory."""
 

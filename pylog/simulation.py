@@ -12,7 +12,8 @@ one consumer, then runs random *steps* until ``duration_ms`` of virtual time
 (or ``steps`` steps) have passed. Each step picks one action with the
 configured per-step probabilities - a produce burst (futures left in flight),
 a hard crash, a clean (controlled) stop, a restart, a two-way or one-way
-network partition, a heal, a slow broker - then runs 5 ms to 2 s of virtual
+network partition, a heal, a slow broker, a failing disk, failing writes of the
+controller's metadata file (``metadata_fail_rate``) - then runs 5 ms to 2 s of virtual
 time and checks every invariant in :data:`INVARIANTS`.
 
 Crashes lose every byte not fsynced, so a new crash or stop is only injected
@@ -125,6 +126,10 @@ class SimConfig:
     heal_rate: float = 0.08
     slow_rate: float = 0.04
     disk_fail_rate: float = 0.0
+    #: chance per step of toggling the metadata-write fault: every write of ``cluster-metadata.json``
+    #: fails (ENOSPC) until the next such step (or the settle phase) heals it. 0 (the default) draws
+    #: nothing from the seed, so runs without it replay as before.
+    metadata_fail_rate: float = 0.0
     loss: Optional[float] = 0.0
     max_latency_ms: Optional[int] = 5
     replica_lag_time_max_ms: int = 2_000
@@ -136,7 +141,7 @@ class SimConfig:
 
     def validate(self) -> None:
         rates = (self.produce_rate, self.crash_rate, self.stop_rate, self.restart_rate, self.partition_rate,
-                 self.heal_rate, self.slow_rate, self.disk_fail_rate)
+                 self.heal_rate, self.slow_rate, self.disk_fail_rate, self.metadata_fail_rate)
         if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
             raise InvalidConfigurationError(f"simulation rates must be >= 0 and sum to at most 1 per step, got {rates}")
         if self.brokers < 1 or not 1 <= self.rf <= self.brokers:
@@ -151,6 +156,9 @@ class SimConfig:
             raise InvalidConfigurationError("need at least one topic, partitions >= 0 and max_burst >= 1")
         if self.duration_ms is None and self.steps is None:
             raise InvalidConfigurationError("give duration_ms or steps")
+        loss = self.loss
+        if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool) or not 0.0 <= loss < 1.0):
+            raise InvalidConfigurationError(f"simulation loss must be a number in [0, 1), got {loss!r}")
 
 
 # --------------------------------------------------------------------------- trace
@@ -249,7 +257,7 @@ class Simulation:
         self.violations: Dict[str, Violation] = {}
         self.stats = {"crashes": 0, "stops": 0, "partitions": 0, "acked": 0, "restarts": 0, "heals": 0,
                       "slows": 0, "produced": 0, "steps": 0, "virtual_ms": 0, "leader_changes": 0,
-                      "disk_failures": 0}
+                      "disk_failures": 0, "metadata_failures": 0}
         # Checker state.
         self.futures: List[Tuple[Any, bytes]] = []
         self.acked: Dict[TP, Dict[int, bytes]] = {}
@@ -393,7 +401,9 @@ class Simulation:
             return f"produce {k}"
         cut += cfg.crash_rate + cfg.stop_rate
         if roll < cut and self._all_in_sync() and not c.transport.blocked and not self.disk_failed:
-            target = rng.choice([c.store.partitions[(cfg.topics[0], 0)].leader, c.store.controller_id, rng.randrange(n)])
+            leader = c.store.partitions[(cfg.topics[0], 0)].leader
+            controller = c.store.controller_id if c.store.controller_id is not None else leader  # none: metadata fault
+            target = rng.choice([leader, controller, rng.randrange(n)])
             stops = cfg.crash_rate + cfg.stop_rate
             clean = rng.random() < (cfg.stop_rate / stops if stops else 0.0)
             self._event("stop" if clean else "crash", broker=target)
@@ -451,7 +461,29 @@ class Simulation:
             self._event("disk_fail", broker=b)
             self.stats["disk_failures"] += 1
             return f"disk fail {b}"
+        cut += cfg.metadata_fail_rate
+        if roll < cut:
+            # The controller's metadata file cannot be written (a full disk): no controller change
+            # can be stored, so the controller stops acting until the next such step heals it.
+            # Loses no data, so (like a network partition) it may come on top of other faults.
+            if self._metadata_failing():
+                self._fail_metadata(False)
+                return "metadata heal"
+            self._fail_metadata(True)
+            self.stats["metadata_failures"] += 1
+            return "metadata fail"
         return ""
+
+    def _metadata_failing(self) -> bool:
+        assert self.c is not None
+        return self.c.store.io.fail_write_after is not None  # type: ignore[attr-defined]
+
+    def _fail_metadata(self, fail: bool) -> None:
+        assert self.c is not None
+        disk = self.c.store.io
+        disk.fail_errno = errno.ENOSPC  # type: ignore[attr-defined]
+        disk.fail_write_after = disk.writes if fail else None  # type: ignore[attr-defined]
+        self._event("metadata_fail" if fail else "metadata_heal")
 
     def _replace_disk(self, b: int) -> None:
         """The operator's answer to a failed disk: the broker dies (unsynced bytes lost, as in a
@@ -477,6 +509,8 @@ class Simulation:
         if c.transport.blocked:
             self._event("heal")
         c.heal_network()
+        if self._metadata_failing():
+            self._fail_metadata(False)
         c.transport.loss = 0.0
         for b in range(self.cfg.brokers):
             c.transport.slow(b, 0)

@@ -110,6 +110,21 @@ class _PartitionState:
         self.seq_pid = -1  # the producer id next_seq counts for
 
 
+def _check_headers(headers: Any) -> Tuple[Tuple[str, Optional[bytes]], ...]:
+    """``headers`` as a tuple of ``(str, bytes | None)`` pairs, or InvalidRecordError naming what is wrong."""
+    if isinstance(headers, (str, bytes, bytearray, memoryview, dict)):
+        raise InvalidRecordError(f"headers must be a list of (str, bytes) pairs, not {type(headers).__name__}")
+    try:
+        pairs = tuple(headers)
+    except TypeError:
+        raise InvalidRecordError(f"headers must be a list of (str, bytes) pairs, not {type(headers).__name__}") from None
+    for i, h in enumerate(pairs):
+        if not isinstance(h, (tuple, list)) or len(h) != 2 or not isinstance(h[0], str) or not (
+                h[1] is None or isinstance(h[1], (bytes, bytearray, memoryview))):
+            raise InvalidRecordError(f"header {i} must be a (str, bytes or None) pair, got {h!r:.60}")
+    return pairs
+
+
 class Producer:
     """Sends records to the partition leaders of a :class:`pylog.Cluster` (Kafka's ``KafkaProducer``).
 
@@ -347,6 +362,8 @@ class Producer:
             key = bytes(key)
         if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
             raise InvalidRecordError(f"timestamp must be an int (ms), not {type(timestamp).__name__}")
+        if headers is not None:
+            headers = _check_headers(headers)
         parts = self._parts.get(topic)
         cfg = self._store.topics.get(topic)  # the metadata: a deleted topic is refused, new partitions seen
         if cfg is None:

@@ -9,6 +9,17 @@ epochs, ISRs and partition epochs, and carries on. Only soft state - broker
 heartbeat times and who is shutting down - lives in the :class:`Controller`
 object, and it is rebuilt (every broker gets a fresh session) on failover.
 
+Changes are stored before they are applied: every store mutator writes
+``cluster-metadata.json`` first and changes memory only once the write is
+durable; a write that fails raises :class:`MetadataStorageError` and applies
+nothing. A controller whose store fails stops acting and resigns (a KRaft
+controller that lost its quorum): no LeaderAndIsr for an unstored change is
+ever sent, an AlterPartition whose change was not stored gets no answer (the
+leader keeps the proposal pending, with the old ISR in its maximal ISR, so
+the HW does not pass a replica the file still has in the ISR), and once the
+store accepts writes again a broker claims the role with a new controller
+epoch and announces the full state.
+
 Fencing: every store write carries the writer's ``controller_epoch`` and is
 refused (:class:`StaleControllerEpochError`) from a deposed controller;
 brokers ignore LeaderAndIsr from an older controller epoch; AlterPartition
@@ -19,8 +30,10 @@ Partition state machine (Kafka's PartitionStateMachine): NonExistent -> New
 
 Leader selectors (research §3.12, assignment order decides):
 
-* offline: first replica that is live and in the ISR; else, only with
-  ``unclean_leader_election``, the first live replica (ISR reset to it);
+* offline: first replica that is live and in the ISR; else the first live ELR
+  member (KIP-966, ISR reset to it); else, only with ``unclean_leader_election``,
+  the first live replica (ISR reset to it). A broker that restarted uncleanly
+  while it was the last ISR member gives way to the ELR;
 * preferred: the first replica, if live and in the ISR;
 * controlled shutdown: first live ISR replica not shutting down;
 * reassignment: first replica of the new assignment that is live and in the ISR.
@@ -30,22 +43,29 @@ Complexity: O(partitions) per broker event. Thread-safety: none.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 from dataclasses import asdict, dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
+    CorruptCheckpointError,
     FencedLeaderEpochError,
     InvalidConfigurationError,
     InvalidPartitionsError,
     InvalidTopicError,
+    KafkaStorageError,
+    MetadataStorageError,
+    PylogError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from pylog.replication.assignment import assign_replicas
+from pylog.replication.offsets_topic import OFFSETS_TOPIC
 from pylog.replication.messages import (
     NO_LEADER,
     AlterPartitionRequest,
@@ -60,6 +80,8 @@ from pylog.replication.messages import (
     TopicsDeleted,
 )
 from pylog.storage.log import LogConfig, validate_topic
+
+_log = logging.getLogger("pylog.replication")
 
 TP = Tuple[str, int]
 NON_EXISTENT, NEW, ONLINE, OFFLINE = "NonExistent", "New", "Online", "Offline"
@@ -94,6 +116,20 @@ class TopicConfig:
         return tuple(sorted(self.configs.items()))
 
 
+def offsets_topic_replication(brokers: int) -> Tuple[int, int]:
+    """``(replication_factor, min_insync_replicas)`` of ``__consumer_offsets`` in a cluster of ``brokers``.
+
+    Kafka's ``offsets.topic.replication.factor`` is 3; with 3 or more brokers pylog also gives the
+    topic min ISR 2 (Kafka's recommended production setting), so the HW of a group's offsets
+    partition stops while only one replica is in sync and the replicas that left keep every
+    committed offset (KIP-966's ELR): a lone leader that crashes and loses its unflushed tail
+    can no longer take committed offsets with it (issue 14, item 3). With 1 or 2 brokers: RF =
+    brokers and min ISR 1 (a second replica that must always be up would stop every commit).
+    """
+    rf = min(3, brokers)
+    return rf, (2 if rf >= 3 else 1)
+
+
 def validate_topic_configs(name: str, configs: Dict[str, object]) -> None:
     """Refuse a key that is neither a :class:`LogConfig` field nor a known Kafka topic config."""
     if not isinstance(configs, dict):
@@ -108,16 +144,207 @@ def validate_topic_configs(name: str, configs: Dict[str, object]) -> None:
     LogConfig.from_kwargs(**{k: v for k, v in configs.items() if k in LogConfig._fields})
 
 
+#: the largest epoch, incarnation or count the metadata file may hold (Kafka's int32 fields)
+_I32_MAX = (1 << 31) - 1
+_TOPIC_FIELDS = {"name", "partitions", "replication_factor", "min_insync_replicas", "unclean_leader_election"}
+_PARTITION_FIELDS = {"topic", "partition", "replicas", "leader", "leader_epoch", "isr", "partition_epoch",
+                     "min_insync_replicas"}
+_TOP_FIELDS = {"version", "brokers", "controller_epoch", "topics", "partitions", "broker_incarnations"}
+
+
+class LoadedMetadata(NamedTuple):
+    """What :func:`load_metadata` read."""
+
+    controller_epoch: int
+    topics: Dict[str, "TopicConfig"]
+    partitions: Dict[TP, PartitionState]
+    broker_incarnations: Dict[int, int]
+    next_producer_id: int
+    deleting: Dict[str, Dict[int, List[int]]]
+
+
+def load_metadata(path: str, brokers: Sequence[int]) -> LoadedMetadata:
+    """Read and check ``cluster-metadata.json`` field by field; returns the parsed state.
+
+    Every field is checked for
+    its type and range and against the others (a partition's topic exists, its number is below
+    the topic's count, every partition of every topic is there once, replicas are distinct
+    brokers of this cluster, the ISR is a non-empty subset of them, the leader is -1 or in the
+    ISR, the ELR is outside the ISR, epochs and incarnations are int32s >= 0), so whatever is
+    loaded satisfies the controller's invariants. Unknown keys are refused (the file has one
+    version). Optional: a topic's ``configs``, a partition's ``elr``, ``next_producer_id``
+    (files of earlier versions lack them).
+
+    Raises :class:`CorruptCheckpointError` naming the file and the field for damage (bytes
+    that are not UTF-8 JSON, a missing, extra or ill-typed field, a value out of range);
+    :class:`InvalidConfigurationError` when the file is intact but belongs to a cluster with
+    other brokers; :class:`KafkaStorageError` when the file cannot be read.
+    Complexity: O(size of the file). Thread-safety: pure function (reads one file).
+    """
+    def bad(field: str, why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"cluster metadata field {field}: {why}", path=path)
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise KafkaStorageError(f"{path}: cannot read the cluster metadata: {exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(f"cluster metadata is not UTF-8 text: {exc}", path=path) from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptCheckpointError(f"cluster metadata is not JSON: {exc}", path=path) from None
+
+    def need_dict(v: object, field: str, required: Set[str], optional: Set[str] = frozenset()) -> Dict[str, object]:  # type: ignore[assignment]
+        if not isinstance(v, dict):
+            raise bad(field, f"must be an object, got {type(v).__name__}")
+        missing = sorted(required - set(v))
+        if missing:
+            raise bad(f"{field}.{missing[0]}", "missing")
+        extra = sorted(str(k) for k in set(v) - required - optional)
+        if extra:
+            raise bad(f"{field}.{extra[0]}", "unknown field")
+        return v
+
+    def need_int(v: object, field: str, lo: int = 0, hi: int = _I32_MAX) -> int:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise bad(field, f"must be an integer, got {type(v).__name__} {v!r:.40}")
+        if not lo <= v <= hi:
+            raise bad(field, f"must be in [{lo}, {hi}], got {v}")
+        return v
+
+    def need_list(v: object, field: str) -> list:  # type: ignore[type-arg]
+        if not isinstance(v, list):
+            raise bad(field, f"must be a list, got {type(v).__name__}")
+        return v
+
+    def need_ids(v: object, field: str, allowed: Sequence[int], nonempty: bool = True) -> Tuple[int, ...]:
+        ids = tuple(need_int(x, f"{field}[{i}]", -1) for i, x in enumerate(need_list(v, field)))
+        if nonempty and not ids:
+            raise bad(field, "must not be empty")
+        if len(set(ids)) != len(ids):
+            raise bad(field, f"has a broker twice: {list(ids)}")
+        outside = [x for x in ids if x not in allowed]
+        if outside:
+            raise bad(field, f"broker {outside[0]} is not one of {list(allowed)}")
+        return ids
+
+    top = need_dict(data, "(top level)", _TOP_FIELDS, {"next_producer_id", "deleting"})
+    if type(top["version"]) is not int or top["version"] != 1:
+        raise bad("version", f"unsupported version {top['version']!r:.40} (expected 1)")
+    file_brokers = tuple(need_int(b, f"brokers[{i}]") for i, b in enumerate(need_list(top["brokers"], "brokers")))
+    if file_brokers != tuple(brokers):
+        raise InvalidConfigurationError(
+            f"{path}: the cluster was created with brokers {list(file_brokers)}, not {list(brokers)}")
+    controller_epoch = need_int(top["controller_epoch"], "controller_epoch")
+
+    topics: Dict[str, TopicConfig] = {}
+    for i, t in enumerate(need_list(top["topics"], "topics")):
+        where = f"topics[{i}]"
+        t = need_dict(t, where, _TOPIC_FIELDS, {"configs"})
+        name = t["name"]
+        if not isinstance(name, str):
+            raise bad(f"{where}.name", f"must be a string, got {type(name).__name__}")
+        try:
+            validate_topic(name)
+        except InvalidTopicError as exc:
+            raise bad(f"{where}.name", str(exc)) from None
+        if name in topics:
+            raise bad(f"{where}.name", f"topic {name!r} appears twice")
+        parts = need_int(t["partitions"], f"{where}.partitions", 1)
+        rf = need_int(t["replication_factor"], f"{where}.replication_factor", 1, len(brokers))
+        min_isr = need_int(t["min_insync_replicas"], f"{where}.min_insync_replicas", 1, rf)
+        unclean = t["unclean_leader_election"]
+        if not isinstance(unclean, bool):
+            raise bad(f"{where}.unclean_leader_election", f"must be true or false, got {unclean!r:.40}")
+        configs = t.get("configs", {})
+        if not isinstance(configs, dict):
+            raise bad(f"{where}.configs", f"must be an object, got {type(configs).__name__}")
+        try:
+            validate_topic_configs(name, configs)
+        except (InvalidConfigurationError, TypeError) as exc:
+            raise bad(f"{where}.configs", str(exc)) from None
+        topics[name] = TopicConfig(name, parts, rf, min_isr, unclean, dict(configs))
+
+    partitions: Dict[TP, PartitionState] = {}
+    for i, raw_st in enumerate(need_list(top["partitions"], "partitions")):
+        where = f"partitions[{i}]"
+        st = need_dict(raw_st, where, _PARTITION_FIELDS, {"elr"})
+        topic = st["topic"]
+        if not isinstance(topic, str) or topic not in topics:
+            raise bad(f"{where}.topic", f"{topic!r:.60} is not a topic of this file")
+        p = need_int(st["partition"], f"{where}.partition", 0, topics[topic].partitions - 1)
+        if (topic, p) in partitions:
+            raise bad(f"{where}.partition", f"{topic}-{p} appears twice")
+        replicas = need_ids(st["replicas"], f"{where}.replicas", brokers)
+        isr = need_ids(st["isr"], f"{where}.isr", replicas)
+        leader = need_int(st["leader"], f"{where}.leader", NO_LEADER)
+        if leader != NO_LEADER and leader not in isr:
+            raise bad(f"{where}.leader", f"leader {leader} is not in the ISR {list(isr)}")
+        elr = need_ids(st.get("elr", []), f"{where}.elr", replicas, nonempty=False)
+        if set(elr) & set(isr):
+            raise bad(f"{where}.elr", f"ELR {list(elr)} overlaps the ISR {list(isr)}")
+        partitions[(topic, p)] = PartitionState(
+            topic, p, replicas, leader, need_int(st["leader_epoch"], f"{where}.leader_epoch"), isr,
+            need_int(st["partition_epoch"], f"{where}.partition_epoch"),
+            need_int(st["min_insync_replicas"], f"{where}.min_insync_replicas", 1, len(replicas)), elr)
+    for name, cfg in topics.items():
+        for p in range(cfg.partitions):
+            if (name, p) not in partitions:
+                raise bad("partitions", f"{name}-{p} is missing (topic {name!r} has {cfg.partitions} partitions)")
+
+    incs = top["broker_incarnations"]
+    if not isinstance(incs, dict):
+        raise bad("broker_incarnations", f"must be an object, got {type(incs).__name__}")
+    incarnations: Dict[int, int] = {}
+    for k, v in incs.items():
+        if not (k.isascii() and k.isdigit() and str(int(k)) == k) or int(k) not in brokers:
+            raise bad(f"broker_incarnations.{k:.20}", f"{k!r:.40} is not a broker id of {list(brokers)}")
+        incarnations[int(k)] = need_int(v, f"broker_incarnations.{k}")
+    next_pid = need_int(top.get("next_producer_id", 0), "next_producer_id", 0, (1 << 62))
+    raw_del = top.get("deleting", {})
+    if not isinstance(raw_del, dict):
+        raise bad("deleting", f"must be an object, got {type(raw_del).__name__}")
+    deleting: Dict[str, Dict[int, List[int]]] = {}
+    for name, per in raw_del.items():
+        if name in topics:
+            raise bad(f"deleting.{name:.60}", "a topic being deleted is also a live topic")
+        if not isinstance(per, dict):
+            raise bad(f"deleting.{name:.60}", f"must be an object, got {type(per).__name__}")
+        pending: Dict[int, List[int]] = {}
+        for k, ps in per.items():
+            if not (k.isascii() and k.isdigit() and str(int(k)) == k) or int(k) not in brokers:
+                raise bad(f"deleting.{name:.60}.{k:.20}", f"{k!r:.40} is not a broker id of {list(brokers)}")
+            pending[int(k)] = [need_int(x, f"deleting.{name:.60}.{k}[{i}]")
+                               for i, x in enumerate(need_list(ps, f"deleting.{name:.60}.{k}"))]
+        deleting[name] = pending
+    return LoadedMetadata(controller_epoch, topics, partitions, incarnations, next_pid, deleting)
+
+
 class MetadataStore:
     """The durable controller state (ZooKeeper's role): controller epoch, topics, partition states.
 
-    With ``path``, every change is also written there as JSON (atomically,
-    through ``file_io``) and reloaded by the next ``MetadataStore`` on the same
-    path, so a cluster directory reopens with its topics, leader epochs and
-    ISRs. The reloaded store has no controller (every session ended with the
-    process that held it).
+    With ``path``, every change is written there as JSON (atomically, through
+    ``file_io``) *before* it is applied in memory, and reloaded by the next
+    ``MetadataStore`` on the same path, so a cluster directory reopens with
+    its topics, leader epochs and ISRs. The reloaded store has no controller
+    (every session ended with the process that held it). The file is checked
+    field by field on load (:func:`load_metadata`): a damaged file raises
+    :class:`CorruptCheckpointError` naming the file and the field.
 
-    Durability: each change is replaced atomically (temp, fsync, rename).
+    A write that cannot be stored raises :class:`MetadataStorageError` and
+    changes nothing in memory (as a KRaft record counts only once committed):
+    no broker is ever told of, and no leader acts on, a change the file does
+    not have. The first failure of a run of failures is logged as an error,
+    the recovery once. ``write_error`` holds the last failure (None: the store
+    works).
+
+    Durability: each change is replaced atomically (temp, fsync, rename, directory
+    fsync) before the mutator returns; it survives a process crash and power loss.
+    Complexity: O(size of the state) per write (the whole file is rewritten).
     Thread-safety: none; the runtime calls it from its one loop thread.
     """
 
@@ -144,108 +371,158 @@ class MetadataStore:
         #: ``{topic: {broker: [partition, ...]}}``; durable, so a deletion interrupted by a crash
         #: completes after the restart (see :meth:`Controller.delete_topic`)
         self.deleting: Dict[str, Dict[int, List[int]]] = {}
+        #: why the last write failed (None: the last write worked, or none was tried)
+        self.write_error: Optional[str] = None
+        #: writes that failed (each left the state unchanged)
+        self.write_failures = 0
         if path is not None and os.path.exists(path):
             self._load()
 
     # persistence
     def _load(self) -> None:
         assert self.path is not None
-        with open(self.path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
-        if tuple(data["brokers"]) != self.brokers:
-            raise InvalidConfigurationError(
-                f"{self.path}: the cluster was created with brokers {data['brokers']}, not {list(self.brokers)}"
-            )
-        self.controller_epoch = int(data["controller_epoch"])
-        self.topics = {t["name"]: TopicConfig(**t) for t in data["topics"]}  # old files have no "configs"
-        for raw in data["partitions"]:
-            raw["replicas"], raw["isr"], raw["elr"] = tuple(raw["replicas"]), tuple(raw["isr"]), tuple(raw["elr"])
-            st = PartitionState(**raw)
-            self.partitions[(st.topic, st.partition)] = st
-        self.broker_incarnations = {int(k): int(v) for k, v in data["broker_incarnations"].items()}
-        self.next_producer_id = int(data.get("next_producer_id", 0))
-        self.deleting = {t: {int(b): [int(p) for p in ps] for b, ps in per.items()}
-                         for t, per in data.get("deleting", {}).items()}
+        data = load_metadata(self.path, self.brokers)
+        self.controller_epoch = data.controller_epoch
+        self.topics = data.topics
+        self.partitions = data.partitions
+        self.broker_incarnations = data.broker_incarnations
+        self.next_producer_id = data.next_producer_id
+        self.deleting = data.deleting
 
-    def save(self) -> None:
-        if self.path is None:
-            return
+    def _blob(self, *, controller_epoch: Optional[int] = None, topics: Optional[Dict[str, TopicConfig]] = None,
+              partitions: Optional[Dict[TP, PartitionState]] = None,
+              broker_incarnations: Optional[Dict[int, int]] = None, next_producer_id: Optional[int] = None,
+              deleting: Optional[Dict[str, Dict[int, List[int]]]] = None) -> bytes:
+        """The file's bytes for the current state with the given parts replaced."""
         data = {
             "version": 1,
             "brokers": list(self.brokers),
-            "controller_epoch": self.controller_epoch,
-            "topics": [asdict(t) for t in self.topics.values()],
-            "partitions": [asdict(st) for st in self.partitions.values()],
-            "broker_incarnations": {str(k): v for k, v in self.broker_incarnations.items()},
-            "next_producer_id": self.next_producer_id,
-            "deleting": {t: {str(b): ps for b, ps in per.items()} for t, per in self.deleting.items()},
+            "controller_epoch": self.controller_epoch if controller_epoch is None else controller_epoch,
+            "topics": [asdict(t) for t in (self.topics if topics is None else topics).values()],
+            "partitions": [asdict(st) for st in (self.partitions if partitions is None else partitions).values()],
+            "broker_incarnations": {str(k): v for k, v in (
+                self.broker_incarnations if broker_incarnations is None else broker_incarnations).items()},
+            "next_producer_id": self.next_producer_id if next_producer_id is None else next_producer_id,
+            "deleting": {t: {str(b): ps for b, ps in per.items()}
+                         for t, per in (self.deleting if deleting is None else deleting).items()},
         }
-        blob = json.dumps(data, sort_keys=True).encode("utf-8")
-        if self.io is not None:
-            self.io.write_file_atomic(self.path, blob)  # type: ignore[attr-defined]
-        else:
-            tmp = self.path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+        return json.dumps(data, sort_keys=True).encode("utf-8")
+
+    def _store(self, what: str, **proposed: object) -> None:
+        """Durably store the state with ``proposed`` parts, or raise MetadataStorageError (nothing applied)."""
+        if self.path is None:
+            return
+        blob = self._blob(**proposed)  # type: ignore[arg-type]
+        try:
+            if self.io is not None:
+                self.io.write_file_atomic(self.path, blob)  # type: ignore[attr-defined]
+            else:
+                tmp = self.path + ".tmp"
+                with open(tmp, "wb") as f:
+                    f.write(blob)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+        except (OSError, PylogError) as exc:
+            self.write_failures += 1
+            first = self.write_error is None
+            self.write_error = f"{type(exc).__name__}: {exc}"
+            if first:
+                _log.error("%s: cannot store %s (%s); the change is not applied and the controller stops "
+                           "acting until the file can be written", self.path, what, self.write_error)
+            raise MetadataStorageError(
+                f"{self.path}: cannot store {what}: {self.write_error}; the change was not applied") from exc
+        if self.write_error is not None:
+            _log.warning("%s: metadata writes work again (%d failed)", self.path, self.write_failures)
+            self.write_error = None
+
+    def save(self) -> None:
+        """Write the current state (raises MetadataStorageError if it cannot be stored)."""
+        self._store("the metadata")
 
     def register(self, broker_id: int, incarnation: int) -> None:
         if self.broker_incarnations.get(broker_id) != incarnation:
-            self.broker_incarnations[broker_id] = incarnation
-            self.save()
+            new = dict(self.broker_incarnations)
+            new[broker_id] = incarnation
+            self._store(f"broker {broker_id}'s registration (incarnation {incarnation})", broker_incarnations=new)
+            self.broker_incarnations[broker_id] = incarnation  # in place: controllers hold this dict
 
     def allocate_producer_ids(self, count: int) -> Tuple[int, int]:
-        """Reserve ``count`` producer ids; returns ``(first, count)``. Saved before it returns."""
+        """Reserve ``count`` producer ids; returns ``(first, count)``. Stored before it returns."""
         first = self.next_producer_id
-        self.next_producer_id += count
-        self.save()
+        self._store(f"a block of {count} producer ids", next_producer_id=first + count)
+        self.next_producer_id = first + count
         return first, count
 
-    def add_topic(self, cfg: "TopicConfig") -> None:
+    def create_topic(self, controller_epoch: int, cfg: "TopicConfig", states: Sequence[PartitionState]) -> None:
+        """Store a new topic and its partitions in one write (all or nothing)."""
+        self._check_epoch(controller_epoch, f"creation of topic {cfg.name!r}")
+        topics = dict(self.topics)
+        topics[cfg.name] = cfg
+        partitions = dict(self.partitions)
+        for st in states:
+            partitions[(st.topic, st.partition)] = st
+        self._store(f"topic {cfg.name!r} with {len(states)} partitions", topics=topics, partitions=partitions)
         self.topics[cfg.name] = cfg
-        self.save()
+        self.partitions.update(((st.topic, st.partition), st) for st in states)
+        self.history.extend((controller_epoch, st) for st in states)
 
-    # topic admin (each change is one atomic save)
+    # topic admin (each change is one atomic write, stored before it is applied)
     def remove_topic(self, name: str, pending: Dict[int, List[int]]) -> None:
         """Drop topic ``name`` and its partitions; its replicas in ``pending`` (broker -> partitions)
-        are to be removed from disk. One save: after a crash the topic is either whole or gone."""
+        are to be removed from disk. One write: after a crash the topic is either whole or gone.
+        Raises MetadataStorageError (nothing changed) when it cannot be stored."""
+        topics = {k: v for k, v in self.topics.items() if k != name}
+        partitions = {tp: st for tp, st in self.partitions.items() if tp[0] != name}
+        pending = {b: sorted(ps) for b, ps in pending.items() if ps}
+        deleting = dict(self.deleting)
+        if pending:
+            deleting[name] = pending
+        self._store(f"the deletion of topic {name!r}", topics=topics, partitions=partitions, deleting=deleting)
         self.topics.pop(name, None)
         for tp in [tp for tp in self.partitions if tp[0] == name]:
             del self.partitions[tp]
-        pending = {b: sorted(ps) for b, ps in pending.items() if ps}
-        if pending:
-            self.deleting[name] = pending
-        self.save()
+        self.deleting = deleting
 
     def replica_deleted(self, name: str, broker: int, partition: int) -> bool:
         """Broker ``broker`` removed its replica of ``name``-``partition``; True if that was pending."""
         per = self.deleting.get(name)
         if per is None or partition not in per.get(broker, ()):
             return False
-        per[broker] = [p for p in per[broker] if p != partition]
-        if not per[broker]:
-            del per[broker]
-        if not per:
-            del self.deleting[name]
-        self.save()
+        new_per = {b: list(ps) for b, ps in per.items()}
+        new_per[broker] = [p for p in new_per[broker] if p != partition]
+        if not new_per[broker]:
+            del new_per[broker]
+        deleting = dict(self.deleting)
+        if new_per:
+            deleting[name] = new_per
+        else:
+            del deleting[name]
+        self._store(f"broker {broker}'s removal of {name}-{partition}", deleting=deleting)
+        self.deleting = deleting
         return True
 
     def extend_topic(self, cfg: "TopicConfig", states: Sequence[PartitionState]) -> None:
-        """Replace the topic's record by ``cfg`` and add the new partitions' ``states`` (one save)."""
+        """Replace the topic's record by ``cfg`` and add the new partitions' ``states`` (one write)."""
+        topics = dict(self.topics)
+        topics[cfg.name] = cfg
+        partitions = dict(self.partitions)
+        for st in states:
+            assert (st.topic, st.partition) not in partitions, st
+            partitions[(st.topic, st.partition)] = st
+        self._store(f"{len(states)} new partitions of topic {cfg.name!r}", topics=topics, partitions=partitions)
         self.topics[cfg.name] = cfg
         for st in states:
-            assert (st.topic, st.partition) not in self.partitions, st
             self.partitions[(st.topic, st.partition)] = st
             self.history.append((self.controller_epoch, st))
-        self.save()
 
     def replace_topic(self, cfg: "TopicConfig") -> None:
         """Replace the topic's record (configs) by ``cfg``."""
         assert cfg.name in self.topics, cfg.name
+        topics = dict(self.topics)
+        topics[cfg.name] = cfg
+        self._store(f"the configs of topic {cfg.name!r}", topics=topics)
         self.topics[cfg.name] = cfg
-        self.save()
 
     # controller election (the /controller znode)
     def try_claim(self, broker_id: int, now_ms: int, session_timeout_ms: int, incarnation: int = 0) -> bool:
@@ -253,16 +530,22 @@ class MetadataStore:
 
         The lease belongs to one incarnation (a ZooKeeper session): a broker that
         restarted cannot renew its predecessor's lease, it waits for it to expire.
+        A claim bumps the stored controller epoch; while the store cannot be written
+        nobody can claim (False).
         """
         if self.controller_id == broker_id and self.controller_incarnation == incarnation:
             self.lease_ms = now_ms
             return True
         if self.controller_id is None or now_ms - self.lease_ms > session_timeout_ms:
+            try:
+                self._store(f"controller epoch {self.controller_epoch + 1} (broker {broker_id})",
+                            controller_epoch=self.controller_epoch + 1)
+            except MetadataStorageError:
+                return False
             self.controller_id = broker_id
             self.controller_incarnation = incarnation
             self.controller_epoch += 1
             self.lease_ms = now_ms
-            self.save()
             return True
         return False
 
@@ -270,19 +553,25 @@ class MetadataStore:
         if self.controller_id == broker_id:
             self.controller_id = None
 
-    def write(self, controller_epoch: int, st: PartitionState) -> None:
+    def _check_epoch(self, controller_epoch: int, what: str) -> None:
         if controller_epoch != self.controller_epoch:
             raise StaleControllerEpochError(
-                f"controller epoch {controller_epoch} is stale (current {self.controller_epoch}); "
-                f"write of {st.topic}-{st.partition} refused"
+                f"controller epoch {controller_epoch} is stale (current {self.controller_epoch}); {what} refused"
             )
+
+    def write(self, controller_epoch: int, st: PartitionState) -> None:
+        """Store ``st``, then apply it (a failed store raises MetadataStorageError and applies nothing)."""
+        self._check_epoch(controller_epoch, f"write of {st.topic}-{st.partition}")
         old = self.partitions.get((st.topic, st.partition))
         if old is not None:
             assert st.leader_epoch >= old.leader_epoch and st.partition_epoch > old.partition_epoch, (old, st)
         assert st.isr, f"{st.topic}-{st.partition}: an ISR is never empty"
+        partitions = dict(self.partitions)
+        partitions[(st.topic, st.partition)] = st
+        self._store(f"{st.topic}-{st.partition} (leader {st.leader}, leader epoch {st.leader_epoch}, "
+                    f"ISR {list(st.isr)}, partition epoch {st.partition_epoch})", partitions=partitions)
         self.partitions[(st.topic, st.partition)] = st
         self.history.append((controller_epoch, st))
-        self.save()
 
     def state_of(self, tp: TP) -> str:
         st = self.partitions.get(tp)
@@ -325,18 +614,42 @@ class Controller:
     def _is_live(self, b: int) -> bool:
         return b in self.last_heartbeat
 
+    def _lose_store(self, exc: MetadataStorageError) -> None:
+        """The store refused a write: stop acting and resign, as a KRaft controller that lost its
+        quorum does. Nothing of the failed change was applied; what was committed before it is
+        still sent. A broker claims the role again (a new controller epoch, a fresh controller
+        announcing the full state) once the store accepts the epoch bump."""
+        if self.active:
+            _log.error("controller on broker %d (epoch %d) stops acting: %s", self.broker_id, self.epoch, exc)
+        self.active = False
+        self.store.resign(self.broker_id)
+
     def activate(self, now_ms: int) -> Outbox:
         """Announce this controller (its epoch) and the full state to every broker."""
         out = Outbox()
-        for b in self.store.brokers:
-            states = tuple(st for st in self.store.partitions.values() if b in st.replicas)
-            out.send(b, self._lai(b, states))
-        for b in self.store.brokers:
-            if not self._is_live(b):  # the previous controller's broker: its lease expired
-                self._broker_failed(b, out)
+        if not self.active:
+            return out
+        try:
+            for b in self.store.brokers:
+                states = tuple(st for st in self.store.partitions.values() if b in st.replicas)
+                out.send(b, self._lai(b, states))
+            for b in self.store.brokers:
+                if not self._is_live(b):  # the previous controller's broker: its lease expired
+                    self._broker_failed(b, out)
+            # Kafka's onControllerFailover (triggerOnlinePartitionStateChange): elect a leader for
+            # every partition left offline. Otherwise a partition whose ISR members all lived
+            # through a controller change (a controller that stopped acting on a failing store,
+            # or one cut off from them) would wait for a broker restart to be elected.
+            for tp, st in list(self.store.partitions.items()):
+                if st.leader == NO_LEADER:
+                    self._elect(tp, "offline", out, exclude=set())
+        except MetadataStorageError as exc:
+            self._lose_store(exc)
         return out
 
     def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
+        """A broker's heartbeat or AlterPartition. Never raises for a failing store: the
+        controller stops acting (:meth:`_lose_store`) and the committed part is returned."""
         out = Outbox()
         if not self.active:
             return out
@@ -352,6 +665,10 @@ class Controller:
         except StaleControllerEpochError:
             self.active = False
             return Outbox()
+        except MetadataStorageError as exc:
+            # No answer to an AlterPartition whose change was not stored: the leader keeps its
+            # proposal pending (the maximal ISR counts for the HW) and resends it.
+            self._lose_store(exc)
         return out
 
     def _on_heartbeat(self, hb: BrokerHeartbeat, now_ms: int, out: Outbox) -> None:
@@ -404,6 +721,8 @@ class Controller:
         except StaleControllerEpochError:
             self.active = False
             return Outbox()
+        except MetadataStorageError as exc:
+            self._lose_store(exc)
         return out
 
     # --------------------------------------------------------------- events
@@ -422,7 +741,16 @@ class Controller:
             if b in st.elr and unclean:  # it may have lost the committed records it held
                 st = self._write(self._next(st, isr=st.isr, unclean=lost), out)
             if st.leader == b or (unclean and st.leader == NO_LEADER and st.isr == (b,)):
-                self._elect(tp, "offline", out, exclude={b}, unclean=lost)
+                if not self._elect(tp, "offline", out, exclude={b}, unclean=lost) and unclean:
+                    st = self.store.partitions[tp]
+                    if st.isr == (b,) and st.elr:
+                        # KIP-966: a broker that restarted uncleanly leaves the ISR. It was the last
+                        # member, so the ISR is "empty" and the next leader must come from the ELR,
+                        # which holds every committed record (the HW froze when it left the ISR);
+                        # pylog keeps ISRs non-empty, so the ELR becomes the ISR of the offline
+                        # partition. Electing ``b`` instead would truncate the ELR to what ``b``
+                        # kept (seed 702007 of issue 14: __consumer_offsets HW 5 -> 0).
+                        self._write(replace(st, isr=st.elr, elr=(), partition_epoch=st.partition_epoch + 1), out)
             elif b in st.isr and len(st.isr) > 1:
                 self._write(self._next(st, isr=tuple(r for r in st.isr if r != b), unclean=lost), out)
 
@@ -494,8 +822,19 @@ class Controller:
         out = Outbox()
         if tp not in self.store.partitions:
             raise UnknownTopicOrPartitionError(f"unknown partition {tp[0]}-{tp[1]}")
-        self._elect(tp, "preferred", out, exclude=set())
+        with self._raising_store_errors():
+            self._elect(tp, "preferred", out, exclude=set())
         return out
+
+    @contextlib.contextmanager
+    def _raising_store_errors(self) -> Iterator[None]:
+        """For calls made by the cluster's API: a failing store stops this controller and the
+        caller gets the MetadataStorageError (a KafkaStorageError)."""
+        try:
+            yield
+        except MetadataStorageError as exc:
+            self._lose_store(exc)
+            raise
 
     def reassign(self, tp: TP, replicas: Sequence[int]) -> Outbox:
         """Move ``tp`` to ``replicas`` (all must already be in the ISR: no data movement here)."""
@@ -505,26 +844,36 @@ class Controller:
         for r in new:
             if self._is_live(r) and r in st.isr:
                 isr = tuple(x for x in st.isr if x in new)
-                self._write(replace(st, replicas=new, leader=r, isr=isr, elr=(), leader_epoch=st.leader_epoch + 1,
-                                    partition_epoch=st.partition_epoch + 1), out)
+                with self._raising_store_errors():
+                    self._write(replace(st, replicas=new, leader=r, isr=isr, elr=(), leader_epoch=st.leader_epoch + 1,
+                                        partition_epoch=st.partition_epoch + 1), out)
                 return out
         raise InvalidConfigurationError(f"no live in-sync replica of {tp[0]}-{tp[1]} in {list(new)}")
 
     def _write(self, st: PartitionState, out: Outbox) -> PartitionState:
+        """Store ``st``, then tell its replicas. Everything the LeaderAndIsr requests need stored
+        (producer id blocks) is stored first, so a failing store leaves nothing half-sent."""
+        for r in st.replicas:
+            self._pid_block(r)
         self.store.write(self.epoch, st)
         for r in st.replicas:
             out.send(r, self._lai(r, (st,)))
         return st
 
+    def _pid_block(self, b: int) -> Tuple[int, int]:
+        """The producer id block granted to ``b``'s current incarnation (stored when first granted)."""
+        inc = self.incarnation.get(b, -1)
+        if inc < 0:
+            return (-1, 0)
+        granted = self._pid_blocks.get(b)
+        if granted is None or granted[0] != inc:
+            granted = (inc, self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE))
+            self._pid_blocks[b] = granted
+        return granted[1]
+
     def _lai(self, b: int, states: Tuple[PartitionState, ...]) -> LeaderAndIsrRequest:
         inc = self.incarnation.get(b, -1)
-        block = (-1, 0)
-        if inc >= 0:
-            granted = self._pid_blocks.get(b)
-            if granted is None or granted[0] != inc:
-                granted = (inc, self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE))
-                self._pid_blocks[b] = granted
-            block = granted[1]
+        block = self._pid_block(b)
         configs = []
         for t in sorted({st.topic for st in states}):
             cfg = self.store.topics.get(t)
@@ -574,10 +923,10 @@ class Controller:
             raise TopicAlreadyExistsError(
                 f"topic {cfg.name!r} is marked for deletion: brokers {sorted(self.store.deleting[cfg.name])} "
                 "have not removed their replicas yet (they do when they run)")
-        for field in ("partitions", "replication_factor", "min_insync_replicas"):
-            value = getattr(cfg, field)
+        for fname in ("partitions", "replication_factor", "min_insync_replicas"):
+            value = getattr(cfg, fname)
             if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidConfigurationError(f"topic {cfg.name!r}: {field} must be an int, got {value!r}")
+                raise InvalidConfigurationError(f"topic {cfg.name!r}: {fname} must be an int, got {value!r}")
         if cfg.min_insync_replicas < 1 or cfg.min_insync_replicas > cfg.replication_factor:
             raise InvalidConfigurationError(
                 f"min_insync_replicas must be in [1, replication_factor={cfg.replication_factor}], "
@@ -585,16 +934,28 @@ class Controller:
             )
         validate_topic_configs(cfg.name, cfg.configs)
         brokers = sorted(self.store.brokers)
+        if cfg.name == OFFSETS_TOPIC:
+            rf, min_isr = offsets_topic_replication(len(brokers))
+            if cfg.replication_factor < rf or cfg.min_insync_replicas < min_isr:
+                raise InvalidConfigurationError(
+                    f"topic {OFFSETS_TOPIC!r} needs replication_factor >= {rf} and min_insync_replicas >= {min_isr} "
+                    f"with {len(brokers)} brokers, got {cfg.replication_factor} and {cfg.min_insync_replicas}: a lone "
+                    f"in-sync replica that crashes can lose committed offsets (docs/replication.md)")
         assignment = assign_replicas(brokers, cfg.partitions, cfg.replication_factor, rng=self.store.rng,
                                      start_index=start_index, shift=shift)
-        self.store.add_topic(cfg)
-        out = Outbox()
+        states = []
         for p, replicas in enumerate(assignment):
             live = [r for r in replicas if self._is_live(r)] or [replicas[0]]
             leader = live[0] if self._is_live(live[0]) else NO_LEADER
-            st = PartitionState(cfg.name, p, tuple(replicas), leader, 0, tuple(live), 0, cfg.min_insync_replicas)
-            self.store.write(self.epoch, st)
-            for r in replicas:
+            states.append(PartitionState(cfg.name, p, tuple(replicas), leader, 0, tuple(live), 0,
+                                         cfg.min_insync_replicas))
+        out = Outbox()
+        with self._raising_store_errors():
+            for b in sorted({r for replicas in assignment for r in replicas}):
+                self._pid_block(b)
+            self.store.create_topic(self.epoch, cfg, states)  # the topic and its partitions: one write
+        for st in states:
+            for r in st.replicas:
                 out.send(r, self._lai(r, (st,)))
         return out
 
@@ -627,7 +988,8 @@ class Controller:
             if t == name:
                 for r in st.replicas:
                     pending.setdefault(r, []).append(p)
-        self.store.remove_topic(name, pending)
+        with self._raising_store_errors():
+            self.store.remove_topic(name, pending)
         out = Outbox()
         for b in self.store.brokers:
             self.resend_deletions(b, out, topics=(name,), delay_ms=delay if isinstance(delay, int) else -1)
@@ -666,7 +1028,8 @@ class Controller:
             leader = live[0] if self._is_live(live[0]) else NO_LEADER
             states.append(PartitionState(name, cfg.partitions + i, tuple(replicas), leader, 0, tuple(live), 0,
                                          cfg.min_insync_replicas))
-        self.store.extend_topic(replace(cfg, partitions=total), states)
+        with self._raising_store_errors():
+            self.store.extend_topic(replace(cfg, partitions=total), states)
         out = Outbox()
         for st in states:
             for r in st.replicas:
@@ -699,13 +1062,14 @@ class Controller:
                 f"got {min_isr!r}")
         validate_topic_configs(name, merged)
         new = replace(cfg, configs=merged, min_insync_replicas=min_isr, unclean_leader_election=unclean)
-        self.store.replace_topic(new)
         out = Outbox()
-        states = sorted((st for (t, _), st in self.store.partitions.items() if t == name), key=lambda st: st.partition)
-        if min_isr != cfg.min_insync_replicas:
-            for st in states:
-                self._write(self._next(replace(st, min_insync_replicas=min_isr), isr=st.isr), out)
-        else:
+        with self._raising_store_errors():
+            self.store.replace_topic(new)
+            states = sorted((st for (t, _), st in self.store.partitions.items() if t == name), key=lambda st: st.partition)
+            if min_isr != cfg.min_insync_replicas:
+                for st in states:
+                    self._write(self._next(replace(st, min_insync_replicas=min_isr), isr=st.isr), out)
+        if min_isr == cfg.min_insync_replicas:
             for b in self.store.brokers:
                 mine = tuple(st for st in states if b in st.replicas)
                 if mine:
@@ -717,4 +1081,5 @@ class Controller:
         assert self.epoch <= self.store.controller_epoch
 
 
-__all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
+__all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata", "LoadedMetadata",
+           "offsets_topic_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]

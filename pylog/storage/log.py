@@ -559,7 +559,17 @@ class Log:
         """
         if isinstance(records, (bytes, bytearray, memoryview, str, Record)) or records is None:
             raise InvalidConfigurationError("append() takes a list of records; wrap a single record in a list")
-        records = list(records)
+        try:
+            records = list(records)
+        except TypeError:
+            raise InvalidConfigurationError(
+                f"append() takes a list of records, not {type(records).__name__} ({self.topic}-{self.partition})"
+            ) from None
+        for name, v in (("leader_epoch", leader_epoch), ("producer_id", producer_id),
+                        ("producer_epoch", producer_epoch), ("base_sequence", base_sequence)):
+            if v.__class__ is not int and (not isinstance(v, int) or isinstance(v, bool)):
+                raise InvalidConfigurationError(
+                    f"append(): {name} must be an int, not {type(v).__name__} ({v!r:.40}) ({self.topic}-{self.partition})")
         if self.config.compact:
             _require_keys(records, self.topic, self.partition)
         with self._lock:
@@ -1233,6 +1243,10 @@ class Log:
         Kafka's ListOffsets by timestamp: segments are chosen by their largest
         timestamp, then the time index, offset index and a batch scan.
         """
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+            raise InvalidConfigurationError(
+                f"offset_for_time needs a timestamp in milliseconds (an int), not {type(timestamp_ms).__name__} "
+                f"({timestamp_ms!r:.40}) ({self.topic}-{self.partition})")
         with self._lock:
             self._ensure_open()
             for seg in self.segments.values():

@@ -14,7 +14,9 @@ Opt-in soak (10,000 seeds, roughly an hour on one core)::
 
 ``PYLOG_SOAK_SEEDS=N`` and ``PYLOG_SOAK_START=S`` change the range;
 ``PYLOG_SIM_DISK_FAIL_RATE=0.08`` adds failing disks to every step's choices
-(the soak and the replay; the default run has its own 60 seeds with them).
+(the soak and the replay; the default run has its own 60 seeds with them);
+``PYLOG_SIM_METADATA_FAIL_RATE=0.1`` likewise adds failing writes of the controller's
+metadata file (the default run has 40 seeds with them).
 """
 from __future__ import annotations
 
@@ -58,6 +60,28 @@ def test_random_simulation_with_failing_disks(tmp_path, first):
     assert totals["acked"] > 20 * CHUNK
 
 
+METADATA_FAIL_RATE = 0.1
+
+
+def _metadata_rate() -> float:
+    return float(os.environ.get("PYLOG_SIM_METADATA_FAIL_RATE", "0"))
+
+
+@pytest.mark.parametrize("first", range(0, 40, CHUNK))
+def test_random_simulation_with_failing_metadata_writes(tmp_path, first):
+    """Also the controller's metadata file failing every write (ENOSPC) for a while: the controller
+    stops acting (no ISR change, election or registration is applied unstored), leaders hold their
+    HW at the ISR the file has, and once the file works again a new controller takes over; still no
+    acknowledged record is lost."""
+    totals = {"acked": 0, "metadata_failures": 0, "crashes": 0}
+    for seed in range(200_000 + first, 200_000 + first + CHUNK):
+        stats = run_seed(str(tmp_path / f"seed-{seed}"), seed, metadata_fail_rate=METADATA_FAIL_RATE)
+        for k in totals:
+            totals[k] += stats[k]
+    assert totals["metadata_failures"] >= CHUNK // 2  # the fault really happened
+    assert totals["acked"] > 20 * CHUNK
+
+
 #: seeds the 10,000-seed soak found failing, each fixed (a committed write lost after a lost
 #: AlterPartition reply; a restarted follower added to the ISR on a fetch from its previous life;
 #: a consumer whose coordinator was lost in the middle of a JoinGroup)
@@ -75,7 +99,7 @@ def test_replay_seed(tmp_path):
     if seed is None:
         pytest.skip("set PYLOG_SIM_SEED=<seed> to replay one simulation")
     rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
-    stats = run_seed(str(tmp_path / "replay"), int(seed), disk_fail_rate=rate)
+    stats = run_seed(str(tmp_path / "replay"), int(seed), disk_fail_rate=rate, metadata_fail_rate=_metadata_rate())
     assert stats["acked"] >= 0
 
 
@@ -95,7 +119,7 @@ def test_soak_random_simulation(tmp_path):
     rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
     for seed in range(start, start + count):
         path = tmp_path / f"seed-{seed}"
-        run_seed(str(path), seed, disk_fail_rate=rate)
+        run_seed(str(path), seed, disk_fail_rate=rate, metadata_fail_rate=_metadata_rate())
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)

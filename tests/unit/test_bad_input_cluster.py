@@ -217,3 +217,132 @@ def test_spark_subscribe_to_a_bad_name_selects_nothing_outside(tmp_path, name: s
     assert select_partitions(str(inner), {"subscribe": f"{name},good", **lenient}) == [("good", 0)]
     with pytest.raises(errors.UnknownTopicOrPartitionError, match="failOnUnknownTopic=false"):
         select_partitions(str(inner), {"subscribe": f"{name},good"})
+
+
+# ---- issue 14, item 7: wrong errors (each used to be a bare TypeError/KeyError/ValueError/OSError)
+
+@pytest.mark.parametrize("log_config, key", [
+    ({"segment_bytes": 0}, "segment_bytes"),
+    ({"segmentbytes": 1 << 20}, "segmentbytes"),
+    ({"retention_ms": "1d"}, "retention_ms"),
+    ({"flush_messages": 1.5}, "flush_messages"),
+])
+def test_cluster_refuses_a_bad_log_config_at_construction(tmp_path, log_config: dict, key: str) -> None:
+    """Refused before anything starts (it used to be accepted, and create_topic then waited 30 s
+    and left a half-created topic)."""
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        Cluster(tmp_path / "c", brokers=3, seed=1, log_config=log_config)
+    assert key in str(info.value) and "log_config" in str(info.value)
+    assert not os.path.exists(tmp_path / "c" / "cluster-metadata.json")
+
+
+def test_cluster_refuses_a_log_config_that_is_not_a_dict(tmp_path) -> None:
+    with pytest.raises(errors.InvalidConfigurationError, match="log_config must be a dict"):
+        Cluster(tmp_path / "c", brokers=1, seed=1, log_config=[("segment_bytes", 4096)])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("loss", [2.0, -0.1, 1.0, "0.1"])
+def test_cluster_refuses_a_bad_loss(tmp_path, loss: object) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        Cluster(tmp_path / "c", brokers=1, seed=1, loss=loss)  # type: ignore[arg-type]
+    assert "loss" in str(info.value)
+
+
+def test_simulation_refuses_a_bad_loss(tmp_path) -> None:
+    from pylog.simulation import SimConfig, Simulation
+
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        Simulation(str(tmp_path), SimConfig(loss=2.0, duration_ms=100))
+    assert "loss" in str(info.value) and "2.0" in str(info.value)
+
+
+@pytest.mark.parametrize("call", ["stop_broker", "start_broker"])
+@pytest.mark.parametrize("broker", [99, -1, "0", None, True])
+def test_stop_or_start_an_unknown_broker(cluster: Cluster, call: str, broker: object) -> None:
+    with pytest.raises(errors.InvalidConfigurationError) as info:
+        getattr(cluster, call)(broker)
+    assert repr(broker) in str(info.value) and "brokers [0, 1, 2]" in str(info.value)
+    assert all(b.running for b in cluster.brokers.values())
+
+
+def test_leader_of_an_unknown_partition(cluster: Cluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    with pytest.raises(errors.UnknownTopicOrPartitionError, match="'t'-3"):
+        cluster.leader_of("t", 3)
+
+
+@pytest.mark.parametrize("headers, what", [
+    (5, "headers must be a list"),
+    ("k=v", "headers must be a list"),
+    ([("k", "v")], "header 0"),
+    ([(b"k", b"v")], "header 0"),
+    ([("k", b"v", b"x")], "header 0"),
+])
+def test_send_with_bad_headers_sends_nothing(cluster: Cluster, headers: object, what: str) -> None:
+    cluster.create_topic("t", partitions=1)
+    p = cluster.producer()
+    with pytest.raises(errors.InvalidRecordError) as info:
+        p.send("t", b"v", headers=headers)  # type: ignore[arg-type]
+    assert what in str(info.value)
+    assert p.send("t", b"ok", headers=[("k", b"v")]).result().offset == 0  # nothing was written before
+
+
+@pytest.mark.parametrize("records", [5, 1.5, object()])
+def test_log_append_of_a_non_list(tmp_path, records: object) -> None:
+    import pylog
+
+    with pylog.Log.open(str(tmp_path / "t-0")) as lg:
+        with pytest.raises(errors.InvalidConfigurationError) as info:
+            lg.append(records)  # type: ignore[arg-type]
+        assert "list of records" in str(info.value) and "t-0" in str(info.value)
+        assert lg.log_end_offset == 0
+
+
+@pytest.mark.parametrize("kwarg", ["leader_epoch", "producer_id", "producer_epoch", "base_sequence"])
+def test_log_append_with_a_non_int_argument(tmp_path, kwarg: str) -> None:
+    import pylog
+
+    with pylog.Log.open(str(tmp_path / "t-0")) as lg:
+        with pytest.raises(errors.InvalidConfigurationError) as info:
+            lg.append([b"v"], **{kwarg: "x"})
+        assert kwarg in str(info.value) and "'x'" in str(info.value)
+        assert lg.log_end_offset == 0
+
+
+@pytest.mark.parametrize("ts", ["yesterday", 1.5, None, True])
+def test_log_offset_for_time_needs_an_int(tmp_path, ts: object) -> None:
+    import pylog
+
+    with pylog.Log.open(str(tmp_path / "t-0")) as lg:
+        lg.append([b"v"])
+        with pytest.raises(errors.InvalidConfigurationError) as info:
+            lg.offset_for_time(ts)  # type: ignore[arg-type]
+        assert "offset_for_time" in str(info.value) and "t-0" in str(info.value)
+
+
+def test_cluster_whose_metadata_disk_is_full_raises_a_storage_error(tmp_path, monkeypatch) -> None:
+    """The very first metadata write (the controller's claim) fails: a MetadataStorageError (a
+    KafkaStorageError) naming the file, not a bare OSError or a 10 s "no controller" timeout."""
+    from pylog.storage.fileio import FileIO
+
+    def full(self, path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(FileIO, "write_file_atomic", full)
+    with pytest.raises(errors.KafkaStorageError) as info:
+        Cluster(tmp_path / "c", brokers=1, seed=1)
+    assert isinstance(info.value, errors.MetadataStorageError)
+    assert "cluster-metadata.json" in str(info.value) and "No space left" in str(info.value)
+
+
+def test_disk_full_on_close_is_a_storage_error(tmp_path) -> None:
+    c = Cluster(tmp_path / "c", brokers=1, seed=1)
+    c.create_topic("t", partitions=1, replication_factor=1)
+    c.producer().send("t", b"v").result()
+    disk = c.brokers[0].disk
+    disk.fail_errno = errno.ENOSPC
+    disk.fail_write_after = disk.writes
+    disk.fail_fsync_after = disk.fsyncs
+    with pytest.raises(errors.KafkaStorageError) as info:
+        c.close()
+    assert "broker 0" in str(info.value)

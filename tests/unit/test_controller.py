@@ -217,3 +217,67 @@ def test_alter_partition_refuses_a_replica_caught_up_in_an_earlier_incarnation()
     # A fetch from the current incarnation makes it eligible.
     out = c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 1, (0, 1, 2), added_incarnations=((2, 2),)), 20)
     assert out.items[-1][1].error is None and store.partitions[("t", 0)].isr == (0, 1, 2)
+
+
+def test_uncleanly_restarted_last_isr_member_gives_way_to_a_dead_elr_member_kip966():
+    """The ISR is down to one member, the ELR holds the replicas that left it (HW frozen). The last
+    member crashes (loses its unflushed tail) and restarts while no ELR member is live: it must not
+    be re-elected (its followers would truncate committed records to it); the ELR becomes the
+    offline partition's ISR and its member is elected when it comes back (issue 14, seed 702007)."""
+    store, c = setup(min_isr=2)
+    c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 0, (0,)), 0)
+    assert store.partitions[("t", 0)].elr == (1, 2)
+    for b in (1, 2):  # the ELR members' sessions end (cut off or down)
+        c.last_heartbeat.pop(b)
+    c.handle(0, BrokerHeartbeat(0, 2, unclean_restart=True), 10)  # 0 restarts after a crash
+    s = store.partitions[("t", 0)]
+    assert s.leader == NO_LEADER and 0 not in s.isr and s.isr == (1, 2) and s.elr == ()
+    store._check()
+    c.handle(2, BrokerHeartbeat(2, 1), 20)  # an ELR member is back: it leads
+    s = store.partitions[("t", 0)]
+    assert s.leader == 2 and 0 not in s.isr
+
+
+def test_a_clean_restart_of_the_last_isr_member_is_still_elected():
+    """Only an unclean restart loses data: a cleanly stopped last ISR member leads again."""
+    store, c = setup(min_isr=2)
+    c.handle(0, AlterPartitionRequest(0, "t", 0, 0, 0, (0,)), 0)
+    for b in (1, 2):
+        c.last_heartbeat.pop(b)
+    c.handle(0, BrokerHeartbeat(0, 2, unclean_restart=False), 10)
+    assert store.partitions[("t", 0)].leader == 0
+
+
+def test_a_new_controller_elects_leaders_of_offline_partitions():
+    """Kafka's onControllerFailover: partitions left offline (their ISR members all alive under the new
+    controller's fresh sessions) get a leader at once, not at the next broker restart."""
+    store, c = setup(min_isr=1)
+    for b in (0, 1, 2):
+        c.last_heartbeat.pop(b, None)
+    from pylog.replication.messages import Outbox
+
+    c._broker_failed(0, Outbox())  # the leader fails while no other ISR member is live: offline
+    assert store.partitions[("t", 0)].leader == NO_LEADER and store.partitions[("t", 0)].isr == (0, 1, 2)
+    store.resign(0)
+    assert store.try_claim(1, 5_000, SESSION)
+    c2 = Controller(1, store, session_timeout_ms=SESSION, now_ms=5_000, previous_controller=0)
+    out = c2.activate(5_000)
+    s = store.partitions[("t", 0)]
+    assert s.leader == 1 and s.leader in s.isr
+    assert any(isinstance(m, LeaderAndIsrRequest) and m.states[0].leader == s.leader for _, m in out.items
+               if m.states)
+
+
+def test_offsets_topic_replication_defaults_and_refusal():
+    from pylog.replication.controller import offsets_topic_replication
+    from pylog.replication.offsets_topic import OFFSETS_TOPIC
+
+    assert [offsets_topic_replication(n) for n in (1, 2, 3, 5)] == [(1, 1), (2, 1), (3, 2), (3, 2)]
+    store, c = setup(brokers=(0, 1, 2, 3, 4))
+    with pytest.raises(InvalidConfigurationError, match="min_insync_replicas >= 2"):
+        c.create_topic(TopicConfig(OFFSETS_TOPIC, 1, 3, 1))
+    with pytest.raises(InvalidConfigurationError, match="replication_factor >= 3"):
+        c.create_topic(TopicConfig(OFFSETS_TOPIC, 1, 2, 2))
+    assert OFFSETS_TOPIC not in store.topics
+    c.create_topic(TopicConfig(OFFSETS_TOPIC, 1, 3, 2))
+    assert store.partitions[(OFFSETS_TOPIC, 0)].min_insync_replicas == 2
