@@ -31,7 +31,7 @@ with warnings.catch_warnings():
     except ImportError as exc:  # pragma: no cover - the `kafka` extra is missing
         raise InvalidConfigurationError(
             "the Kafka protocol listener needs kafka-python>=3 (its Kafka message schemas): "
-            "pip install 'pylog[kafka]'") from exc
+            "pip install 'pylog-kafka[kafka]'") from exc
     import kafka.errors as _kerrors
     import kafka.protocol.admin  # noqa: F401 - every schema loads now, not in a request's path
     import kafka.protocol.consumer  # noqa: F401

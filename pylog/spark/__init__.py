@@ -75,7 +75,7 @@ def check_executor_imports(spark: Any, modules: Sequence[str] = EXECUTOR_MODULES
     failed = [(n, err) for n, _v, err in got["modules"] if err is not None]
     exe = got["python"]
     fix = (
-        f"Fix: install pylog and pyarrow into that Python (pip install 'pylog[spark]'), or start the SparkSession "
+        f"Fix: install pylog and pyarrow into that Python (pip install 'pylog-kafka[spark]'), or start the SparkSession "
         f"with executors running a Python that has them: set the environment variable PYSPARK_PYTHON (e.g. "
         f"os.environ['PYSPARK_PYTHON'] = sys.executable, here {sys.executable}) or the Spark conf "
         f"spark.pyspark.python before the session starts"
