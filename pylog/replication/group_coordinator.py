@@ -305,7 +305,7 @@ class GroupCoordinator:
             if pending:
                 del g.pending_members[req.member_id]
             new_id = req.member_id if pending else self._new_member_id(req.client_id, now_ms, instance)
-            m = Member(new_id, req.client_id, str(src),
+            m = Member(new_id, req.client_id, req.client_host or str(src),
                        req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type, tuple(req.protocols),
                        now_ms + req.session_timeout_ms, group_instance_id=instance)
             g.members[m.member_id] = m
@@ -396,7 +396,7 @@ class GroupCoordinator:
         self._rename_member(g, old_id, new_id)
         m.protocols = tuple(req.protocols)
         m.session_timeout_ms, m.rebalance_timeout_ms = req.session_timeout_ms, req.rebalance_timeout_ms
-        m.client_id, m.client_host = req.client_id, str(src)
+        m.client_id, m.client_host = req.client_id, req.client_host or str(src)
         m.deadline_ms = now_ms + m.session_timeout_ms
         join = m.join = (src, req.correlation_id)
         if g.state == STABLE and self._select_protocol(g) == g.protocol:
@@ -519,12 +519,18 @@ class GroupCoordinator:
         if err is not None:
             return fail(*err)
         assert g is not None
+        for what, given, have in (("protocol type", req.protocol_type, g.protocol_type),
+                                  ("protocol", req.protocol_name, g.protocol)):
+            if given is not None and given != have:  # SyncGroup v5+ names them (Kafka's validateSyncGroup)
+                return fail(InconsistentGroupProtocolError, f"group {req.group_id!r} has {what} {have!r}; "
+                            f"member {req.member_id!r} synced with {given!r}")
         m = g.members[req.member_id]
         m.deadline_ms = now_ms + m.session_timeout_ms
         if g.state == PREPARING_REBALANCE:
             return fail(RebalanceInProgressError, f"group {req.group_id!r} is rebalancing")
         if g.state == STABLE:
-            out.send(src, gm.SyncGroupResponse(req.correlation_id, assignment=m.assignment))
+            out.send(src, gm.SyncGroupResponse(req.correlation_id, assignment=m.assignment,
+                                               protocol_type=g.protocol_type, protocol_name=g.protocol))
             return
         m.sync = (src, req.correlation_id)
         if req.member_id != g.leader:
@@ -541,7 +547,9 @@ class GroupCoordinator:
                 g.state = STABLE
                 for mm in g.members.values():
                     if mm.sync is not None:
-                        o.send(mm.sync[0], gm.SyncGroupResponse(mm.sync[1], assignment=mm.assignment))
+                        o.send(mm.sync[0], gm.SyncGroupResponse(mm.sync[1], assignment=mm.assignment,
+                                                                protocol_type=g.protocol_type,
+                                                                protocol_name=g.protocol))
                         mm.sync = None
                 return
             error, message = self._append_error(resp)

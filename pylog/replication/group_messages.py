@@ -59,6 +59,8 @@ class JoinGroupRequest(GroupRequest):
     require_known_member_id: bool = False
     #: KIP-800 (JoinGroup v8+): why the member joins, for the coordinator's log; not stored
     reason: Optional[str] = None
+    #: the member's host as DescribeGroups shows it (Kafka: "/127.0.0.1"); None: the transport source
+    client_host: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,9 @@ class SyncGroupRequest(GroupRequest):
     #: the leader's (member_id, ConsumerProtocolAssignment bytes); empty from followers
     assignments: Tuple[Tuple[str, bytes], ...] = ()
     group_instance_id: Optional[str] = None
+    #: SyncGroup v5+: the group's protocol type and protocol as the member knows them (None: not checked)
+    protocol_type: Optional[str] = None
+    protocol_name: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,9 @@ class SyncGroupResponse:
     error: ErrorType = None
     message: str = ""
     assignment: bytes = b""
+    #: the group's protocol type and protocol (SyncGroup v5+ answers them), on success
+    protocol_type: Optional[str] = None
+    protocol_name: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 (MEMBER_ID_REQUIRED); the member joins with it; a pending id that never comes back expires."""
 from __future__ import annotations
 
-from pylog.errors import MemberIdRequiredError, UnknownMemberIdError
+from pylog.errors import InconsistentGroupProtocolError, MemberIdRequiredError, UnknownMemberIdError
 from pylog.replication import group_messages as gm
 from pylog.replication.group_coordinator import COMPLETING_REBALANCE, EMPTY, STABLE
 
@@ -61,3 +61,17 @@ def test_a_pending_member_may_leave_and_static_or_in_process_members_skip_the_ro
     _join(h, "c", require=False)  # the in-process consumer (and JoinGroup v0-v3) joins at once
     h.tick(1_000)
     assert h.take("c")[-1].error is None
+
+
+def test_sync_names_the_protocol_and_a_mismatch_is_inconsistent():
+    h = Harness()
+    _join(h, "a", require=False)
+    a = h.take("a")[0].member_id
+    h.send("a", gm.SyncGroupRequest(GROUP, h.next(), generation_id=1, member_id=a, assignments=((a, b"x"),),
+                                    protocol_type="consumer", protocol_name="roundrobin"))
+    (bad,) = h.take("a")
+    assert bad.error is InconsistentGroupProtocolError and "roundrobin" in bad.message
+    h.send("a", gm.SyncGroupRequest(GROUP, h.next(), generation_id=1, member_id=a, assignments=((a, b"x"),),
+                                    protocol_type="consumer", protocol_name="range"))
+    (ok,) = h.take("a")
+    assert ok.error is None and (ok.assignment, ok.protocol_type, ok.protocol_name) == (b"x", "consumer", "range")
