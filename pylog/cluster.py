@@ -95,7 +95,16 @@ class Cluster:
         offsets_retention_check_interval_ms: Optional[int] = None,
         producer_id_expiration_ms: Optional[int] = None,
         producer_id_expiration_check_interval_ms: Optional[int] = None,
+        listen: Optional[str] = None,
+        auto_create_topics: bool = True,
+        num_partitions: int = 1,
+        socket_request_max_bytes: int = 100 * 1024 * 1024,
     ):
+        #: Kafka's ``auto.create.topics.enable`` / ``num.partitions`` for the wire-protocol listener
+        self.auto_create_topics = bool(auto_create_topics)
+        self.num_partitions = num_partitions
+        #: the Kafka-protocol listener (``listen="HOST:PORT"``), or None (docs/kafka-protocol.md)
+        self.kafka_server: Any = None
         # Kafka's broker configs of the same names (None: Kafka's defaults: 7 days / 10 min, 1 day / 10 min);
         # see docs/consumer-groups.md (offset expiry) and docs/producer.md (producer id expiry).
         self._expiry_config: Dict[str, int] = {k: v for k, v in (
@@ -122,9 +131,17 @@ class Cluster:
             self.transport = DirectTransport(self.scheduler)
         self.brokers: Dict[int, Broker] = {}
         self._closed = False
+        if listen is not None and self.simulated:
+            raise InvalidConfigurationError("listen=... needs a real-time cluster (no seed)")
+        if not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1:
+            raise InvalidConfigurationError(f"num_partitions must be a positive int, got {num_partitions!r}")
         try:
             self._init_rest(brokers, replica_lag_time_max_ms, session_timeout_ms, heartbeat_interval_ms,
                             request_timeout_ms, log_config)
+            if listen is not None:
+                from pylog.protocol.server import KafkaServer
+
+                self.kafka_server = KafkaServer(self, listen, socket_request_max_bytes=socket_request_max_bytes)
         except BaseException:
             self._abort_init()
             raise
@@ -160,6 +177,11 @@ class Cluster:
         and stop the scheduler (joining a real-time loop thread). Errors here are secondary to the
         one being raised, so they are swallowed."""
         self._closed = True
+        if self.kafka_server is not None:
+            try:
+                self.kafka_server.close()
+            except Exception:
+                pass
 
         def stop_all() -> None:
             for b in self.brokers.values():
@@ -246,6 +268,14 @@ class Cluster:
     @property
     def now_ms(self) -> int:
         return self.scheduler.clock.now_ms()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``"host:port,host:port,..."`` of the brokers' Kafka listeners (``listen=...``); give it to any
+        Kafka client as ``bootstrap_servers`` / ``bootstrap.servers``."""
+        if self.kafka_server is None:
+            raise InvalidConfigurationError("this cluster has no Kafka listener: pass listen='127.0.0.1:0'")
+        return self.kafka_server.bootstrap_servers
 
     def advance(self, ms: int) -> None:
         """Simulated clusters: run ``ms`` virtual milliseconds. Real clusters: sleep."""
@@ -500,10 +530,16 @@ class Cluster:
             self.scheduler.run_sync(b.request_controlled_shutdown)
             self.scheduler.wait_until(lambda: b.shutdown_ok or not b.running, shutdown_timeout_ms)
 
+        if self.kafka_server is not None:
+            self.kafka_server.stop_broker(broker_id)  # its sockets close, as a dead broker's do
+
         def run() -> None:
             b.stop(clean=clean)
             for c in self._clients:
                 c._node.disconnected(broker_id)
+            if self.kafka_server is not None:
+                for n in self.kafka_server.nodes.values():
+                    n.disconnected(broker_id)
 
         self.scheduler.run_sync(run)
 
@@ -511,6 +547,8 @@ class Cluster:
         self._ensure_open()
         b = self.brokers[broker_id]
         self.scheduler.run_sync(b.start)
+        if self.kafka_server is not None:
+            self.kafka_server.start_broker(broker_id)  # the same port as before
 
     def partition_network(self, a: Iterable[Any], b: Optional[Iterable[Any]] = None, *, one_way: bool = False) -> None:
         """Simulated clusters: cut the links between broker groups ``a`` and ``b`` (default: all others)."""
@@ -540,8 +578,12 @@ class Cluster:
         """Close clients, stop every broker cleanly, stop the loop thread (joined)."""
         if self._closed:
             return
+        if self.kafka_server is not None:
+            self.kafka_server.close()  # no new requests; pending ones are dropped with their connections
 
         def run() -> None:
+            if self.kafka_server is not None:
+                self.kafka_server.close_nodes()
             for c in self._clients:
                 c._node.close_node()
             first: Optional[BaseException] = None
