@@ -31,6 +31,7 @@ every client. Thread-safety: handlers run on the cluster's loop thread.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pylog.errors import (
@@ -60,10 +61,12 @@ VERSIONS: Dict[str, Tuple[int, int]] = {
     "ListGroups": (0, 5),
 }
 
+_log = logging.getLogger("pylog.protocol")
+
 #: Kafka's ``offset.metadata.max.bytes``: a longer OffsetCommit metadata string gets OFFSET_METADATA_TOO_LARGE
 OFFSET_METADATA_MAX_BYTES = 4096
-#: DescribeGroups' AuthorizedOperations when they are not computed (Kafka's Integer.MIN_VALUE)
-_NO_AUTHORIZED_OPERATIONS = -(2**31)
+#: DescribeGroups' AuthorizedOperations when they are not computed (on the wire: Integer.MIN_VALUE)
+_NO_AUTHORIZED_OPERATIONS = None  # kafka-python encodes None as Integer.MIN_VALUE
 #: FindCoordinator key types: 0 group (served here), 1 transaction, 2 share (not served; see
 #: :data:`COORDINATOR_LOOKUPS`)
 GROUP_KEY_TYPE = 0
@@ -94,9 +97,26 @@ def _timed_out(what: str) -> Tuple[type, str]:
     return CoordinatorNotAvailableError, f"{what}: no answer from the coordinator"
 
 
-def _call(ctx: RequestContext, msg: Any, timeout_ms: int, done: Callable[[Any], None]) -> None:
-    """Send ``msg`` to this listener's broker; ``done(response)``, or ``done(None)`` on timeout."""
-    ctx.request(msg, done, timeout_ms=timeout_ms)
+def _call(ctx: RequestContext, req: Any, msg: Any, timeout_ms: int, done: Callable[[Any], None]) -> None:
+    """Send ``msg`` to this listener's broker; ``done(response)``, or ``done(None)`` on timeout.
+
+    ``done`` runs on the loop outside the server's handler guard: if it raises (a bug), the request
+    is answered with UNKNOWN_SERVER_ERROR (or its connection closed) instead of hanging the client."""
+    def guarded(resp: Any) -> None:
+        try:
+            done(resp)
+        except Exception as exc:
+            _log.exception("%s v%d from %s (correlation id %d): answering failed", ctx.spec.name, ctx.api_version,
+                           ctx.peer, ctx.correlation_id)
+            if not ctx.replied and ctx.spec.fail is not None:
+                try:
+                    ctx.spec.fail(ctx, req, codec.UNKNOWN_SERVER_ERROR)
+                    return
+                except Exception:
+                    pass
+            ctx.server.close_connection(ctx.conn, f"{ctx.spec.name} answer failed: {exc!r}")
+
+    ctx.request(msg, guarded, timeout_ms=timeout_ms)
 
 
 def _range(name: str) -> Tuple[int, int]:
@@ -104,9 +124,9 @@ def _range(name: str) -> Tuple[int, int]:
 
 
 # =================================================================== FindCoordinator
-#: key type -> ``lookup(ctx, key, done)`` calling ``done(error_code, message, node_id)``; the group
-#: lookup is built in, a transaction coordinator may add key type 1
-COORDINATOR_LOOKUPS: Dict[int, Callable[[RequestContext, str, Callable[[int, Optional[str], int], None]], None]] = {}
+#: key type -> ``lookup(ctx, req, key, done)`` calling ``done(error_code, message, node_id)`` on the loop;
+#: the group lookup is built in, a transaction coordinator may add key type 1
+COORDINATOR_LOOKUPS: Dict[int, Callable[[RequestContext, Any, str, Callable[[int, Optional[str], int], None]], None]] = {}
 
 
 def _ensure_offsets_topic(ctx: RequestContext) -> None:
@@ -116,22 +136,16 @@ def _ensure_offsets_topic(ctx: RequestContext) -> None:
     if getattr(server, "_offsets_topic_creating", False):
         return
     server._offsets_topic_creating = True
-    cluster = ctx.cluster
 
-    def create() -> None:
-        try:
-            cluster._ensure_offsets_topic()
-        except Exception as exc:  # logged; the next FindCoordinator tries again
-            import logging
+    def then(_: Any, error: Optional[BaseException]) -> None:
+        server._offsets_topic_creating = False
+        if error is not None:  # the next FindCoordinator tries again
+            _log.warning("creating __consumer_offsets failed: %s", error)
 
-            logging.getLogger("pylog.protocol").warning("creating __consumer_offsets failed: %s", exc)
-        finally:
-            server._offsets_topic_creating = False
-
-    server._workers.submit(create)
+    ctx.run_blocking(ctx.cluster._ensure_offsets_topic, then)
 
 
-def _lookup_group(ctx: RequestContext, key: str, done: Callable[[int, Optional[str], int], None]) -> None:
+def _lookup_group(ctx: RequestContext, req: Any, key: str, done: Callable[[int, Optional[str], int], None]) -> None:
     if not ctx.cluster._has_offsets_topic():
         _ensure_offsets_topic(ctx)
         done(COORDINATOR_NOT_AVAILABLE, "the __consumer_offsets topic is being created", -1)
@@ -145,7 +159,7 @@ def _lookup_group(ctx: RequestContext, key: str, done: Callable[[int, Optional[s
         else:
             done(NONE, None, resp.node_id)
 
-    _call(ctx, gm.FindCoordinatorRequest(key, ctx.next_corr()), 30_000, answer)
+    _call(ctx, req, gm.FindCoordinatorRequest(key, ctx.next_corr()), 30_000, answer)
 
 
 COORDINATOR_LOOKUPS[GROUP_KEY_TYPE] = _lookup_group
@@ -201,7 +215,7 @@ def find_coordinator(ctx: RequestContext, req: Any) -> None:
             kind = {1: "transaction", 2: "share group"}.get(key_type, f"key type {key_type}")
             done(INVALID_REQUEST, f"pylog serves no {kind} coordinator", -1)
         else:
-            lookup(ctx, key, done)
+            lookup(ctx, req, key, done)
 
     for i, key in enumerate(keys):
         one(i, key)
@@ -248,7 +262,7 @@ def join_group(ctx: RequestContext, req: Any) -> None:
                                skip_assignment=False, member_id=resp.member_id, members=members))
 
     # The coordinator answers by the rebalance deadline; the margin covers a slow offsets-topic append.
-    _call(ctx, msg, max(rebalance_ms, req.session_timeout_ms, 0) + 60_000, done)
+    _call(ctx, req, msg, max(rebalance_ms, req.session_timeout_ms, 0) + 60_000, done)
 
 
 # ========================================================================= SyncGroup
@@ -277,7 +291,7 @@ def sync_group(ctx: RequestContext, req: Any) -> None:
         ctx.reply(ctx.response(throttle_time_ms=0, error_code=NONE, protocol_type=resp.protocol_type,
                                protocol_name=resp.protocol_name, assignment=resp.assignment))
 
-    _call(ctx, msg, 300_000, done)  # the leader may take its time to assign; the coordinator answers
+    _call(ctx, req, msg, 300_000, done)  # the leader may take its time to assign; the coordinator answers
 
 
 # ========================================================================= Heartbeat
@@ -292,7 +306,7 @@ def heartbeat(ctx: RequestContext, req: Any) -> None:
     msg = gm.HeartbeatRequest(req.group_id, ctx.next_corr(), generation_id=req.generation_id,
                               member_id=req.member_id,
                               group_instance_id=req.group_instance_id if ctx.api_version >= 3 else None)
-    _call(ctx, msg, 30_000, lambda resp: _heartbeat_fail(
+    _call(ctx, req, msg, 30_000, lambda resp: _heartbeat_fail(
         ctx, req, COORDINATOR_NOT_AVAILABLE if resp is None else error_code(resp.error)))
 
 
@@ -342,7 +356,7 @@ def leave_group(ctx: RequestContext, req: Any) -> None:
             if left[0] == 0:
                 finish()
 
-        _call(ctx, gm.LeaveGroupRequest(req.group_id, ctx.next_corr(), member_id=member_id,
+        _call(ctx, req, gm.LeaveGroupRequest(req.group_id, ctx.next_corr(), member_id=member_id,
                                         group_instance_id=instance), 30_000, done)
 
     for i, (mid, inst) in enumerate(members):
@@ -399,7 +413,7 @@ def offset_commit(ctx: RequestContext, req: Any) -> None:
         code = COORDINATOR_NOT_AVAILABLE if resp is None else error_code(resp.error)
         _commit_reply(ctx, rows + [(t, p, code) for t, p, _, _, _ in offsets])
 
-    _call(ctx, msg, 60_000, done)
+    _call(ctx, req, msg, 60_000, done)
 
 
 # ======================================================================= OffsetFetch
@@ -470,7 +484,7 @@ def offset_fetch(ctx: RequestContext, req: Any) -> None:
             if left[0] == 0:
                 _fetch_reply(ctx, results)  # type: ignore[arg-type]
 
-        _call(ctx, gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=None if parts is None else tuple(parts)),
+        _call(ctx, req, gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=None if parts is None else tuple(parts)),
               30_000, done)
 
     for i, (group, parts) in enumerate(groups):
@@ -524,7 +538,7 @@ def describe_groups(ctx: RequestContext, req: Any) -> None:
             if left[0] == 0:
                 ctx.reply(ctx.response(throttle_time_ms=0, groups=out))
 
-        _call(ctx, gm.DescribeGroupsRequest(group, ctx.next_corr()), 30_000, done)
+        _call(ctx, req, gm.DescribeGroupsRequest(group, ctx.next_corr()), 30_000, done)
 
     for i, group in enumerate(names):
         one(i, group)
@@ -552,7 +566,7 @@ def list_groups(ctx: RequestContext, req: Any) -> None:
                 if (not states or state.lower() in states) and (not types or "classic" in types)]
         ctx.reply(ctx.response(throttle_time_ms=0, error_code=NONE, groups=rows))
 
-    _call(ctx, gm.ListGroupsRequest(ctx.next_corr()), 30_000, done)
+    _call(ctx, req, gm.ListGroupsRequest(ctx.next_corr()), 30_000, done)
 
 
 __all__ = ["VERSIONS", "COORDINATOR_LOOKUPS", "OFFSET_METADATA_MAX_BYTES", "error_code"]
