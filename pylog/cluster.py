@@ -98,11 +98,14 @@ class Cluster:
         listen: Optional[str] = None,
         auto_create_topics: bool = True,
         num_partitions: int = 1,
+        default_replication_factor: Optional[int] = None,
         socket_request_max_bytes: int = 100 * 1024 * 1024,
     ):
         #: Kafka's ``auto.create.topics.enable`` / ``num.partitions`` for the wire-protocol listener
         self.auto_create_topics = bool(auto_create_topics)
         self.num_partitions = num_partitions
+        #: Kafka's ``default.replication.factor`` for topics Kafka clients create (None: min(3, brokers))
+        self.default_replication_factor = default_replication_factor
         #: the Kafka-protocol listener (``listen="HOST:PORT"``), or None (docs/kafka-protocol.md)
         self.kafka_server: Any = None
         # Kafka's broker configs of the same names (None: Kafka's defaults: 7 days / 10 min, 1 day / 10 min);
@@ -133,6 +136,9 @@ class Cluster:
         self._closed = False
         if listen is not None and self.simulated:
             raise InvalidConfigurationError("listen=... needs a real-time cluster (no seed)")
+        if default_replication_factor is not None and not 1 <= default_replication_factor <= brokers:
+            raise InvalidConfigurationError(
+                f"default_replication_factor must be in 1..{brokers} (brokers), got {default_replication_factor!r}")
         if not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1:
             raise InvalidConfigurationError(f"num_partitions must be a positive int, got {num_partitions!r}")
         try:
@@ -549,6 +555,18 @@ class Cluster:
         self.scheduler.run_sync(b.start)
         if self.kafka_server is not None:
             self.kafka_server.start_broker(broker_id)  # the same port as before
+
+    def inject_fault(self, api: Any, error: Any = None, count: Optional[int] = 1, broker: Optional[int] = None,
+                     topic: Optional[str] = None, *, delay_ms: int = 0, drop_connection: bool = False) -> Any:
+        """Make the Kafka listener answer requests of ``api`` (``"Produce"``, ``"Fetch"``, an API key...)
+        with Kafka error ``error`` (``"NOT_LEADER_OR_FOLLOWER"`` or a code), serve them ``delay_ms`` late,
+        or drop the connection, for the next ``count`` matching requests (None: until removed), only on
+        ``broker``'s listener and for requests naming ``topic`` when given. Returns a handle with
+        ``remove()`` and ``hits`` (also a context manager). Real clients see exactly Kafka's codes.
+        See :mod:`pylog.protocol.faults`. Needs ``listen=...``. Thread-safety: any thread."""
+        if self.kafka_server is None:
+            raise InvalidConfigurationError("inject_fault needs the Kafka listener: Cluster(..., listen='127.0.0.1:0')")
+        return self.kafka_server.faults.add(api, error, count, broker, topic, delay_ms, drop_connection)
 
     def partition_network(self, a: Iterable[Any], b: Optional[Iterable[Any]] = None, *, one_way: bool = False) -> None:
         """Simulated clusters: cut the links between broker groups ``a`` and ``b`` (default: all others)."""

@@ -295,7 +295,10 @@ class SharedCluster:
             cluster.scheduler.call_soon(self._watch, cluster)
             tmp = os.path.join(self.path, OWNER_INFO_FILE + ".tmp")
             with open(tmp, "w") as f:
-                json.dump({"pid": os.getpid(), "address": describe_address(self.address)}, f)
+                info = {"pid": os.getpid(), "address": describe_address(self.address)}
+                if cluster.kafka_server is not None:  # pylog.open(path, listen=...): the owner listens
+                    info["bootstrap_servers"] = cluster.bootstrap_servers
+                json.dump(info, f)
             os.replace(tmp, os.path.join(self.path, OWNER_INFO_FILE))
         except BaseException:
             with self._cond:
@@ -566,6 +569,23 @@ class SharedCluster:
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
         return self.scheduler.run_sync(lambda: self.store.partitions[(topic, partition)].leader)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The owner's Kafka listener (``pylog.open(path, listen="127.0.0.1:0")``; the owner process
+        listens, and a process that takes over listens anew - on the same port when it was fixed)."""
+        self._ensure_open()
+        cluster = self._cluster
+        if cluster is not None:
+            return cluster.bootstrap_servers
+        try:
+            with open(os.path.join(self.path, OWNER_INFO_FILE)) as f:
+                servers = json.load(f).get("bootstrap_servers")
+        except (OSError, ValueError):
+            servers = None
+        if not servers:
+            raise InvalidConfigurationError(f"the owner of {self.path} has no Kafka listener (open it with listen=...)")
+        return servers
 
     # Group admin: this process's own GroupAdmin client, whose requests travel to the owner's broker
     # like its consumers' (no admin call to forward); the same calls as pylog.Cluster's.

@@ -109,7 +109,9 @@ class KafkaServer:
         self.listeners: Dict[int, socket.socket] = {}
         self.conns: Dict[int, Connection] = {}  # fd -> connection
         self.nodes: Dict[int, Any] = {}
-        self.faults: Any = None  # pylog.protocol.faults.FaultTable, set by the cluster
+        from pylog.protocol.faults import FaultTable
+
+        self.faults = FaultTable()  # cluster.inject_fault
         self._sel = selectors.DefaultSelector()
         self._cmds: Deque[Callable[[], None]] = collections.deque()
         self._wake_r, self._wake_w = socket.socketpair()

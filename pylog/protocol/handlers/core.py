@@ -56,6 +56,12 @@ def cluster_id(cluster: Any) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+def default_rf(cluster: Any) -> int:
+    """Kafka's ``default.replication.factor``: the cluster's, else min(3, brokers)."""
+    rf = getattr(cluster, "default_replication_factor", None)
+    return rf if rf is not None else min(3, len(cluster.brokers))
+
+
 def live_brokers(ctx: RequestContext) -> List[int]:
     srv = ctx.server
     return [b for b, br in sorted(ctx.cluster.brokers.items()) if br.running and b in srv.listeners]
@@ -133,7 +139,8 @@ def metadata(ctx: RequestContext, req: Any) -> None:
         errors = {}
         for n in missing:
             try:
-                cluster.create_topic(n, partitions=getattr(cluster, "num_partitions", 1))
+                cluster.create_topic(n, partitions=getattr(cluster, "num_partitions", 1),
+                                     replication_factor=default_rf(cluster))
             except Exception as exc:  # noqa: BLE001 - reported per topic; another client may have created it
                 if n not in cluster.store.topics:
                     errors[n] = codec.error_code_of(exc) if codec.error_code_of(exc) != -1 else codec.LEADER_NOT_AVAILABLE

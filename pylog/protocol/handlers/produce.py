@@ -1,0 +1,140 @@
+"""Produce and InitProducerId: the same broker paths as pylog's own producer.
+
+Each partition's record batch (opaque bytes) becomes one in-process
+:class:`~pylog.replication.messages.ProduceRequest` to this listener's broker,
+exactly what :class:`pylog.client.producer.Producer` sends: the leader's
+validated append (one RecordBatch v2, CRC, idempotent sequence check), the
+produce purgatory for ``acks=-1``. The response waits for every partition.
+``acks=0`` gets no response (Kafka's rule). Versions 0-2 (message format 0/1)
+are advertised, as Kafka 4 does (KAFKA-18659: librdkafka disables compression
+otherwise), and answered with UNSUPPORTED_VERSION per partition.
+
+Thread-safety: handlers run on the cluster's loop thread.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from pylog.protocol import codec
+from pylog.protocol.api import RequestContext, register
+from pylog.replication.messages import InitProducerIdRequest, ProduceRequest
+
+_MAX_TIMEOUT_MS = 2**31 - 1
+
+
+def _produce_response(ctx: RequestContext, results: Dict[Tuple[str, int], Tuple[int, int, str]],
+                      order: List[Tuple[str, List[int]]]) -> Any:
+    cls = ctx.response_class
+    T = cls.TopicProduceResponse
+    P = T.PartitionProduceResponse
+    v = ctx.api_version
+    topics = []
+    for name, parts in order:
+        rows = []
+        for p in parts:
+            code, base, msg = results[(name, p)]
+            rows.append(P(version=v, index=p, error_code=code, base_offset=base, log_append_time_ms=-1,
+                          log_start_offset=-1, record_errors=[], error_message=msg or None))
+        topics.append(T(version=v, name=name, partition_responses=rows))
+    return ctx.response(responses=topics, throttle_time_ms=0)
+
+
+def _order(req: Any) -> List[Tuple[str, List[int]]]:
+    return [(t.name, [p.index for p in (t.partition_data or [])]) for t in (req.topic_data or [])]
+
+
+def _fail(ctx: RequestContext, req: Any, code: int) -> None:
+    if req.acks == 0:
+        ctx.no_reply()
+        return
+    order = _order(req)
+    results = {(n, p): (code, -1, "") for n, ps in order for p in ps}
+    ctx.reply(_produce_response(ctx, results, order))
+
+
+@register(api_key=0, min_version=0, max_version=9, fail=_fail)
+def produce(ctx: RequestContext, req: Any) -> None:
+    acks = req.acks
+    order = _order(req)
+    if ctx.api_version < 3:
+        _fail(ctx, req, codec.UNSUPPORTED_VERSION)
+        return
+    if acks not in (0, 1, -1):
+        _fail(ctx, req, codec.INVALID_REQUIRED_ACKS)
+        return
+    if req.transactional_id is not None:
+        _fail(ctx, req, codec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)  # no transactions yet
+        return
+    timeout = min(max(int(req.timeout_ms), 0), _MAX_TIMEOUT_MS)
+    store = ctx.cluster.store
+    results: Dict[Tuple[str, int], Tuple[int, int, str]] = {}
+    waiting = [0]
+    done = [False]
+
+    def finish() -> None:
+        if not done[0] and waiting[0] == 0:
+            done[0] = True
+            if acks == 0:
+                ctx.no_reply()
+            else:
+                ctx.reply(_produce_response(ctx, results, order))
+
+    sends = []
+    for t in req.topic_data or []:
+        cfg = store.topics.get(t.name)
+        for pd in t.partition_data or []:
+            tp = (t.name, pd.index)
+            if cfg is None or not 0 <= pd.index < cfg.partitions:
+                results[tp] = (codec.UNKNOWN_TOPIC_OR_PARTITION, -1, f"unknown topic or partition {t.name}-{pd.index}")
+            elif pd.records is None or len(pd.records) == 0:
+                results[tp] = (codec.INVALID_RECORD, -1, "no record batch")
+            else:
+                sends.append((tp, bytes(pd.records)))
+    node = ctx.node
+    if acks == 0:
+        for (topic, p), data in sends:
+            node.transport.send(node.node_id, ctx.broker_id,
+                                ProduceRequest(topic, p, data, 0, timeout, ctx.next_corr()))
+        ctx.no_reply()
+        return
+    waiting[0] = len(sends)
+    for (topic, p), data in sends:
+        def cb(resp: Any, tp: Tuple[str, int] = (topic, p)) -> None:
+            if resp is None:
+                results[tp] = (codec.REQUEST_TIMED_OUT if ctx.broker.running else codec.NOT_LEADER_OR_FOLLOWER, -1,
+                               "no answer from the broker")
+            elif resp.error is not None:
+                results[tp] = (codec.error_code_of(resp.error), -1, resp.message)
+            else:
+                results[tp] = (codec.NONE, resp.base_offset, "")
+            waiting[0] -= 1
+            finish()
+
+        ctx.request(ProduceRequest(topic, p, data, acks, timeout, ctx.next_corr()), cb, timeout_ms=timeout + 5_000)
+    finish()
+
+
+def _fail_init(ctx: RequestContext, req: Any, code: int) -> None:
+    ctx.reply(ctx.response(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1))
+
+
+@register(api_key=22, min_version=0, max_version=4, fail=_fail_init)
+def init_producer_id(ctx: RequestContext, req: Any) -> None:
+    """Idempotent producers only: a new producer id (epoch 0) from this broker's block, as
+    :class:`pylog.client.producer.Producer` gets it. A transactional id is refused until
+    transactions exist (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error for the client)."""
+    if req.transactional_id is not None:
+        _fail_init(ctx, req, codec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return
+
+    def cb(resp: Any) -> None:
+        if resp is None:
+            _fail_init(ctx, req, codec.REQUEST_TIMED_OUT)
+        elif resp.error is not None:
+            # no id block yet (a fresh controller): a retriable error, as Kafka's COORDINATOR_LOAD_IN_PROGRESS
+            _fail_init(ctx, req, codec.COORDINATOR_NOT_AVAILABLE)
+        else:
+            ctx.reply(ctx.response(throttle_time_ms=0, error_code=0, producer_id=resp.producer_id,
+                                   producer_epoch=resp.producer_epoch))
+
+    ctx.request(InitProducerIdRequest(ctx.next_corr()), cb)
