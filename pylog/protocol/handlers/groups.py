@@ -16,12 +16,12 @@ topic or an oversized metadata string in OffsetCommit).
 The consumer protocol's subscription and assignment bytes (and any other
 protocol type's metadata) are opaque: they pass through unchanged.
 
-Versions are Apache Kafka 4.0's (see :data:`VERSIONS` and docs/kafka-protocol-groups.md):
+Versions: :data:`VERSIONS` (Kafka 2.8's maxima, as the rest of the listener; docs/kafka-protocol-groups.md).
 JoinGroup v4+ makes a new dynamic member join twice (KIP-394
 ``MEMBER_ID_REQUIRED``), v5+ carries ``group.instance.id`` (KIP-345),
 LeaveGroup v3+ removes a batch of members, OffsetFetch v2+ with null topics
-returns every committed partition, v8+ batches groups, FindCoordinator v4+
-batches keys.
+returns every committed partition (and, not advertised yet, OffsetFetch v8+
+batches groups and FindCoordinator v4+ batches keys).
 
 Complexity: O(size of the request) per request, plus one in-process round
 trip per group (per member for a batched LeaveGroup, per key for a batched
@@ -44,21 +44,26 @@ from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, register
 from pylog.replication import group_messages as gm
 
-#: (min, max) version served per API: Apache Kafka 4.0's ranges for these keys (KIP-896 dropped
+#: (min, max) version served per API. The maxima are Apache Kafka 2.8's, as the rest of the listener
+#: (Produce 9, Fetch 12, Metadata 11: kafka-python infers a 2.8 broker from them, and a JoinGroup 8+ or
+#: OffsetFetch 8+ would make it infer a later one); the minima are Kafka 4.0's (KIP-896 dropped
 #: OffsetCommit v0-1 and OffsetFetch v0). They cover aiokafka 0.14 (JoinGroup 5, SyncGroup 3,
 #: OffsetCommit 3, OffsetFetch 3, Heartbeat/LeaveGroup/FindCoordinator 1), librdkafka 2.x
-#: (FindCoordinator 2, JoinGroup 5, SyncGroup/Heartbeat 3, LeaveGroup 1, OffsetCommit/OffsetFetch 9)
-#: and kafka-python 3 (JoinGroup 7, SyncGroup 5, OffsetCommit/OffsetFetch 8, FindCoordinator 6).
+#: (FindCoordinator 2, JoinGroup 5, SyncGroup/Heartbeat 3, LeaveGroup 1, OffsetCommit 8, OffsetFetch 7)
+#: and kafka-python 3 (JoinGroup 7, SyncGroup 5, OffsetCommit 8, OffsetFetch 7, FindCoordinator 3).
+#: The handlers also speak the later versions of Kafka 4.0 (FindCoordinator 4-6 with batched keys,
+#: JoinGroup 8-9, LeaveGroup 5, OffsetCommit 9, OffsetFetch 8-9 with batched groups, DescribeGroups 6,
+#: ListGroups 5): raising a maximum here is all it takes once the whole listener moves to that release.
 VERSIONS: Dict[str, Tuple[int, int]] = {
-    "FindCoordinator": (0, 6),
-    "JoinGroup": (0, 9),
+    "FindCoordinator": (0, 3),
+    "JoinGroup": (0, 7),
     "SyncGroup": (0, 5),
     "Heartbeat": (0, 4),
-    "LeaveGroup": (0, 5),
-    "OffsetCommit": (2, 9),
-    "OffsetFetch": (1, 9),
-    "DescribeGroups": (0, 6),
-    "ListGroups": (0, 5),
+    "LeaveGroup": (0, 4),
+    "OffsetCommit": (2, 8),
+    "OffsetFetch": (1, 7),
+    "DescribeGroups": (0, 5),
+    "ListGroups": (0, 4),
 }
 
 _log = logging.getLogger("pylog.protocol")

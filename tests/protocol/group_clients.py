@@ -1,0 +1,240 @@
+"""One small driver per real Kafka client (kafka-python, confluent-kafka, aiokafka) for the group tests:
+start a group member, poll, commit synchronously, read its assignment, close.
+
+Every client is configured for quick rebalances (session timeout 6 s, heartbeats every 300 ms, rebalance
+timeout 20 s); the coordinator's ``group.initial.rebalance.delay.ms`` is 0 in pylog
+(``GroupCoordinator.initial_rebalance_delay_ms``), so nothing waits on a timer when members come and go.
+All three use the eager ``range`` assignor by default (a member gives up every partition before it rejoins).
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+#: (partition, offset, value) of one record a member read
+Rec = Tuple[int, int, bytes]
+
+SESSION_MS = 6_000
+HEARTBEAT_MS = 300
+REBALANCE_MS = 20_000
+POLL_S = 0.1
+
+
+class Member:
+    """A started group member of one client library."""
+
+    name: str
+
+    def poll(self) -> List[Rec]:
+        raise NotImplementedError
+
+    def assignment(self) -> Set[int]:
+        raise NotImplementedError
+
+    def commit(self, metadata: Optional[str] = None) -> bool:
+        """Commit the positions of what :meth:`poll` returned; False if the group refused (rebalance)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------ kafka-python
+class KafkaPythonMember(Member):
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str):
+        from kafka import KafkaConsumer
+
+        self.name = name
+        self.topic = topic
+        self.c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+                               auto_offset_reset="earliest", enable_auto_commit=False,
+                               session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                               max_poll_interval_ms=REBALANCE_MS, request_timeout_ms=REBALANCE_MS + 5_000)
+
+    def poll(self) -> List[Rec]:
+        out: List[Rec] = []
+        for tp, recs in self.c.poll(timeout_ms=int(POLL_S * 1000)).items():
+            out.extend((tp.partition, r.offset, r.value) for r in recs)
+        return out
+
+    def assignment(self) -> Set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self, metadata: Optional[str] = None) -> bool:
+        from kafka.errors import CommitFailedError, RebalanceInProgressError
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        try:
+            if metadata is None:
+                self.c.commit()
+            else:
+                self.c.commit({TopicPartition(self.topic, p): OffsetAndMetadata(self.c.position(
+                    TopicPartition(self.topic, p)), metadata, -1) for p in self.assignment()})
+            return True
+        except (CommitFailedError, RebalanceInProgressError):
+            return False
+
+    def close(self) -> None:
+        self.c.close(autocommit=False)
+
+
+# --------------------------------------------------------------- confluent-kafka
+class ConfluentMember(Member):
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str):
+        from confluent_kafka import Consumer
+
+        self.name = name
+        self.topic = topic
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                           "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
+                           "max.poll.interval.ms": REBALANCE_MS, "topic.metadata.refresh.interval.ms": 1_000})
+        self.c.subscribe([topic])
+        self._positions: Dict[int, int] = {}
+
+    def poll(self) -> List[Rec]:
+        out: List[Rec] = []
+        for m in self.c.consume(num_messages=500, timeout=POLL_S):
+            if m.error() is None:
+                out.append((m.partition(), m.offset(), m.value()))
+                self._positions[m.partition()] = m.offset() + 1
+        return out
+
+    def assignment(self) -> Set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self, metadata: Optional[str] = None) -> bool:
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        owned = self.assignment()
+        offsets = []
+        for p, off in self._positions.items():
+            if p in owned:
+                tp = TopicPartition(self.topic, p, off)
+                if metadata is not None:
+                    tp.metadata = metadata
+                offsets.append(tp)
+        if not offsets:
+            return True
+        try:
+            res = self.c.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() in (KafkaError._NO_OFFSET,):
+                return True
+            if err.code() in (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
+                              KafkaError.UNKNOWN_MEMBER_ID, KafkaError._ASSIGNMENT_LOST):
+                return False
+            raise
+        return all(tp.error is None for tp in res or [])
+
+    def close(self) -> None:
+        self.c.close()
+
+
+# ----------------------------------------------------------------------- aiokafka
+class _Loop:
+    """One asyncio loop on a thread, shared by a test's aiokafka members."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="aiokafka-test-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+class AioKafkaMember(Member):
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, loop: _Loop):
+        from aiokafka import AIOKafkaConsumer
+
+        self.name = name
+        self.topic = topic
+        self.loop = loop
+
+        async def make() -> Any:
+            c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+                                 auto_offset_reset="earliest", enable_auto_commit=False,
+                                 session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                                 max_poll_interval_ms=REBALANCE_MS, rebalance_timeout_ms=REBALANCE_MS,
+                                 request_timeout_ms=REBALANCE_MS + 5_000)
+            await c.start()
+            return c
+
+        self.c = loop.run(make())
+
+    def poll(self) -> List[Rec]:
+        async def get() -> List[Rec]:
+            batches = await self.c.getmany(timeout_ms=int(POLL_S * 1000))
+            return [(tp.partition, r.offset, r.value) for tp, recs in batches.items() for r in recs]
+
+        return self.loop.run(get())
+
+    def assignment(self) -> Set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self, metadata: Optional[str] = None) -> bool:
+        from aiokafka.errors import CommitFailedError, IllegalStateError, RebalanceInProgressError
+        from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+        async def go() -> bool:
+            try:
+                if metadata is None:
+                    await self.c.commit()
+                else:
+                    await self.c.commit({TopicPartition(self.topic, p): OffsetAndMetadata(
+                        await self.c.position(TopicPartition(self.topic, p)), metadata) for p in self.assignment()})
+                return True
+            except (CommitFailedError, RebalanceInProgressError, IllegalStateError):
+                return False
+
+        return self.loop.run(go())
+
+    def close(self) -> None:
+        self.loop.run(self.c.stop())
+
+
+# ------------------------------------------------------------------------ factory
+class Clients:
+    """Starts members of one client library; :meth:`close` closes whatever is left."""
+
+    def __init__(self, kind: str, bootstrap: str):
+        self.kind = kind
+        self.bootstrap = bootstrap
+        self._loop: Optional[_Loop] = _Loop() if kind == "aiokafka" else None
+        self.members: List[Member] = []
+
+    def member(self, group: str, topic: str, name: str) -> Member:
+        if self.kind == "kafka-python":
+            m: Member = KafkaPythonMember(self.bootstrap, group, topic, name)
+        elif self.kind == "confluent-kafka":
+            m = ConfluentMember(self.bootstrap, group, topic, name)
+        else:
+            assert self._loop is not None
+            m = AioKafkaMember(self.bootstrap, group, topic, name, self._loop)
+        self.members.append(m)
+        return m
+
+    def close(self, m: Member) -> None:
+        m.close()
+        self.members.remove(m)
+
+    def close_all(self) -> None:
+        for m in list(self.members):
+            try:
+                self.close(m)
+            except Exception:
+                pass
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
+KINDS = ("kafka-python", "confluent-kafka", "aiokafka")
