@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 #: (partition, offset, value) of one record a member read
@@ -36,13 +37,28 @@ class Member:
         """Commit the positions of what :meth:`poll` returned; False if the group refused (rebalance)."""
         raise NotImplementedError
 
-    def close(self) -> None:
+    def take(self) -> Tuple[List[Rec], Set[int]]:
+        """Poll once and commit what was read: (records, partitions whose commit the group refused)."""
+        recs = self.poll()
+        failed = {p for p, _, _ in recs} if recs and not self.commit() else set()
+        return recs, failed
+
+    def close(self) -> Tuple[List[Rec], Set[int]]:
+        """Leave the group and close; returns what was read and not yet taken (threaded members)."""
         raise NotImplementedError
 
 
 # ------------------------------------------------------------------ kafka-python
 class KafkaPythonMember(Member):
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str):
+    """A KafkaConsumer polled by a thread of its own (``threaded``), as an application runs one.
+
+    kafka-python 3.0.12 applies a JoinGroup/SyncGroup result only to a ``poll()`` waiting when it arrives:
+    one that finishes between polls is dropped and the member joins again - and a leader joining again
+    starts another rebalance (on Kafka too). Several consumers polled in turn by one thread therefore
+    rebalance without end; one thread per consumer polling back to back does not.
+    """
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, threaded: bool = True):
         from kafka import KafkaConsumer
 
         self.name = name
@@ -51,6 +67,43 @@ class KafkaPythonMember(Member):
                                auto_offset_reset="earliest", enable_auto_commit=False,
                                session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
                                max_poll_interval_ms=REBALANCE_MS, request_timeout_ms=REBALANCE_MS + 5_000)
+        self._lock = threading.Lock()
+        self._read: List[Rec] = []
+        self._failed: Set[int] = set()
+        self._assigned: Set[int] = set()
+        self._error: Optional[BaseException] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name=f"kafka-python-{name}", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                recs = self.poll()
+                failed = {p for p, _, _ in recs} if recs and not self.commit() else set()
+                assigned = {tp.partition for tp in self.c.assignment()}
+                with self._lock:
+                    self._read.extend(recs)
+                    self._failed |= failed
+                    self._assigned = assigned
+        except BaseException as exc:  # handed to the test thread by take()/close()
+            self._error = exc
+
+    def _drain(self) -> Tuple[List[Rec], Set[int]]:
+        if self._error is not None:
+            raise self._error
+        with self._lock:
+            out = (self._read, self._failed)
+            self._read, self._failed = [], set()
+        return out
+
+    def take(self) -> Tuple[List[Rec], Set[int]]:
+        if self._thread is None:
+            return super().take()
+        time.sleep(POLL_S)  # the member's thread polls meanwhile
+        return self._drain()
 
     def poll(self) -> List[Rec]:
         out: List[Rec] = []
@@ -59,6 +112,9 @@ class KafkaPythonMember(Member):
         return out
 
     def assignment(self) -> Set[int]:
+        if self._thread is not None:
+            with self._lock:
+                return set(self._assigned)
         return {tp.partition for tp in self.c.assignment()}
 
     def commit(self, metadata: Optional[str] = None) -> bool:
@@ -75,8 +131,14 @@ class KafkaPythonMember(Member):
         except (CommitFailedError, RebalanceInProgressError):
             return False
 
-    def close(self) -> None:
+    def close(self) -> Tuple[List[Rec], Set[int]]:
+        left: Tuple[List[Rec], Set[int]] = ([], set())
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(60)
+            left = self._drain()
         self.c.close(autocommit=False)
+        return left
 
 
 # --------------------------------------------------------------- confluent-kafka
@@ -129,8 +191,9 @@ class ConfluentMember(Member):
             raise
         return all(tp.error is None for tp in res or [])
 
-    def close(self) -> None:
+    def close(self) -> Tuple[List[Rec], Set[int]]:
         self.c.close()
+        return [], set()
 
 
 # ----------------------------------------------------------------------- aiokafka
@@ -197,8 +260,9 @@ class AioKafkaMember(Member):
 
         return self.loop.run(go())
 
-    def close(self) -> None:
+    def close(self) -> Tuple[List[Rec], Set[int]]:
         self.loop.run(self.c.stop())
+        return [], set()
 
 
 # ------------------------------------------------------------------------ factory
@@ -211,9 +275,9 @@ class Clients:
         self._loop: Optional[_Loop] = _Loop() if kind == "aiokafka" else None
         self.members: List[Member] = []
 
-    def member(self, group: str, topic: str, name: str) -> Member:
+    def member(self, group: str, topic: str, name: str, threaded: bool = True) -> Member:
         if self.kind == "kafka-python":
-            m: Member = KafkaPythonMember(self.bootstrap, group, topic, name)
+            m: Member = KafkaPythonMember(self.bootstrap, group, topic, name, threaded)
         elif self.kind == "confluent-kafka":
             m = ConfluentMember(self.bootstrap, group, topic, name)
         else:
@@ -222,9 +286,9 @@ class Clients:
         self.members.append(m)
         return m
 
-    def close(self, m: Member) -> None:
-        m.close()
+    def close(self, m: Member) -> Tuple[List[Rec], Set[int]]:
         self.members.remove(m)
+        return m.close()
 
     def close_all(self) -> None:
         for m in list(self.members):
