@@ -20,6 +20,8 @@ SESSION_MS = 6_000
 HEARTBEAT_MS = 300
 REBALANCE_MS = 20_000
 POLL_S = 0.1
+#: see :class:`KafkaPythonMember`: a poll returns as soon as records arrive, so this costs nothing when busy
+KAFKA_PYTHON_POLL_MS = 1_000
 
 
 class Member:
@@ -55,7 +57,8 @@ class KafkaPythonMember(Member):
     kafka-python 3.0.12 applies a JoinGroup/SyncGroup result only to a ``poll()`` waiting when it arrives:
     one that finishes between polls is dropped and the member joins again - and a leader joining again
     starts another rebalance (on Kafka too). Several consumers polled in turn by one thread therefore
-    rebalance without end; one thread per consumer polling back to back does not.
+    rebalance without end; one thread per consumer polling back to back (or one consumer whose polls
+    last longer than a join round trip) does not.
     """
 
     def __init__(self, bootstrap: str, group: str, topic: str, name: str, threaded: bool = True):
@@ -107,7 +110,8 @@ class KafkaPythonMember(Member):
 
     def poll(self) -> List[Rec]:
         out: List[Rec] = []
-        for tp, recs in self.c.poll(timeout_ms=int(POLL_S * 1000)).items():
+        # long enough for a join round trip to finish inside one poll, even on a loaded machine
+        for tp, recs in self.c.poll(timeout_ms=KAFKA_PYTHON_POLL_MS).items():
             out.extend((tp.partition, r.offset, r.value) for r in recs)
         return out
 
@@ -173,10 +177,7 @@ class ConfluentMember(Member):
         offsets = []
         for p, off in self._positions.items():
             if p in owned:
-                tp = TopicPartition(self.topic, p, off)
-                if metadata is not None:
-                    tp.metadata = metadata
-                offsets.append(tp)
+                offsets.append(TopicPartition(self.topic, p, off, metadata=metadata))
         if not offsets:
             return True
         try:
@@ -221,6 +222,7 @@ class AioKafkaMember(Member):
         self.name = name
         self.topic = topic
         self.loop = loop
+        self.bootstrap = bootstrap
 
         async def make() -> Any:
             c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
