@@ -28,6 +28,11 @@ rounds, see :mod:`pylog.client.assignors`):
   members that miss a rebalance are kept; only their session timeout (or an
   admin LeaveGroup by instance id) removes them. The map is persisted in the
   GroupMetadata record (v3 carries ``group_instance_id``).
+* **Member id first** (KIP-394, JoinGroup v4+ over the Kafka protocol: a request with
+  ``require_known_member_id``): a new dynamic member without a member id gets
+  ``MemberIdRequiredError`` carrying a fresh id, kept in ``Group.pending_members``
+  (not a member: it holds up no rebalance) until it joins with that id, leaves,
+  or its session timeout passes. The in-process consumer joins in one step.
 * **Offsets.** OffsetCommit is accepted from a member of the current
   generation (``IllegalGenerationError`` otherwise, ``UnknownMemberIdError``
   for an unknown member), or with generation -1 from a standalone consumer
