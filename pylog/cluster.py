@@ -100,6 +100,7 @@ class Cluster:
         num_partitions: int = 1,
         default_replication_factor: Optional[int] = None,
         socket_request_max_bytes: int = 100 * 1024 * 1024,
+        connections_max_idle_ms: int = 600_000,
     ):
         #: Kafka's ``auto.create.topics.enable`` / ``num.partitions`` for the wire-protocol listener
         self.auto_create_topics = bool(auto_create_topics)
@@ -147,7 +148,8 @@ class Cluster:
             if listen is not None:
                 from pylog.protocol.server import KafkaServer
 
-                self.kafka_server = KafkaServer(self, listen, socket_request_max_bytes=socket_request_max_bytes)
+                self.kafka_server = KafkaServer(self, listen, socket_request_max_bytes=socket_request_max_bytes,
+                                                connections_max_idle_ms=connections_max_idle_ms)
         except BaseException:
             self._abort_init()
             raise
@@ -640,6 +642,8 @@ class Cluster:
         checker = getattr(self.scheduler, "_check", None)
         if checker is not None:
             checker()
+        if self.kafka_server is not None:
+            self.kafka_server._call_io(self.kafka_server._check)
 
         def run() -> None:
             self.store._check()

@@ -570,6 +570,16 @@ class SharedCluster:
     def leader_of(self, topic: str, partition: int = 0) -> int:
         return self.scheduler.run_sync(lambda: self.store.partitions[(topic, partition)].leader)
 
+    def inject_fault(self, api: Any, error: Any = None, count: Optional[int] = 1, broker: Optional[int] = None,
+                     topic: Optional[str] = None, *, delay_ms: int = 0, drop_connection: bool = False) -> Any:
+        """:meth:`pylog.Cluster.inject_fault` on the owner's Kafka listener (owner process only)."""
+        self._ensure_open()
+        cluster = self._cluster
+        if cluster is None:
+            raise InvalidConfigurationError("inject_fault runs in the process that owns the queue (role 'owner')")
+        return cluster.inject_fault(api, error, count, broker, topic, delay_ms=delay_ms,
+                                    drop_connection=drop_connection)
+
     @property
     def bootstrap_servers(self) -> str:
         """The owner's Kafka listener (``pylog.open(path, listen="127.0.0.1:0")``; the owner process

@@ -21,15 +21,22 @@ from typing import Any, Dict, Optional, Tuple
 
 from pylog.errors import InvalidConfigurationError
 
-try:
-    from kafka.protocol import api_message as _api_message  # noqa: F401 - presence check
-except ImportError as exc:  # pragma: no cover - the `kafka` extra is missing
-    raise InvalidConfigurationError(
-        "the Kafka protocol listener needs kafka-python>=3 (its Kafka message schemas): "
-        "pip install 'pylog[kafka]'") from exc
+import warnings
 
-import kafka.errors as _kerrors
-from kafka.protocol.api_header import RequestHeader
+with warnings.catch_warnings():
+    # kafka-python 3.0 loads its JSON schemas with importlib.resources.read_text (deprecated since 3.11)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    try:
+        from kafka.protocol import api_message as _api_message  # noqa: F401 - presence check
+    except ImportError as exc:  # pragma: no cover - the `kafka` extra is missing
+        raise InvalidConfigurationError(
+            "the Kafka protocol listener needs kafka-python>=3 (its Kafka message schemas): "
+            "pip install 'pylog[kafka]'") from exc
+    import kafka.errors as _kerrors
+    import kafka.protocol.admin  # noqa: F401 - every schema loads now, not in a request's path
+    import kafka.protocol.consumer  # noqa: F401
+    import kafka.protocol.metadata  # noqa: F401
+    import kafka.protocol.producer  # noqa: F401
 
 _HEAD = struct.Struct(">hhi")  # request_api_key, request_api_version, correlation_id
 
@@ -103,8 +110,9 @@ def _error_codes() -> Dict[str, int]:
         if isinstance(obj, type) and issubclass(obj, _kerrors.BrokerResponseError) and isinstance(
                 getattr(obj, "errno", None), int):
             codes[obj.message] = obj.errno
-    codes["NOT_LEADER_OR_FOLLOWER"] = codes.get("NOT_LEADER_FOR_PARTITION", 6)  # Kafka's name since 2.7
-    codes["NONE"] = 0
+    # Kafka's own names (Errors.java) where kafka-python's differ
+    codes.update(NOT_LEADER_OR_FOLLOWER=6, NONE=0, UNKNOWN_SERVER_ERROR=-1, MESSAGE_TOO_LARGE=10,
+                 INVALID_TOPIC_EXCEPTION=17, INVALID_REPLICA_ASSIGNMENT=39)
     return codes
 
 

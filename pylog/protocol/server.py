@@ -234,7 +234,7 @@ class KafkaServer:
             while self._cmds:
                 self._cmds.popleft()()
             now = time.monotonic()
-            if now - last_idle_check >= 1.0:
+            if now - last_idle_check >= min(1.0, self.max_idle_s / 2):
                 last_idle_check = now
                 for c in [c for c in self.conns.values()
                           if not c.busy and not c.wbuf and now - c.last_active > self.max_idle_s]:
@@ -369,8 +369,8 @@ class KafkaServer:
         self._workers.submit(fn)
 
     def _run_handler(self, ctx: RequestContext, req: Any) -> None:
-        if ctx.conn.closed:
-            return
+        # A request read whole is served even if its client has gone since (Kafka processes what it
+        # queued): an acks=0 producer closes right after its last send.
         try:
             ctx.spec.handler(ctx, req)
         except Exception as exc:  # a handler bug: answer the request as failed, keep serving
@@ -454,6 +454,18 @@ class KafkaServer:
             conn.sock.close()
         except OSError:
             pass
+
+    def _check(self) -> None:
+        """Invariants (tests call it): listeners are brokers' and on their recorded ports; open
+        connections are registered for what they wait on; a muted connection holds a whole frame."""
+        assert set(self.listeners) <= set(self.ports)
+        for b, s in self.listeners.items():
+            assert s.getsockname()[1] == self.ports[b]
+        for c in list(self.conns.values()):
+            assert not c.closed
+            want = (0 if c.muted else selectors.EVENT_READ) | (selectors.EVENT_WRITE if c.wbuf else 0)
+            assert c.events == want, (c.peer, c.events, want)
+            assert c.ctx is None or c.busy
 
     # ---------------------------------------------------------------- close
     def close(self) -> None:

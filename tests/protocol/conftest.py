@@ -24,3 +24,9 @@ def kcluster1(tmp_path):
         yield c
     finally:
         c.close()
+
+
+def pytest_configure(config):
+    # kafka-python 3.0 loads its JSON schemas with importlib.resources.read_text/open_text (deprecated in 3.11)
+    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")

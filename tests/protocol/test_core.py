@@ -72,3 +72,89 @@ def test_kafka_python_admin_sees_brokers_and_topics(kcluster):
         assert leaders == {p: kcluster.leader_of("orders", p) for p in range(2)}
     finally:
         a.close()
+
+
+def _fetch_frame(corr, offset, max_wait_ms, min_bytes=1, isolation=1):
+    from kafka.protocol.consumer import FetchRequest
+
+    F = FetchRequest[12]
+    req = F(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=isolation,
+            session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic="t", partitions=[F.FetchTopic.FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+    req.with_header(correlation_id=corr, client_id="raw")
+    return bytes(req.encode(header=True, framed=True))
+
+
+def test_fetch_long_poll_wakes_on_append_and_lso_is_hw(kcluster1):
+    import threading
+
+    from kafka.protocol.consumer import FetchResponse
+
+    kcluster1.create_topic("t")
+    p = kcluster1.producer(acks=1)
+    p.send("t", b"first").result()
+    with socket.create_connection(_addr(kcluster1), timeout=60) as s:
+        s.sendall(_fetch_frame(1, 1, max_wait_ms=30_000))  # at the end: parks in the purgatory
+        later = threading.Timer(0.3, lambda: p.send("t", b"second").result())
+        later.start()
+        body = _recv(s, struct.unpack(">i", _recv(s, 4))[0])
+        later.join()
+    resp = FetchResponse.decode(body[5:], version=12)  # header v1: correlation id + tagged fields
+    part = resp.responses[0].partitions[0]
+    assert part.error_code == 0 and part.high_watermark == 2 and part.last_stable_offset == 2
+    assert part.aborted_transactions == []  # read_committed: an empty list, not null
+    assert b"second" in bytes(part.records)  # answered by the append, not by the 30 s timeout
+
+
+def test_fetch_mid_batch_offset_returns_the_whole_batch(kcluster1):
+    from kafka.protocol.consumer import FetchResponse
+
+
+    kcluster1.create_topic("t")
+    p = kcluster1.producer(acks=1, linger_ms=50)
+    futs = [p.send("t", f"r{i}".encode()) for i in range(10)]
+    p.flush()
+    assert [f.result().offset for f in futs] == list(range(10))
+    with socket.create_connection(_addr(kcluster1), timeout=30) as s:
+        s.sendall(_fetch_frame(2, 5, max_wait_ms=0, isolation=0))
+        body = _recv(s, struct.unpack(">i", _recv(s, 4))[0])
+    part = FetchResponse.decode(body[5:], version=12).responses[0].partitions[0]
+    recs = bytes(part.records)
+    assert struct.unpack(">q", recs[:8])[0] == 0  # the batch holding offset 5 starts at 0 and comes whole
+    assert part.aborted_transactions is None  # read_uncommitted: null
+
+
+def test_fetch_v12_reports_a_diverging_epoch(kcluster):
+    """KIP-320: a consumer whose last fetched epoch ended (on the leader) before its fetch offset is told
+    where that epoch ends, with no records, instead of silently reading another history."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    kcluster.create_topic("t", partitions=1, replication_factor=3)
+    p = kcluster.producer(acks="all")
+    for i in range(5):
+        p.send("t", f"e0-{i}".encode()).result()  # offsets 0-4 in epoch 0
+    old = kcluster.leader_of("t", 0)
+    kcluster.stop_broker(old, clean=True)  # leadership moves: epoch 1
+    for i in range(5):
+        p.send("t", f"e1-{i}".encode()).result()  # offsets 5-9 in epoch 1
+    leader = kcluster.leader_of("t", 0)
+    F = FetchRequest[12]
+
+    def fetch(offset, last_epoch):
+        req = F(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[F.FetchTopic(topic="t", partitions=[F.FetchTopic.FetchPartition(
+                    partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=last_epoch,
+                    log_start_offset=-1, partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+        req.with_header(correlation_id=1, client_id="raw")
+        with socket.create_connection(_addr(kcluster, leader), timeout=30) as s:
+            s.sendall(bytes(req.encode(header=True, framed=True)))
+            body = _recv(s, struct.unpack(">i", _recv(s, 4))[0])
+        return FetchResponse.decode(body[5:], version=12).responses[0].partitions[0]
+
+    part = fetch(7, 0)  # "my offset 6 came from epoch 0": epoch 0 ended at 5
+    assert part.error_code == 0 and (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (0, 5)
+    assert not part.records
+    ok = fetch(5, 0)  # consistent with the leader: records, no divergence
+    assert (ok.diverging_epoch is None or ok.diverging_epoch.epoch == -1) and ok.records
+    kcluster.start_broker(old)

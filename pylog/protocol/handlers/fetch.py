@@ -14,7 +14,9 @@ fetches (KIP-227).
 Long poll: a first pass reads every partition at once; if it found fewer than
 ``min_bytes`` (and ``max_wait_ms`` > 0), each partition is asked again with the
 remaining wait, parking in the broker's fetch purgatory, and the response goes
-out when the first of them has data or an error, or when the wait is over.
+out once the partitions' data reach ``min_bytes`` (each parked partition answers
+once, with what it has when the leader appends), at the first error, or when
+the wait is over.
 
 Thread-safety: handlers run on the cluster's loop thread.
 """
@@ -32,13 +34,34 @@ TP = Tuple[str, int]
 
 
 class _PartState:
-    __slots__ = ("code", "hw", "log_start", "records")
+    __slots__ = ("code", "hw", "log_start", "records", "diverging")
 
-    def __init__(self, code: int = 0, hw: int = -1, log_start: int = -1, records: bytes = b""):
+    def __init__(self, code: int = 0, hw: int = -1, log_start: int = -1, records: bytes = b"",
+                 diverging: Optional[Tuple[int, int]] = None):
         self.code = code
         self.hw = hw
         self.log_start = log_start
         self.records = records
+        self.diverging = diverging
+
+
+def _diverging_epoch(ctx: RequestContext, tp: TP, fetch_offset: int, last_fetched_epoch: int
+                     ) -> Optional[Tuple[int, int, int, int]]:
+    """KIP-320 (Fetch v12): the consumer says its last record came from ``last_fetched_epoch``; if the
+    leader's log has that epoch ending before ``fetch_offset`` (or no such epoch), the consumer's log
+    diverged (an unclean election truncated it): answer (epoch, end offset, HW, log start) and no
+    records, as Kafka's Partition.fetchRecords does. Reads the leader's epoch cache, the same lookup
+    its OffsetsForLeaderEpoch answer uses. None: no divergence (or not the leader: the fetch says so)."""
+    from pylog.replication.partition import LEADER
+
+    rm = ctx.broker.rm
+    part = rm.partitions.get(tp) if rm is not None else None
+    if part is None or part.role != LEADER or last_fetched_epoch < 0:
+        return None
+    epoch, end = part.log.epochs.end_offset_for(last_fetched_epoch, part.log.log_end_offset)
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return epoch, end, part.high_watermark, part.log.log_start_offset
+    return None
 
 
 def _fetch_response(ctx: RequestContext, req: Any, state: Dict[TP, _PartState], top_code: int = 0) -> Any:
@@ -52,10 +75,13 @@ def _fetch_response(ctx: RequestContext, req: Any, state: Dict[TP, _PartState], 
         rows = []
         for p in t.partitions or []:
             st = state.get((t.topic, p.partition)) or _PartState(codec.UNKNOWN_TOPIC_OR_PARTITION)
+            extra = {}
+            if st.diverging is not None:  # a tagged field: set only when there is one
+                extra["diverging_epoch"] = P.EpochEndOffset(version=v, epoch=st.diverging[0], end_offset=st.diverging[1])
             rows.append(P(version=v, partition_index=p.partition, error_code=st.code, high_watermark=st.hw,
                           last_stable_offset=st.hw, log_start_offset=st.log_start,
                           aborted_transactions=[] if read_committed else None, preferred_read_replica=-1,
-                          records=st.records))
+                          records=st.records, **extra))
         topics.append(T(version=v, topic=t.topic, partitions=rows))
     return ctx.response(throttle_time_ms=0, error_code=top_code, session_id=0, responses=topics)
 
@@ -79,6 +105,11 @@ def fetch(ctx: RequestContext, req: Any) -> None:
                 state[tp] = _PartState(codec.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             epoch = p.current_leader_epoch if v >= 9 else -1
+            if v >= 12 and p.last_fetched_epoch is not None and p.last_fetched_epoch >= 0:
+                div = _diverging_epoch(ctx, tp, int(p.fetch_offset), int(p.last_fetched_epoch))
+                if div is not None:
+                    state[tp] = _PartState(0, div[2], div[3], b"", (div[0], div[1]))
+                    continue
             wanted.append((tp, int(p.fetch_offset), -1 if epoch is None else int(epoch),
                            max(0, int(p.partition_max_bytes))))
     max_wait = max(0, int(req.max_wait_ms))
@@ -115,7 +146,7 @@ def fetch(ctx: RequestContext, req: Any) -> None:
         if pending[0]:
             return
         got = sum(len(s.records) for s in state.values())
-        errors = any(s.code for s in state.values())
+        errors = any(s.code or s.diverging is not None for s in state.values())
         remaining = max_wait - int((time.monotonic() - started) * 1000)
         if got >= max(min_bytes, 1) or errors or remaining <= 0 or not wanted:
             reply()
@@ -127,12 +158,15 @@ def fetch(ctx: RequestContext, req: Any) -> None:
         if done[0]:
             return
         apply(tp, resp)
-        if pending[0] == 0 or state[tp].records or state[tp].code:
+        got = sum(len(s.records) for s in state.values())
+        if pending[0] == 0 or got >= max(min_bytes, 1) or state[tp].code:
             reply()
 
     if not wanted:
         reply()
         return
+    if any(s.diverging is not None for s in state.values()):
+        max_wait = 0  # a divergence is news: answer at once
     send(0, first)
 
 
