@@ -75,6 +75,7 @@ _NO_AUTHORIZED_OPERATIONS = None  # kafka-python encodes None as Integer.MIN_VAL
 #: FindCoordinator key types: 0 group (served here), 1 transaction, 2 share (not served; see
 #: :data:`COORDINATOR_LOOKUPS`)
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 
 _CODES = codec.ERROR_CODES
 NONE = 0
@@ -84,6 +85,7 @@ INVALID_GROUP_ID = _CODES.get("INVALID_GROUP_ID", 24)
 GROUP_ID_NOT_FOUND = _CODES.get("GROUP_ID_NOT_FOUND", 69)
 UNKNOWN_TOPIC_OR_PARTITION = codec.UNKNOWN_TOPIC_OR_PARTITION
 INVALID_REQUEST = codec.INVALID_REQUEST
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = codec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 #: errors about the group as a whole, not one member or partition (LeaveGroup's top-level error)
 _GROUP_LEVEL = (NotCoordinatorError, CoordinatorNotAvailableError, CoordinatorLoadInProgressError)
 
@@ -216,8 +218,11 @@ def find_coordinator(ctx: RequestContext, req: Any) -> None:
             if left[0] == 0:
                 _find_coordinator_reply(ctx, rows)  # type: ignore[arg-type]
 
-        if lookup is None:
-            kind = {1: "transaction", 2: "share group"}.get(key_type, f"key type {key_type}")
+        if lookup is None and key_type == TRANSACTION_KEY_TYPE:
+            # As InitProducerId with a transactional id: refused as unauthorized until transactions exist
+            done(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "pylog serves no transaction coordinator (yet)", -1)
+        elif lookup is None:
+            kind = "share group" if key_type == 2 else f"key type {key_type}"
             done(INVALID_REQUEST, f"pylog serves no {kind} coordinator", -1)
         else:
             lookup(ctx, req, key, done)
