@@ -177,7 +177,8 @@ class ConfluentMember(Member):
         offsets = []
         for p, off in self._positions.items():
             if p in owned:
-                offsets.append(TopicPartition(self.topic, p, off, metadata=metadata))
+                offsets.append(TopicPartition(self.topic, p, off) if metadata is None
+                               else TopicPartition(self.topic, p, off, metadata=metadata))
         if not offsets:
             return True
         try:
