@@ -111,6 +111,7 @@ def test_join_v4_needs_the_member_id_round_trip_and_v3_does_not(kc):
     hb = c.call(HeartbeatRequest, 3, group_id=GROUP, generation_id=resp.generation_id, member_id=resp.member_id,
                 group_instance_id=None)
     assert hb.error_code == NONE
+    assert c.call(LeaveGroupRequest, 1, group_id=GROUP, member_id=resp.member_id).error_code == NONE
     c.close()
     c2 = coordinator(kc)
     old = join(c2, 3)  # JoinGroup v3: the member id comes with the (rebalancing) join itself
