@@ -4,7 +4,7 @@ or a closed connection, then FindCoordinator) and go on; no committed offset goe
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Set, Tuple
+from typing import Dict, Set, Tuple
 
 import pytest
 

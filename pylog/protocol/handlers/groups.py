@@ -32,6 +32,7 @@ every client. Thread-safety: handlers run on the cluster's loop thread.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pylog.errors import (
@@ -100,10 +101,6 @@ def error_code(error: Any) -> int:
     return code
 
 
-def _timed_out(what: str) -> Tuple[type, str]:
-    return CoordinatorNotAvailableError, f"{what}: no answer from the coordinator"
-
-
 def _call(ctx: RequestContext, req: Any, msg: Any, timeout_ms: int, done: Callable[[Any], None]) -> None:
     """Send ``msg`` to this listener's broker; ``done(response)``, or ``done(None)`` on timeout.
 
@@ -136,16 +133,20 @@ def _range(name: str) -> Tuple[int, int]:
 COORDINATOR_LOOKUPS: Dict[int, Callable[[RequestContext, Any, str, Callable[[int, Optional[str], int], None]], None]] = {}
 
 
+#: servers whose ``__consumer_offsets`` creation is under way (loop thread only)
+_CREATING: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
 def _ensure_offsets_topic(ctx: RequestContext) -> None:
     """Create ``__consumer_offsets`` in the background (Kafka's brokers create it on the first
     FindCoordinator for a group); meanwhile clients get COORDINATOR_NOT_AVAILABLE and retry."""
     server = ctx.server
-    if getattr(server, "_offsets_topic_creating", False):
+    if server in _CREATING:
         return
-    server._offsets_topic_creating = True
+    _CREATING.add(server)
 
     def then(_: Any, error: Optional[BaseException]) -> None:
-        server._offsets_topic_creating = False
+        _CREATING.discard(server)
         if error is not None:  # the next FindCoordinator tries again
             _log.warning("creating __consumer_offsets failed: %s", error)
 
