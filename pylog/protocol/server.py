@@ -37,7 +37,6 @@ from __future__ import annotations
 import collections
 import errno
 import logging
-import os
 import selectors
 import socket
 import threading
@@ -47,7 +46,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from pylog.errors import InvalidConfigurationError
 from pylog.protocol import codec
-from pylog.protocol.api import REGISTRY, ApiSpec, RequestContext
+from pylog.protocol.api import REGISTRY, RequestContext
 
 log = logging.getLogger("pylog.protocol")
 

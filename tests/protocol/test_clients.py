@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -20,7 +19,7 @@ def _pylog_values(cluster, topic, partition):
     c = cluster.consumer()
     try:
         c.assign([(topic, partition)])
-        c.seek(topic, partition, 0) if hasattr(c, "seek") else None
+        c.seek(topic, partition, 0)
         out = {}
         hw = cluster.describe(topic)[partition].high_watermark
         deadline = time.monotonic() + 30

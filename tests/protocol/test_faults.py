@@ -108,3 +108,24 @@ def test_inject_fault_needs_a_listener(tmp_path):
             c.bootstrap_servers
     finally:
         c.close()
+
+
+def test_acks0_produce_to_a_non_leader_closes_the_connection(kcluster, caplog):
+    """Kafka's only signal to an acks=0 producer: the connection closes, and the client refreshes metadata."""
+    import logging
+    import socket
+
+    from kafka.protocol.producer import ProduceRequest
+
+    caplog.set_level(logging.INFO, logger="pylog.protocol")
+    kcluster.create_topic("t", replication_factor=1)
+    other = (kcluster.leader_of("t", 0) + 1) % 3
+    R = ProduceRequest[9]
+    req = R(transactional_id=None, acks=0, timeout_ms=1000, topic_data=[R.TopicProduceData(
+        name="t", partition_data=[R.TopicProduceData.PartitionProduceData(index=0, records=b"\0" * 70)])])
+    req.with_header(correlation_id=1, client_id="raw")
+    with socket.create_connection(kcluster.kafka_server.address_of(other), timeout=10) as s:
+        s.sendall(bytes(req.encode(header=True, framed=True)))
+        s.settimeout(10)
+        assert s.recv(1) == b""
+    assert any("not its leader" in r.getMessage() for r in caplog.records)

@@ -5,7 +5,9 @@ Each partition's record batch (opaque bytes) becomes one in-process
 exactly what :class:`pylog.client.producer.Producer` sends: the leader's
 validated append (one RecordBatch v2, CRC, idempotent sequence check), the
 produce purgatory for ``acks=-1``. The response waits for every partition.
-``acks=0`` gets no response (Kafka's rule). Versions 0-2 (message format 0/1)
+``acks=0`` gets no response (Kafka's rule); when such a request cannot be
+appended (unknown partition, this broker not its leader) the connection is
+closed, as Kafka does, so the client refreshes its metadata. Versions 0-2 (message format 0/1)
 are advertised, as Kafka 4 does (KAFKA-18659: librdkafka disables compression
 otherwise), and answered with UNSUPPORTED_VERSION per partition.
 
@@ -18,6 +20,7 @@ from typing import Any, Dict, List, Tuple
 from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, register
 from pylog.replication.messages import InitProducerIdRequest, ProduceRequest
+from pylog.replication.partition import LEADER
 
 _MAX_TIMEOUT_MS = 2**31 - 1
 
@@ -92,6 +95,17 @@ def produce(ctx: RequestContext, req: Any) -> None:
                 sends.append((tp, bytes(pd.records)))
     node = ctx.node
     if acks == 0:
+        # Kafka answers a failed acks=0 produce by closing the connection (the client's only hint to
+        # refresh its metadata): refuse here what the leader check would refuse, then append.
+        rm = ctx.broker.rm
+        for tp, (code, _, why) in results.items():
+            ctx.close_connection(f"acks=0 produce to {tp[0]}-{tp[1]} refused: {why}")
+            return
+        for (topic, p), _ in sends:
+            part = rm.partitions.get((topic, p)) if rm is not None else None
+            if part is None or part.role != LEADER:
+                ctx.close_connection(f"acks=0 produce to {topic}-{p}: broker {ctx.broker_id} is not its leader")
+                return
         for (topic, p), data in sends:
             node.transport.send(node.node_id, ctx.broker_id,
                                 ProduceRequest(topic, p, data, 0, timeout, ctx.next_corr()))
