@@ -61,12 +61,14 @@ class KafkaPythonMember(Member):
     last longer than a join round trip) does not.
     """
 
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str, threaded: bool = True):
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, threaded: bool = True,
+                 instance: Optional[str] = None):
         from kafka import KafkaConsumer
 
         self.name = name
         self.topic = topic
-        self.c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+        extra = {} if instance is None else {"group_instance_id": instance}
+        self.c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name, **extra,
                                auto_offset_reset="earliest", enable_auto_commit=False,
                                session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
                                max_poll_interval_ms=REBALANCE_MS, request_timeout_ms=REBALANCE_MS + 5_000)
@@ -147,15 +149,18 @@ class KafkaPythonMember(Member):
 
 # --------------------------------------------------------------- confluent-kafka
 class ConfluentMember(Member):
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str):
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, instance: Optional[str] = None):
         from confluent_kafka import Consumer
 
         self.name = name
         self.topic = topic
-        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
-                           "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                           "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-                           "max.poll.interval.ms": REBALANCE_MS, "topic.metadata.refresh.interval.ms": 1_000})
+        conf = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
+                "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
+                "max.poll.interval.ms": REBALANCE_MS, "topic.metadata.refresh.interval.ms": 1_000}
+        if instance is not None:
+            conf["group.instance.id"] = instance
+        self.c = Consumer(conf)
         self.c.subscribe([topic])
         self._positions: Dict[int, int] = {}
 
@@ -217,7 +222,8 @@ class _Loop:
 
 
 class AioKafkaMember(Member):
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str, loop: _Loop):
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, loop: _Loop,
+                 instance: Optional[str] = None):
         from aiokafka import AIOKafkaConsumer
 
         self.name = name
@@ -226,7 +232,8 @@ class AioKafkaMember(Member):
         self.bootstrap = bootstrap
 
         async def make() -> Any:
-            c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name,
+            extra = {} if instance is None else {"group_instance_id": instance}
+            c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, client_id=name, **extra,
                                  auto_offset_reset="earliest", enable_auto_commit=False,
                                  session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
                                  max_poll_interval_ms=REBALANCE_MS, rebalance_timeout_ms=REBALANCE_MS,
@@ -278,14 +285,15 @@ class Clients:
         self._loop: Optional[_Loop] = _Loop() if kind == "aiokafka" else None
         self.members: List[Member] = []
 
-    def member(self, group: str, topic: str, name: str, threaded: bool = True) -> Member:
+    def member(self, group: str, topic: str, name: str, threaded: bool = True, instance: Optional[str] = None) -> Member:
+        """A member named ``name`` (its client id); ``instance``: a static member's group.instance.id."""
         if self.kind == "kafka-python":
-            m: Member = KafkaPythonMember(self.bootstrap, group, topic, name, threaded)
+            m: Member = KafkaPythonMember(self.bootstrap, group, topic, name, threaded, instance)
         elif self.kind == "confluent-kafka":
-            m = ConfluentMember(self.bootstrap, group, topic, name)
+            m = ConfluentMember(self.bootstrap, group, topic, name, instance)
         else:
             assert self._loop is not None
-            m = AioKafkaMember(self.bootstrap, group, topic, name, self._loop)
+            m = AioKafkaMember(self.bootstrap, group, topic, name, self._loop, instance)
         self.members.append(m)
         return m
 
