@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-#: ``__consumer_offsets`` partitions in a ``pylog_kafka`` cluster (Kafka's default 50 takes seconds to create)
-PYLOG_KAFKA_OFFSETS_PARTITIONS = 5
-
 import pytest
 
 from pylog.cluster import Cluster
+
+#: ``__consumer_offsets`` partitions in a ``pylog_kafka`` cluster (Kafka's default 50 takes seconds to create)
+PYLOG_KAFKA_OFFSETS_PARTITIONS = 5
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
