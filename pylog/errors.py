@@ -250,6 +250,13 @@ class UnknownMemberIdError(PylogError):
     kafka_name = "UNKNOWN_MEMBER_ID"
 
 
+class MemberIdRequiredError(PylogError):
+    """JoinGroup v4+ (KIP-394): a new dynamic member must join again with the member id this answer gives it
+    (the coordinator keeps it pending until then, so a member that never returns is never in a rebalance)."""
+
+    kafka_name = "MEMBER_ID_REQUIRED"
+
+
 class RebalanceInProgressError(PylogError):
     """The group is rebalancing: the member must rejoin."""
 

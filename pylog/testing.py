@@ -1,4 +1,5 @@
-"""pytest plugin: ``pylog_cluster`` (a simulated cluster) and ``pylog_cluster_realtime`` fixtures.
+"""pytest plugin: ``pylog_cluster`` (a simulated cluster), ``pylog_cluster_realtime``, and
+``pylog_kafka`` (a real-time 3-broker cluster that real Kafka clients connect to) fixtures.
 
 Registered as a ``pytest11`` entry point, so installing pylog is enough::
 
@@ -28,6 +29,21 @@ Options, on the command line or per test with ``@pytest.mark.pylog_cluster(...)`
   from (default: ``partitions=1``, ``replication_factor=min(3, brokers)``);
 * any other keyword goes to :class:`pylog.Cluster` (``session_timeout_ms=``, ...).
 
+
+``pylog_kafka`` is for code that uses a Kafka client library (kafka-python,
+confluent-kafka, aiokafka, ...): point it at ``pylog_kafka.bootstrap_servers``::
+
+    def test_billing(pylog_kafka):
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": pylog_kafka.bootstrap_servers})
+        p.produce("orders", b"v"); p.flush()         # acks=all: in the ISR when flush returns
+        assert pylog_kafka.describe("orders")[0].high_watermark == 1
+
+It runs in real time on loopback ports (docs/kafka-protocol.md); topics are
+auto-created as Kafka does, and ``__consumer_offsets`` has
+``PYLOG_KAFKA_OFFSETS_PARTITIONS`` (5) partitions so the first group is
+ready in a fraction of a second.
+
 Thread-safety: pytest hooks; one cluster per test, closed after it.
 """
 from __future__ import annotations
@@ -43,6 +59,9 @@ from pylog.errors import InvalidConfigurationError
 #: the item attribute where the fixtures leave the seed a test ran with (read by the report hooks)
 _SEED_ATTR = "_pylog_seed"
 _CLUSTER_OPTIONS = ("brokers", "topics", "topic_defaults")
+
+#: ``__consumer_offsets`` partitions in a ``pylog_kafka`` cluster (Kafka's default 50 takes seconds to create)
+PYLOG_KAFKA_OFFSETS_PARTITIONS = 5
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -182,6 +201,18 @@ def pylog_cluster_realtime(request: pytest.FixtureRequest,
                            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The same cluster in real time (background threads, wall-clock timeouts; no seed); closed after."""
     cluster = _make_cluster(request, tmp_path_factory.mktemp("pylog-cluster-rt"), None)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def pylog_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A real-time 3-broker :class:`pylog.Cluster` listening for Kafka clients on 127.0.0.1 (one free
+    port per broker; ``.bootstrap_servers``), in a fresh directory; closed after the test."""
+    cluster = Cluster(tmp_path_factory.mktemp("pylog-kafka"), brokers=3, listen="127.0.0.1:0")
+    cluster.offsets_topic_partitions = PYLOG_KAFKA_OFFSETS_PARTITIONS
     try:
         yield cluster
     finally:

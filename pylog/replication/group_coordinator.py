@@ -28,6 +28,11 @@ rounds, see :mod:`pylog.client.assignors`):
   members that miss a rebalance are kept; only their session timeout (or an
   admin LeaveGroup by instance id) removes them. The map is persisted in the
   GroupMetadata record (v3 carries ``group_instance_id``).
+* **Member id first** (KIP-394, JoinGroup v4+ over the Kafka protocol: a request with
+  ``require_known_member_id``): a new dynamic member without a member id gets
+  ``MemberIdRequiredError`` carrying a fresh id, kept in ``Group.pending_members``
+  (not a member: it holds up no rebalance) until it joins with that id, leaves,
+  or its session timeout passes. The in-process consumer joins in one step.
 * **Offsets.** OffsetCommit is accepted from a member of the current
   generation (``IllegalGenerationError`` otherwise, ``UnknownMemberIdError``
   for an unknown member), or with generation -1 from a standalone consumer
@@ -73,6 +78,7 @@ from pylog.errors import (
     GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    MemberIdRequiredError,
     NonEmptyGroupError,
     NotCoordinatorError,
     NotEnoughReplicasAfterAppendError,
@@ -141,6 +147,9 @@ class Group:
     written_by: Dict[TP, int] = field(default_factory=dict)
     #: KIP-345: group.instance.id -> the member id that currently holds it (Kafka's ``staticMembers``)
     static_members: Dict[str, str] = field(default_factory=dict)
+    #: KIP-394: member ids handed out with ``MemberIdRequiredError`` and not yet used to join -> the time
+    #: (ms) they expire (their session timeout), as Kafka's ``pendingMembers``; never in a rebalance
+    pending_members: Dict[str, int] = field(default_factory=dict)
 
     def _check(self) -> None:
         assert self.state in (EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD), self.state
@@ -154,6 +163,7 @@ class Group:
             assert mid in self.members and self.members[mid].group_instance_id == instance, (instance, mid)
         assert all(m.group_instance_id is None or self.static_members.get(m.group_instance_id) == mid
                    for mid, m in self.members.items()), self.static_members
+        assert not (set(self.pending_members) & set(self.members)), self.pending_members
 
 
 class GroupCoordinator:
@@ -271,6 +281,15 @@ class GroupCoordinator:
             if req.member_id:
                 return fail(UnknownMemberIdError, f"member {req.member_id!r} is unknown to group {req.group_id!r}")
             g = self.groups[req.group_id] = Group(req.group_id, self.partition_of(req.group_id))
+        if not req.member_id and req.group_instance_id is None and req.require_known_member_id:
+            # KIP-394 (Kafka's doNewMemberJoinGroup with requireKnownMemberId): hand out the member id
+            # first; the member joins with it, so a client that never comes back never delays a rebalance.
+            mid = self._new_member_id(req.client_id, now_ms)
+            g.pending_members[mid] = now_ms + req.session_timeout_ms
+            out.send(src, gm.JoinGroupResponse(req.correlation_id, error=MemberIdRequiredError,
+                                               message=f"group {req.group_id!r}: join again with member id {mid!r}",
+                                               member_id=mid))
+            return
         if g.members:
             names = {n for n, _ in req.protocols}
             common = set.intersection(names, *({n for n, _ in m.protocols} for m in g.members.values()))
@@ -279,15 +298,19 @@ class GroupCoordinator:
                             f"group {req.group_id!r} uses protocol type {g.protocol_type!r} with assignors "
                             f"{sorted(n for n, _ in next(iter(g.members.values())).protocols)}; member offered "
                             f"{req.protocol_type!r} {sorted(names)}")
-        if req.member_id:
+        pending = req.member_id in g.pending_members and req.group_instance_id is None
+        if req.member_id and not pending:
             err = self._current_member_error(g, req.group_id, req.member_id, req.group_instance_id)
             if err is not None:
                 return fail(*err)
         instance = req.group_instance_id
         if not req.member_id and instance is not None and instance in g.static_members:
             self._replace_static_member(g, src, req, now_ms, out)
-        elif not req.member_id:
-            m = Member(self._new_member_id(req.client_id, now_ms, instance), req.client_id, str(src),
+        elif not req.member_id or pending:
+            if pending:
+                del g.pending_members[req.member_id]
+            new_id = req.member_id if pending else self._new_member_id(req.client_id, now_ms, instance)
+            m = Member(new_id, req.client_id, req.client_host or str(src),
                        req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type, tuple(req.protocols),
                        now_ms + req.session_timeout_ms, group_instance_id=instance)
             g.members[m.member_id] = m
@@ -309,7 +332,7 @@ class GroupCoordinator:
                 m.join = None
                 out.send(src, gm.JoinGroupResponse(req.correlation_id, generation_id=g.generation,
                                                    protocol_name=g.protocol, leader=g.leader or "",
-                                                   member_id=m.member_id))
+                                                   member_id=m.member_id, protocol_type=g.protocol_type))
                 return
             if g.state != PREPARING_REBALANCE:
                 self._prepare_rebalance(g, now_ms, out, f"member {m.member_id} rejoined")
@@ -378,7 +401,7 @@ class GroupCoordinator:
         self._rename_member(g, old_id, new_id)
         m.protocols = tuple(req.protocols)
         m.session_timeout_ms, m.rebalance_timeout_ms = req.session_timeout_ms, req.rebalance_timeout_ms
-        m.client_id, m.client_host = req.client_id, str(src)
+        m.client_id, m.client_host = req.client_id, req.client_host or str(src)
         m.deadline_ms = now_ms + m.session_timeout_ms
         join = m.join = (src, req.correlation_id)
         if g.state == STABLE and self._select_protocol(g) == g.protocol:
@@ -402,7 +425,7 @@ class GroupCoordinator:
                 m.deadline_ms = n + m.session_timeout_ms
                 o.send(src, gm.JoinGroupResponse(req.correlation_id, generation_id=g.generation,
                                                  protocol_name=g.protocol, leader=leader_before or "",
-                                                 member_id=new_id))
+                                                 member_id=new_id, protocol_type=g.protocol_type))
 
             self._append(g.partition, [self._group_metadata_record(g, now_ms)], out, stored)
         elif g.state in (STABLE, COMPLETING_REBALANCE):
@@ -452,15 +475,18 @@ class GroupCoordinator:
         g.protocol = self._select_protocol(g)
         g.state = COMPLETING_REBALANCE
         everyone = tuple((mid, m.metadata(g.protocol)) for mid, m in g.members.items())
+        instances = tuple(m.group_instance_id for m in g.members.values())
         for m in g.members.values():
             m.deadline_ms = now_ms + m.session_timeout_ms  # (as Kafka: a static member away gets a new session)
             if m.join is None:
                 continue  # a static member that did not rejoin: the leader assigns to it all the same
             src, corr = m.join
             m.join = None
+            leader = m.member_id == g.leader
             out.send(src, gm.JoinGroupResponse(corr, generation_id=g.generation, protocol_name=g.protocol,
                                                leader=g.leader, member_id=m.member_id,
-                                               members=everyone if m.member_id == g.leader else ()))
+                                               members=everyone if leader else (), protocol_type=g.protocol_type,
+                                               member_instance_ids=instances if leader else ()))
 
     @staticmethod
     def _select_protocol(g: Group) -> str:
@@ -498,12 +524,18 @@ class GroupCoordinator:
         if err is not None:
             return fail(*err)
         assert g is not None
+        for what, given, have in (("protocol type", req.protocol_type, g.protocol_type),
+                                  ("protocol", req.protocol_name, g.protocol)):
+            if given is not None and given != have:  # SyncGroup v5+ names them (Kafka's validateSyncGroup)
+                return fail(InconsistentGroupProtocolError, f"group {req.group_id!r} has {what} {have!r}; "
+                            f"member {req.member_id!r} synced with {given!r}")
         m = g.members[req.member_id]
         m.deadline_ms = now_ms + m.session_timeout_ms
         if g.state == PREPARING_REBALANCE:
             return fail(RebalanceInProgressError, f"group {req.group_id!r} is rebalancing")
         if g.state == STABLE:
-            out.send(src, gm.SyncGroupResponse(req.correlation_id, assignment=m.assignment))
+            out.send(src, gm.SyncGroupResponse(req.correlation_id, assignment=m.assignment,
+                                               protocol_type=g.protocol_type, protocol_name=g.protocol))
             return
         m.sync = (src, req.correlation_id)
         if req.member_id != g.leader:
@@ -520,7 +552,9 @@ class GroupCoordinator:
                 g.state = STABLE
                 for mm in g.members.values():
                     if mm.sync is not None:
-                        o.send(mm.sync[0], gm.SyncGroupResponse(mm.sync[1], assignment=mm.assignment))
+                        o.send(mm.sync[0], gm.SyncGroupResponse(mm.sync[1], assignment=mm.assignment,
+                                                                protocol_type=g.protocol_type,
+                                                                protocol_name=g.protocol))
                         mm.sync = None
                 return
             error, message = self._append_error(resp)
@@ -555,6 +589,10 @@ class GroupCoordinator:
         err = self._not_here(req.group_id)
         g = self.groups.get(req.group_id)
         member_id = req.member_id
+        if err is None and g is not None and member_id in g.pending_members and req.group_instance_id is None:
+            del g.pending_members[member_id]  # KIP-394: a member that was handed an id leaves before joining
+            out.send(src, gm.LeaveGroupResponse(req.correlation_id))
+            return
         if err is None and not member_id and req.group_instance_id is not None:
             member_id = g.static_members.get(req.group_instance_id, "") if g is not None else ""
             if not member_id:
@@ -705,6 +743,9 @@ class GroupCoordinator:
         """Expire silent members (session timeout) and overdue rebalances (rebalance timeout)."""
         out = Outbox()
         for g in list(self.groups.values()):
+            for mid, deadline in list(g.pending_members.items()):
+                if now_ms >= deadline:  # handed a member id, never joined with it (Kafka removes it too)
+                    del g.pending_members[mid]
             for mid, m in list(g.members.items()):
                 if mid in g.members and m.join is None and now_ms >= m.deadline_ms:
                     self._remove_member(g, mid, now_ms, out, f"missed its session timeout ({m.session_timeout_ms} ms)")
@@ -810,11 +851,13 @@ class GroupCoordinator:
             return
         assert g is not None
         # As Kafka: assignments only while Stable (during a rebalance they belong to an ended generation).
-        members = tuple((m.member_id, m.client_id, m.client_host, m.assignment if g.state == STABLE else b"",
+        stable = g.state == STABLE
+        members = tuple((m.member_id, m.client_id, m.client_host, m.assignment if stable else b"",
                          m.group_instance_id) for m in g.members.values())
+        metadata = tuple(m.metadata(g.protocol) if stable else b"" for m in g.members.values())
         out.send(src, gm.DescribeGroupsResponse(req.correlation_id, state=g.state, protocol_type=g.protocol_type or "",
                                                 protocol=g.protocol or "", generation_id=g.generation,
-                                                leader=g.leader or "", members=members))
+                                                leader=g.leader or "", members=members, member_metadata=metadata))
 
     @staticmethod
     def _subscribed_topics(g: Group) -> Optional[Set[str]]:
@@ -890,7 +933,8 @@ class GroupCoordinator:
     def _maybe_dead(self, g: Group, now_ms: int, out: Outbox) -> bool:
         """An Empty group without offsets (and no commit in flight) is removed, as Kafka's cleanup makes it
         Dead; a group that ever had a generation gets a tombstone for its metadata too."""
-        if g.state != EMPTY or g.members or g.offsets or g.pending_commits or self.groups.get(g.group_id) is not g:
+        if g.state != EMPTY or g.members or g.offsets or g.pending_commits or g.pending_members or \
+                self.groups.get(g.group_id) is not g:
             return False
         g.state = DEAD
         del self.groups[g.group_id]

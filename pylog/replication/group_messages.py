@@ -54,6 +54,13 @@ class JoinGroupRequest(GroupRequest):
     client_id: str = ""
     #: KIP-345 static membership: the member's ``group.instance.id`` (None: a dynamic member)
     group_instance_id: Optional[str] = None
+    #: KIP-394 (JoinGroup v4+): a dynamic member without a member id first gets ``MemberIdRequiredError``
+    #: with a member id, and joins for real with that id (the in-process consumer does not ask for this)
+    require_known_member_id: bool = False
+    #: KIP-800 (JoinGroup v8+): why the member joins, for the coordinator's log; not stored
+    reason: Optional[str] = None
+    #: the member's host as DescribeGroups shows it (Kafka: "/127.0.0.1"); None: the transport source
+    client_host: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,10 @@ class JoinGroupResponse:
     member_id: str = ""
     #: the leader alone gets every member's (member_id, metadata) for the chosen protocol
     members: Tuple[Tuple[str, bytes], ...] = ()
+    #: the group's protocol type (JoinGroup v7+ answers it)
+    protocol_type: Optional[str] = None
+    #: ``group_instance_id`` (or None) of each of ``members``, in the same order (JoinGroup v5+)
+    member_instance_ids: Tuple[Optional[str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,9 @@ class SyncGroupRequest(GroupRequest):
     #: the leader's (member_id, ConsumerProtocolAssignment bytes); empty from followers
     assignments: Tuple[Tuple[str, bytes], ...] = ()
     group_instance_id: Optional[str] = None
+    #: SyncGroup v5+: the group's protocol type and protocol as the member knows them (None: not checked)
+    protocol_type: Optional[str] = None
+    protocol_name: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,9 @@ class SyncGroupResponse:
     error: ErrorType = None
     message: str = ""
     assignment: bytes = b""
+    #: the group's protocol type and protocol (SyncGroup v5+ answers them), on success
+    protocol_type: Optional[str] = None
+    protocol_name: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +239,9 @@ class DescribeGroupsResponse:
     leader: str = ""
     #: (member_id, client_id, client_host, assignment bytes, group_instance_id or None)
     members: Tuple[Tuple[str, str, str, bytes, Optional[str]], ...] = ()
+    #: each member's metadata for the group's protocol (its subscription), in the order of ``members``;
+    #: empty while the group is not Stable (Kafka's DescribeGroups ``MemberMetadata``)
+    member_metadata: Tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
