@@ -563,7 +563,8 @@ class Cluster:
         from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
 
         n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
-        return TopicConfig(OFFSETS_TOPIC, n, min(3, len(self.brokers)), 1, False, {"cleanup_policy": "compact"})
+        rf, min_isr = offsets_topic_replication(len(self.brokers))
+        return TopicConfig(OFFSETS_TOPIC, n, rf, min_isr, False, {"cleanup_policy": "compact"})
 
     def _request_offsets_topic(self) -> None:
         """Have the controller create ``__consumer_offsets`` without waiting for its leaders.
