@@ -170,7 +170,8 @@ def test_a_failing_truncation_stops_fetching_in_the_replica_manager(tmp_path) ->
 
 def test_a_failing_restart_of_the_log_after_offset_out_of_range_stops_fetching(tmp_path) -> None:
     """The leader's log starts past the follower's end: the follower empties its log to restart there,
-    and the disk fails half-way (the epoch checkpoint): nothing escapes, the state follows the log."""
+    and the disk fails at its first write: nothing escapes, and since restarting a log is all-or-nothing
+    (issue 14: the log-start checkpoint commits it) the log is as before and the state follows it."""
     leader = _leader(tmp_path, n_batches=6)
     disk = SimulatedDiskIO()
     rm = ReplicaManager(1, os.path.join(tmp_path, "b1"), file_io=disk, clock_ms=lambda: 0)
@@ -189,8 +190,8 @@ def test_a_failing_restart_of_the_log_after_offset_out_of_range_stops_fetching(t
     assert not out.items
     assert f.follower_state == FAILED and f.storage_failed
     assert "fetch response at offset 18" in (f.fetch_failure or "")
-    assert f.log.log_start_offset == f.log_end_offset == 100  # the files were replaced before the failure
-    assert f.producer_state.map_end_offset == 100 and not _producers(f)
+    assert (f.log.log_start_offset, f.log_end_offset) == (0, 18)  # nothing replaced: all or nothing
+    assert f.producer_state.map_end_offset == 18 and _producers(f)
     f._check()
     disk.fail_write_after = None
     rm.shutdown(clean=False)
