@@ -303,8 +303,6 @@ def check_segments(
     prev_seg: Optional[LogSegment] = None
     for i, base in enumerate(bases):
         seg = segments[base]
-        if base not in segments:
-            continue
         empty = sizes[i] == 0
         if empty and (
             (prev_end is not None and base < prev_end)

@@ -260,6 +260,8 @@ class Log:
 
     #: plg_scan's outputs for _fetch_tail and _append_fetched, made on first use (under the lock)
     _scan_scratch: Optional[Tuple[object, object, object]] = None
+    #: Log.open(repair=True): truncate at a damaged middle segment or a hole instead of refusing
+    _repair = False
 
     def __init__(self) -> None:  # use Log.open()
         raise TypeError("use pylog.Log.open(path, ...) to open a log")
@@ -451,6 +453,14 @@ class Log:
             starts = checkpoint.read_offsets(self.io, os.path.join(ld_path, "log-start-offset-checkpoint"))
         except CorruptCheckpointError:
             starts = {}
+        if len(self.segments) > 1 and self.active_segment.size == 0:
+            # An empty last .log inside the previous segment's offsets is a roll that failed
+            # and could not remove its file (the writer's next open deletes it): it must not
+            # end this reader's view of the log at its base offset.
+            base, empty = self.segments.peekitem(-1)
+            if base < self.segments.peekitem(-2)[1].next_offset():
+                self.segments.popitem(-1)
+                empty.close()
         if self.segments:
             self.log_end_offset = self.active_segment.next_offset()
             first = self.segments.keys()[0]

@@ -200,3 +200,17 @@ def test_verify_reports_the_hole_and_repair_fixes_it(tmp_path, damage: str) -> N
     with pylog.Log.open(path, **OPTS) as log:
         _check_prefix(log, log.log_end_offset)
         assert log.log_end_offset <= bases[3]
+
+
+def test_reader_ignores_an_empty_segment_left_by_a_failed_roll(tmp_path) -> None:
+    """A read-only reader (another process) changes nothing, but an abandoned empty last .log must not
+    end its view of the log either."""
+    path, bases = _make(str(tmp_path), clean=True)
+    open(_seg(path, bases[-1] + 1), "wb").close()
+    reader = pylog.Log.open(path, read_only=True)
+    try:
+        assert reader.log_end_offset == N
+        assert [r.value for r in reader.read(bases[-1] + 1)] == [_value(i) for i in range(bases[-1] + 1, N)]
+    finally:
+        reader.close()
+    assert os.path.exists(_seg(path, bases[-1] + 1))  # the reader wrote nothing
