@@ -1230,6 +1230,15 @@ class Log:
 
         Used by followers to drop a divergent tail. Truncation is at batch
         granularity. Durability: the truncated files are fsynced before return.
+
+        On a disk error (``KafkaStorageError``) the log is a consistent prefix
+        of what it was, ending between ``offset`` and the old end (later
+        segments go newest first, their deletion is made durable before the
+        segment holding ``offset`` is cut); a retry finishes the job, and a
+        crash at any point leaves such a prefix too. Removed records never
+        come back once this returns.
+        Complexity: O(segments removed + index entries of the cut segment).
+        Thread-safety: takes the log's lock.
         """
         with self._lock:
             self._ensure_writable()
