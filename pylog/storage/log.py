@@ -1253,7 +1253,11 @@ class Log:
             doomed = [b for b in self.segments.keys() if b > offset][: len(self.segments) - 1]
             removed += self._delete_newest_segments(len(doomed))
             seg = self.active_segment
-            removed += seg.truncate_to(offset)
+            cut_error: Optional[OSError] = None
+            try:
+                removed += seg.truncate_to(offset)
+            except OSError as exc:  # the segment ends at the cut in memory anyway (its flush retries the files)
+                cut_error = exc
             # The in-memory state follows the files at once, so that a failing
             # fsync below leaves the log consistent (if not yet durable).
             self.log_end_offset = seg.next_offset()
@@ -1266,6 +1270,8 @@ class Log:
             cleaned_to = self.cleaner_checkpoint
             if cleaned_to is not None and cleaned_to > self.log_end_offset:
                 self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
+            if cut_error is not None:
+                raise cut_error
             seg.flush()
             if epochs_changed:
                 self._write_epochs()
