@@ -410,7 +410,7 @@ class Log:
         checkpointed_start = ld.log_start_offsets.get(tp, 0)
         if self.segments:
             check_segments(self.segments, self.recovery, log_start=checkpointed_start, compacted=self.config.compact,
-                           repair=self._repair)
+                           repair=self._repair, recovery_point=ld.recovery_points.get(tp, 0))
         if self.segments and self.segments.peekitem(-1)[1].next_offset() < checkpointed_start:
             # Every record is below the durable log start (the tail was lost or
             # files were removed): restart the log empty there, as Kafka's
@@ -1388,12 +1388,28 @@ class Log:
                 )
             if offset <= self.log_start_offset:
                 return self.log_start_offset
-            self.log_start_offset = offset
-            self._delete_segments_below(offset)
-            if self.epochs.truncate_from_start(offset):
-                self._write_epochs()
-            self._checkpoint()
+            self._advance_log_start(offset, offset)
             return self.log_start_offset
+
+    def _advance_log_start(self, new_start: int, delete_below: int) -> None:
+        """Move the log start to ``new_start``: delete the segments wholly below
+        ``delete_below`` (oldest first), make the new start durable (checkpoint),
+        then cut the epoch cache. On a disk error the in-memory log start is what
+        the next open would find (the old one, or the first remaining segment's base
+        if some were deleted): the in-memory log never runs ahead of its files."""
+        old_start = self.log_start_offset
+        self.log_start_offset = new_start
+        try:
+            self._delete_segments_below(delete_below)
+            self._checkpoint()
+        except OSError:
+            self.log_start_offset = min(max(old_start, self.segments.keys()[0]), self.log_end_offset)
+            if self._logdir is not None:
+                with self._logdir.lock:
+                    self._logdir.log_start_offsets[(self.topic, self.partition)] = self.log_start_offset
+            raise
+        if self.epochs.truncate_from_start(self.log_start_offset):
+            self._write_epochs()
 
     def _delete_segments_below(self, offset: int) -> List[int]:
         deleted = []
@@ -1464,11 +1480,7 @@ class Log:
             if not doomed:
                 return []
             new_start = keys[len(doomed)]
-            self.log_start_offset = max(self.log_start_offset, new_start)
-            self._delete_segments_below(new_start)
-            if self.epochs.truncate_from_start(self.log_start_offset):
-                self._write_epochs()
-            self._checkpoint()
+            self._advance_log_start(max(self.log_start_offset, new_start), new_start)
             return doomed
 
     # ------------------------------------------------------------- cleaner support
