@@ -52,6 +52,8 @@ class _Index:
         self._written = 0
         #: write the pending entries once ``_data`` grows to this many bytes
         self._write_at = PENDING_ENTRIES * self.entry_size
+        #: the file may hold stale entries past ``_written`` (a cut that failed): cut before the next write
+        self._stale_tail = False
 
     # -- loading ------------------------------------------------------------
     def load(self, log_size: int) -> None:
@@ -67,6 +69,7 @@ class _Index:
         self._data = data
         self._written = len(data)
         self._write_at = len(data) + PENDING_ENTRIES * self.entry_size
+        self._stale_tail = False
 
     @property
     def loaded(self) -> bool:
@@ -124,6 +127,8 @@ class _Index:
         if data is None:
             return
         written = self._written
+        if self._stale_tail:
+            self._cut_file()
         if len(data) > written:
             fd = self._fd
             if fd is None:
@@ -138,8 +143,12 @@ class _Index:
         if keep < len(data):
             del data[keep:]
             if keep < self._written:  # pending entries past ``keep`` were never in the file
-                self.io.truncate(self._ensure_fd(), keep)
+                # Memory first: if the file cannot be cut, its entries past ``keep`` are
+                # stale, and the next write (or flush) cuts them before writing.
                 self._written = keep
+                self._write_at = keep + PENDING_ENTRIES * self.entry_size
+                self._stale_tail = True
+                self._cut_file()
             self._write_at = self._written + PENDING_ENTRIES * self.entry_size
 
     def reset(self) -> None:
@@ -148,7 +157,13 @@ class _Index:
         self._written = 0
         self._write_at = PENDING_ENTRIES * self.entry_size
         if self.io.exists(self.path) or self._fd is not None:
-            self.io.truncate(self._ensure_fd(), 0)
+            self._stale_tail = True
+            self._cut_file()
+
+    def _cut_file(self) -> None:
+        """Cut the file to the entries known to be in it (raises OSError; retried by the next write)."""
+        self.io.truncate(self._ensure_fd(), self._written)
+        self._stale_tail = False
 
     def replace_entries(self, data: bytearray) -> None:
         """Replace every entry with ``data`` (a rebuild): the file is emptied, then

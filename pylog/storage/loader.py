@@ -263,7 +263,7 @@ def recover(
 
 def check_segments(
     segments: "SortedDict[int, LogSegment]", result: RecoveryResult, *, log_start: int, compacted: bool,
-    repair: bool,
+    repair: bool, recovery_point: int = 0,
 ) -> None:
     """Drop abandoned empty segments, then refuse (or repair) holes between segments.
 
@@ -278,7 +278,13 @@ def check_segments(
       the segment before it. Kafka creates a segment only at the log end
       too, and its loader trusts the segment list; pylog checks it because it
       keeps appending after a failed roll where Kafka takes the log
-      directory offline;
+      directory offline. The same holds for an empty **last** segment past a
+      gap whose base offset is above the durable ``recovery_point``: a roll
+      makes the recovery point its new base before it returns, so that
+      segment's roll never completed - the leftover of a failed roll whose
+      offsets a later truncation moved the log end below. (An empty last
+      segment after a deleted middle segment has its base at or below the
+      recovery point: the hole is reported);
     * a segment that ends below the next segment's base offset (offsets
       ``[end, next base)`` at or above ``log_start`` are missing: a deleted,
       emptied or cut middle ``.log``) is corruption in a log that is not
@@ -303,18 +309,18 @@ def check_segments(
     prev_seg: Optional[LogSegment] = None
     for i, base in enumerate(bases):
         seg = segments[base]
-        if base not in segments:
-            continue
         empty = sizes[i] == 0
         if empty and (
             (prev_end is not None and base < prev_end)
             or (i + 1 < len(bases) and bases[i + 1] <= log_start)
+            or (i + 1 == len(bases) and prev_end is not None and base > prev_end and base > recovery_point)
         ):
             segments.pop(base)
             seg.delete()
             result.abandoned_segments.append(base)
-            log.warning("%s: deleted the empty segment %s, left by a roll that failed (its offsets belong to the "
-                        "segment before it or lie below the log start %d)", result.path, seg.log_path, log_start)
+            log.warning("%s: deleted the empty segment %s, left by a roll that failed (it never held a record: its "
+                        "offsets belong to the segment before it, lie below the log start %d, or its roll never "
+                        "reached the recovery point %d)", result.path, seg.log_path, log_start, recovery_point)
             continue
         if prev_end is not None and prev_seg is not None:
             problem = ""

@@ -260,6 +260,8 @@ class Log:
 
     #: plg_scan's outputs for _fetch_tail and _append_fetched, made on first use (under the lock)
     _scan_scratch: Optional[Tuple[object, object, object]] = None
+    #: Log.open(repair=True): truncate at a damaged middle segment or a hole instead of refusing
+    _repair = False
 
     def __init__(self) -> None:  # use Log.open()
         raise TypeError("use pylog.Log.open(path, ...) to open a log")
@@ -423,7 +425,7 @@ class Log:
         checkpointed_start = ld.log_start_offsets.get(tp, 0)
         if self.segments:
             check_segments(self.segments, self.recovery, log_start=checkpointed_start, compacted=self.config.compact,
-                           repair=self._repair)
+                           repair=self._repair, recovery_point=ld.recovery_points.get(tp, 0))
         if self.segments and self.segments.peekitem(-1)[1].next_offset() < checkpointed_start:
             # Every record is below the durable log start (the tail was lost or
             # files were removed): restart the log empty there, as Kafka's
@@ -466,6 +468,14 @@ class Log:
             starts = checkpoint.read_offsets(self.io, os.path.join(ld_path, "log-start-offset-checkpoint"))
         except CorruptCheckpointError:
             starts = {}
+        if len(self.segments) > 1 and self.active_segment.size == 0:
+            # An empty last .log inside the previous segment's offsets is a roll that failed
+            # and could not remove its file (the writer's next open deletes it): it must not
+            # end this reader's view of the log at its base offset.
+            base, empty = self.segments.peekitem(-1)
+            if base < self.segments.peekitem(-2)[1].next_offset():
+                self.segments.popitem(-1)
+                empty.close()
         if self.segments:
             self.log_end_offset = self.active_segment.next_offset()
             first = self.segments.keys()[0]
@@ -1265,6 +1275,15 @@ class Log:
 
         Used by followers to drop a divergent tail. Truncation is at batch
         granularity. Durability: the truncated files are fsynced before return.
+
+        On a disk error (``KafkaStorageError``) the log is a consistent prefix
+        of what it was, ending between ``offset`` and the old end (later
+        segments go newest first, their deletion is made durable before the
+        segment holding ``offset`` is cut); a retry finishes the job, and a
+        crash at any point leaves such a prefix too. Removed records never
+        come back once this returns.
+        Complexity: O(segments removed + index entries of the cut segment).
+        Thread-safety: takes the log's lock.
         """
         with self._lock:
             self._ensure_writable()
@@ -1279,7 +1298,11 @@ class Log:
             doomed = [b for b in self.segments.keys() if b > offset][: len(self.segments) - 1]
             removed += self._delete_newest_segments(len(doomed))
             seg = self.active_segment
-            removed += seg.truncate_to(offset)
+            cut_error: Optional[OSError] = None
+            try:
+                removed += seg.truncate_to(offset)
+            except OSError as exc:  # the segment ends at the cut in memory anyway (its flush retries the files)
+                cut_error = exc
             # The in-memory state follows the files at once, so that a failing
             # fsync below leaves the log consistent (if not yet durable).
             self.log_end_offset = seg.next_offset()
@@ -1292,6 +1315,8 @@ class Log:
             cleaned_to = self.cleaner_checkpoint
             if cleaned_to is not None and cleaned_to > self.log_end_offset:
                 self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
+            if cut_error is not None:
+                raise cut_error
             seg.flush()
             if epochs_changed:
                 self._write_epochs()
@@ -1408,12 +1433,28 @@ class Log:
                 )
             if offset <= self.log_start_offset:
                 return self.log_start_offset
-            self.log_start_offset = offset
-            self._delete_segments_below(offset)
-            if self.epochs.truncate_from_start(offset):
-                self._write_epochs()
-            self._checkpoint()
+            self._advance_log_start(offset, offset)
             return self.log_start_offset
+
+    def _advance_log_start(self, new_start: int, delete_below: int) -> None:
+        """Move the log start to ``new_start``: delete the segments wholly below
+        ``delete_below`` (oldest first), make the new start durable (checkpoint),
+        then cut the epoch cache. On a disk error the in-memory log start is what
+        the next open would find (the old one, or the first remaining segment's base
+        if some were deleted): the in-memory log never runs ahead of its files."""
+        old_start = self.log_start_offset
+        self.log_start_offset = new_start
+        try:
+            self._delete_segments_below(delete_below)
+            self._checkpoint()
+        except OSError:
+            self.log_start_offset = min(max(old_start, self.segments.keys()[0]), self.log_end_offset)
+            if self._logdir is not None:
+                with self._logdir.lock:
+                    self._logdir.log_start_offsets[(self.topic, self.partition)] = self.log_start_offset
+            raise
+        if self.epochs.truncate_from_start(self.log_start_offset):
+            self._write_epochs()
 
     def _delete_segments_below(self, offset: int) -> List[int]:
         deleted = []
@@ -1484,11 +1525,7 @@ class Log:
             if not doomed:
                 return []
             new_start = keys[len(doomed)]
-            self.log_start_offset = max(self.log_start_offset, new_start)
-            self._delete_segments_below(new_start)
-            if self.epochs.truncate_from_start(self.log_start_offset):
-                self._write_epochs()
-            self._checkpoint()
+            self._advance_log_start(max(self.log_start_offset, new_start), new_start)
             return doomed
 
     # ------------------------------------------------------------- cleaner support

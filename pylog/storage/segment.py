@@ -180,6 +180,8 @@ class LogSegment:
         # Bytes known to hold CRC-valid batches (written or recovered by this
         # process); point lookups re-check the CRC of anything past it.
         self.verified_bytes = 0
+        #: the .log file may hold bytes past the logical end (a cut that failed): flush cuts them
+        self._stale_tail = False
         # The writer's read-only map of the .log (see _mapped): a raw mapping with headroom
         # (_map_finalizer unmaps it), or, where libc's mmap is unavailable, an mmap.mmap.
         self._map: Optional[mmap.mmap] = None
@@ -294,10 +296,7 @@ class LogSegment:
         try:
             self.io.pwrite(self.fd if fd is None else fd, data, position)
         except OSError as exc:
-            try:
-                self.io.truncate(self.fd, position)
-            except OSError:
-                pass
+            self._cut_stale_tail(position)
             raise KafkaStorageError(exc.errno, f"append to {self.log_path} at byte {position} failed: {exc.strerror}") from exc
         scratch = self._append_scratch
         if scratch is None:  # the writer's buffers, made once per segment (appends hold the log's lock)
@@ -323,11 +322,8 @@ class LogSegment:
             try:
                 self.offset_index._truncate_entries(len(self.offset_index) - added)
             except OSError:
-                pass
-            try:
-                self.io.truncate(self.fd, position)
-            except OSError:
-                pass
+                pass  # the index file is cut before its next write (_Index._stale_tail)
+            self._cut_stale_tail(position)
             raise KafkaStorageError(
                 exc.errno, f"index append for {self.log_path} at byte {position} failed: {exc.strerror} ({exc.filename})"
             ) from exc
@@ -719,9 +715,19 @@ class LogSegment:
         self._drop_map()
         self.recent_starts.clear()
         self.verified_bytes = min(self.verified_bytes, position)
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
-        self.io.truncate(self.fd, position)
+        # Memory first, then the files: if a file cannot be cut (EIO) the segment still
+        # ends at ``position`` for every reader and appender, and the stale bytes past it
+        # are cut before the next flush (a clean close flushes); the error is raised.
+        first: Optional[OSError] = None
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.truncate_to(offset)
+            except OSError as exc:
+                first = first or exc
+        try:
+            self._cut_stale_tail(position, raise_error=True)
+        except OSError as exc:
+            first = first or exc
         st = self._state
         st.size = position
         st.bytes_since_last_index_entry = 0
@@ -731,7 +737,23 @@ class LogSegment:
         self._rescan_max_timestamp()
         if position == 0:
             self.first_batch_timestamp = None
+        if first is not None:
+            raise first
         return removed
+
+    def _cut_stale_tail(self, size: int, *, raise_error: bool = False) -> None:
+        """Cut the ``.log`` file to ``size`` (the logical end). If that fails the bytes past
+        it stay in the file, unseen (reads and appends use the logical size; an append
+        overwrites them), and :meth:`flush` cuts them before it fsyncs, so a clean close
+        never leaves an unacknowledged batch behind."""
+        self._stale_tail = True
+        try:
+            self.io.truncate(self.fd, size)
+        except OSError:
+            if raise_error:
+                raise
+            return
+        self._stale_tail = False
 
     def _rescan_max_timestamp(self) -> None:
         """Fold the batches after the last offset-index entry into the max timestamp.
@@ -778,9 +800,14 @@ class LogSegment:
                 st.last_time_index_offset = st.offset_of_max_timestamp
 
     def flush(self) -> None:
-        """fsync the log and both indexes. Durability: survives power loss after return."""
+        """fsync the log and both indexes. Durability: survives power loss after return.
+
+        First cuts bytes a failed append or truncation could not remove
+        (:meth:`_cut_stale_tail`)."""
         if self.read_only:
             return
+        if self._stale_tail:
+            self._cut_stale_tail(self._state.size, raise_error=True)
         self.io.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()

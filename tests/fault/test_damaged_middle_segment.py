@@ -200,3 +200,52 @@ def test_verify_reports_the_hole_and_repair_fixes_it(tmp_path, damage: str) -> N
     with pylog.Log.open(path, **OPTS) as log:
         _check_prefix(log, log.log_end_offset)
         assert log.log_end_offset <= bases[3]
+
+
+def test_reader_ignores_an_empty_segment_left_by_a_failed_roll(tmp_path) -> None:
+    """A read-only reader (another process) changes nothing, but an abandoned empty last .log must not
+    end its view of the log either."""
+    path, bases = _make(str(tmp_path), clean=True)
+    open(_seg(path, bases[-1] + 1), "wb").close()
+    reader = pylog.Log.open(path, read_only=True)
+    try:
+        assert reader.log_end_offset == N
+        assert [r.value for r in reader.read(bases[-1] + 1)] == [_value(i) for i in range(bases[-1] + 1, N)]
+    finally:
+        reader.close()
+    assert os.path.exists(_seg(path, bases[-1] + 1))  # the reader wrote nothing
+
+
+def test_empty_segment_left_by_a_failed_roll_then_a_truncation_is_dropped(tmp_path) -> None:
+    """A roll fails and cannot remove its new .log (the fault persists); a truncation then moves the
+    log end below that file's base. It is not a hole: the roll never completed (its base is above the
+    durable recovery point), so the open deletes it. Found by the state machine's disk_fault rule."""
+    import errno
+
+    from pylog.errors import KafkaStorageError
+    from pylog.storage.fileio import SimulatedDiskIO
+
+    path = os.path.join(str(tmp_path), "t-0")
+    disk = SimulatedDiskIO()
+    log = pylog.Log.open(path, file_io=disk, **OPTS)
+    log.append([_value(0)])
+    # Fail the roll from the first file operation after its new .log is created, so that the
+    # removal fails too.
+    for at in range(1, 20):
+        disk.arm(at, errno.EMFILE, count=None)
+        try:
+            log.roll()
+        except KafkaStorageError:
+            pass
+        disk.heal()
+        if os.path.exists(_seg(path, 1)) and len(log.segments) == 1:
+            break
+    else:
+        pytest.fail("no fault left the new segment's .log behind")
+    log.truncate_to(0)
+    log.close()
+    with pylog.Log.open(path, **OPTS) as log:
+        assert log.log_end_offset == 0 and list(log.segments.keys()) == [0]
+        assert log.recovery is not None and log.recovery.abandoned_segments == [1]
+        log.append([_value(0)])
+        assert log.get(0).value == _value(0)
