@@ -310,6 +310,11 @@ class Consumer:
         self.assignment_history: List[Tuple[int, str, Tuple[TP, ...]]] = []
         # ---- commits
         self._commit_callbacks: Deque[Tuple[Callable[..., Any], Dict[TP, int], Optional[BaseException]]] = deque()
+        # Commit ordering (docs/consumer-groups.md, "Commit order"): every commit issued gets the next number;
+        # per partition, the number of the newest commit issued for it. A commit is never sent again once a
+        # newer one of any of its partitions was issued: arriving after it, it would move the offset back.
+        self._commit_seq = 0
+        self._commit_issued: Dict[TP, int] = {}
         self._next_auto_commit = 0
         # ---- metrics and checks
         self.records_consumed = 0
@@ -1178,8 +1183,9 @@ class Consumer:
         self._node.request(self._coordinator, req, self.request_timeout_ms, done)
 
     def _commit_internal(self, offsets: Optional[Dict[TP, Any]], future: Optional[ClientFuture], *, auto: bool = False,
-                         deadline: Optional[int] = None) -> None:
-        """On the loop: send an OffsetCommit (retrying retriable errors until ``deadline``)."""
+                         deadline: Optional[int] = None, seq: int = 0) -> None:
+        """On the loop: send an OffsetCommit (retrying retriable errors until ``deadline``, unless a newer
+        commit of one of its partitions was issued meanwhile). ``seq``: this commit's number (0: a new one)."""
         if self.group_id is None:
             if future is not None:
                 future.set_exception(InvalidGroupIdError("commit needs a group_id (this consumer has none)"))
@@ -1210,14 +1216,28 @@ class Consumer:
             return
         deadline = deadline if deadline is not None else self._now() + self.request_timeout_ms
         plain = {tp: (v.offset if isinstance(v, OffsetAndMetadata) else int(v)) for tp, v in offsets.items()}
+        if not seq:
+            self._commit_seq += 1
+            seq = self._commit_seq
+            for tp in offsets:
+                self._commit_issued[tp] = seq
 
         def retry(err: BaseException) -> None:
             if self._closed or self._now() >= deadline or auto:
                 if future is not None:
                     future.set_exception(err)
                 return
+            newer = sorted(tp for tp in offsets if self._commit_issued.get(tp, 0) > seq)
+            if newer:
+                # Kafka's rule (its consumer never resends a commit once a newer one was sent): this one,
+                # arriving after the newer commit, would move the offsets back.
+                if future is not None:
+                    future.set_exception(type(err)(
+                        f"{err}; not retried: a newer commit of {', '.join(f'{t}-{p}' for t, p in newer)} was "
+                        f"issued since, and this one arriving after it would move the offset back"))
+                return
             self.scheduler.call_later(self.retry_backoff_ms,
-                                      lambda: self._commit_internal(offsets, future, deadline=deadline))
+                                      lambda: self._commit_internal(offsets, future, deadline=deadline, seq=seq))
 
         if self._coordinator is None:
             if not self._finding:
@@ -1234,8 +1254,10 @@ class Consumer:
 
         def done(resp: Any) -> None:
             if resp is None:
+                lost = self._node.failure
                 self._coordinator_lost()
-                retry(RequestTimedOutError(f"OffsetCommit for group {self.group_id!r} timed out"))
+                retry(lost if lost is not None else
+                      RequestTimedOutError(f"OffsetCommit for group {self.group_id!r} timed out"))
                 return
             if resp.error is not None:
                 err = resp.error(resp.message)

@@ -641,7 +641,8 @@ class Producer:
 
     def _on_response(self, ps: _PartitionState, b: ProducerBatch, leader: int, resp: Any) -> None:
         if resp is None:
-            self._on_failure(ps, b, RequestTimedOutError(
+            lost = self._node.failure
+            self._on_failure(ps, b, lost if lost is not None else RequestTimedOutError(
                 f"{b.topic}-{b.partition}: no response from broker {leader} within {self.request_timeout_ms} ms"))
         elif resp.error is None:
             self._on_success(ps, b, resp.base_offset, b.timestamp)
