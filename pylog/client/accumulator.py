@@ -72,7 +72,7 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
     # (records, size, topic, partition, done, error, base_offset, timestamp and plain are the base's)
     __slots__ = (
         "created_ms", "deadline_ms", "open", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch",
-        "sequence", "attempts", "order", "reserved", "last_error",
+        "sequence", "attempts", "order", "reserved", "last_error", "maybe_written",
     )
 
     def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int):
@@ -98,6 +98,9 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
         self.order = order
         self.reserved = 0  # bytes of the producer's buffer_memory this batch holds until completed
         self.last_error: Optional[BaseException] = None  # the error of its latest retried attempt
+        #: some attempt under the current sequence may have been appended (no answer, or an answer that
+        #: does not prove a refusal): the batch must never be renumbered (KIP-360, producer.py)
+        self.maybe_written = False
         self.plain = True  # every record a bytes value (no key, headers, timestamp or null): the encoder's fast path
 
     def __repr__(self) -> str:

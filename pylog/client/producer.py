@@ -53,6 +53,9 @@ from pylog.client.accumulator import FutureRecordMetadata, ProducerBatch, Record
 from pylog.client.partitioner import StickyPartitioner, murmur2
 from pylog.errors import (
     BufferExhaustedError,
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    NotEnoughReplicasError,
     InvalidConfigurationError,
     InvalidRecordError,
     LeaderNotAvailableError,
@@ -77,6 +80,11 @@ except ImportError:  # pragma: no cover - only without a build of sendpath.c
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 _RECORD_OVERHEAD = 16  # estimated bytes a record adds besides key and value (varints, attributes), on the high side
 _KEY_CACHE_MAX = 65_536
+#: answers proving the leader did not append the attempt (checked before the append); any other outcome of
+#: an attempt - no answer, a lost connection, NotLeader (which a leader also gives a produce it appended and
+#: then stopped leading), NotEnoughReplicasAfterAppend - means it may be in the log
+_REFUSALS = (OutOfOrderSequenceError, InvalidProducerEpochError, NotEnoughReplicasError, RecordTooLargeError,
+             InvalidRecordError, CorruptRecordError)
 _MAX_EPOCH = 32_766  # a producer epoch is an int16; past this a new producer id is taken
 
 
@@ -86,8 +94,15 @@ def _seq_before(a: int, b: int) -> bool:
 
 
 def _unnumber(b: ProducerBatch) -> None:
-    """Forget ``b``'s identity and sequence: it is numbered again (and re-encoded) when next drained."""
+    """Forget ``b``'s identity and sequence: it is numbered again (and re-encoded) when next drained.
+    Only for a batch no attempt of which may have been appended (``maybe_written`` False)."""
+    assert not b.maybe_written, b
     b.producer_id, b.producer_epoch, b.sequence, b.data = -1, -1, -1, None
+
+
+def _resend_order(b: ProducerBatch) -> Tuple[bool, int]:
+    """Numbered batches first, by sequence; then the others in the order they were created."""
+    return (b.sequence < 0, b.sequence if b.sequence >= 0 else b.order)
 
 
 def _sequenced_pending(ps: "_PartitionState") -> bool:
@@ -662,8 +677,12 @@ class Producer:
             while inflight and inflight[0].done:
                 del inflight[0]
             if not inflight and ps.retry:
-                ps.retry.sort(key=lambda x: (x.sequence < 0, x.sequence if x.sequence >= 0 else x.order))
+                ps.retry.sort(key=_resend_order)
                 ps.queue.extendleft(reversed(ps.retry))
+                if ps.queue[0].sequence < 0 and any(x.sequence >= 0 for x in ps.queue):
+                    # A renumbered batch must not block numbered ones behind it (they go first, in sequence
+                    # order: only they can resolve the partition; the others wait for that anyway).
+                    ps.queue = deque(sorted(ps.queue, key=_resend_order))
                 ps.retry = []
             if ps.retry_mode and not ps.retry and not inflight and not any(x.sequence >= 0 for x in ps.queue):
                 ps.retry_mode = False
@@ -698,23 +717,36 @@ class Producer:
         retriable = err.retriable
         idem = self.enable_idempotence and b.sequence >= 0
         if idem:
+            if not isinstance(err, _REFUSALS):
+                b.maybe_written = True
             with self._lock:
                 ident = (b.producer_id, b.producer_epoch)
-                if isinstance(err, OutOfOrderSequenceError):
+                if isinstance(err, OutOfOrderSequenceError) and b.maybe_written:
+                    # An earlier attempt may be in the log: the leader may only have lost track of it (after
+                    # a restart it remembers each producer's last batch only). Its outcome stays unknown:
+                    # never renumbered; it fails to the caller (below) unless an older batch is pending.
+                    pending = ps.retry + list(ps.queue) + ps.inflight
+                    retriable = any(x is not b and not x.done and (x.producer_id, x.producer_epoch) == ident
+                                    and 0 <= x.sequence and _seq_before(x.sequence, b.sequence) for x in pending)
+                elif isinstance(err, OutOfOrderSequenceError):
                     pending = ps.retry + list(ps.queue) + ps.inflight
                     if any(x is not b and not x.done and (x.producer_id, x.producer_epoch) == ident
                            and 0 <= x.sequence and _seq_before(x.sequence, b.sequence) for x in pending):
                         retriable = True
                     else:
-                        # Refused: the leader has a gap before b, so b and every later batch of this
-                        # identity are not in the log: renumber them under the next identity.
+                        # Refused, every attempt of b: the leader has a gap before b, so b is not in the log,
+                        # nor is any later batch of this identity that was only ever refused: those are
+                        # renumbered under the next identity (the others fail to the caller, unknown).
                         if ident == ps.seq_id:
                             ps.gap = True
-                        _unnumber(b)
+                        for x in [b] + ps.retry + list(ps.queue):
+                            if x.sequence >= 0 and not x.maybe_written and (x.producer_id, x.producer_epoch) == ident:
+                                _unnumber(x)
                         retriable = True
+                elif ps.gap and ident == ps.seq_id and not b.maybe_written:
+                    _unnumber(b)  # after the gap, a batch only ever refused is renumbered
                 elif ps.gap and ident == ps.seq_id:
-                    # After the gap nothing of this identity can have been written: b is renumbered.
-                    _unnumber(b)
+                    retriable = False  # unknown outcome and cannot be resent under its sequence: fails
         if retriable and not self._node.closed and now < b.deadline_ms and b.attempts <= self.max_retries:
             self.retries += 1
             b.last_error = err
@@ -726,7 +758,7 @@ class Producer:
             return
         if idem and b.sequence >= 0:
             # b fails for good while numbered: refused (a non-retriable answer: not written) or unknown.
-            self._sequence_failed(ps, b, written=None if retriable else False)
+            self._sequence_failed(ps, b, written=None if retriable or b.maybe_written else False)
         self._settle(ps, b)
         self._fail(b, err if not retriable or not self._node.closed else self._closed_error())
 
@@ -740,6 +772,10 @@ class Producer:
                 return  # an identity this partition has already left behind
             if written is False:
                 ps.gap = True
+                ident = ps.seq_id
+                for x in ps.retry + list(ps.queue):
+                    if x.sequence >= 0 and not x.maybe_written and (x.producer_id, x.producer_epoch) == ident:
+                        _unnumber(x)
             else:
                 ps.unresolved = True
             self._dirty[ps] = None

@@ -64,10 +64,12 @@ def test_expired_batch_does_not_make_later_batches_written_twice(tmp_path, seed)
         c.close()
 
 
-def test_gap_after_an_unwritten_batch_bumps_the_epoch_and_writes_the_rest_once(tmp_path):
-    """The other outcome: "a" never reached the leader. After "a" fails, the retry of the next batch is
-    refused (OutOfOrderSequence: the leader lacks "a"), which proves that batch unwritten: it is renumbered
-    under a bumped epoch (KIP-360) and written once; the leader fences the old epoch."""
+def test_unwritten_expired_batch_fails_the_unknown_ones_and_the_producer_goes_on_under_a_new_epoch(tmp_path):
+    """The other outcome: "a" never reached the leader, nor did the first attempts of the batches after it.
+    After "a" fails, their retries are refused (OutOfOrderSequence: the leader lacks "a"), but as their
+    first attempts' outcome is unknown they are not renumbered: they fail to the caller too (a leader that
+    lost track of an appended batch answers the same). Once none is pending, the producer bumps its epoch
+    (KIP-360) and the next records are written once, from sequence 0; the leader fences the old epoch."""
     c = Cluster(tmp_path, brokers=3, seed=6)
     try:
         c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
@@ -83,12 +85,48 @@ def test_gap_after_an_unwritten_batch_bumps_the_epoch_and_writes_the_rest_once(t
         with pytest.raises(errors.RequestTimedOutError):
             first.result()
         c.heal_network()
-        offsets = [f.result().offset for f in later]
-        assert offsets == [1, 2, 3]
-        assert leader_values(c, "t") == [b"warm-up", b"b0", b"b1", b"b2"]
+        for f in later:
+            with pytest.raises((errors.OutOfOrderSequenceError, errors.RequestTimedOutError)):
+                f.result()
+        assert p.send("t", b"d", partition=0).result().offset == 1
+        assert leader_values(c, "t") == [b"warm-up", b"d"]
         assert (p.producer_id, p.producer_epoch) == (pid, epoch + 1) and p.epoch_bumps == 1
         log = c.brokers[leader].rm.partitions[("t", 0)].log
         assert [(bt.producer_epoch, bt.base_sequence) for bt in log.read_batches(0, 1 << 30)][-1] == (epoch + 1, 0)
+        c._check()
+    finally:
+        c.close()
+
+
+def test_batch_only_ever_refused_after_a_gap_is_renumbered_and_written_once(tmp_path):
+    """A batch whose every attempt the leader refused is certainly not in the log: after the gap it is
+    renumbered under the bumped epoch and delivered (not failed)."""
+    c = Cluster(tmp_path, brokers=3, seed=7)
+    try:
+        c.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+        p = c.producer(acks="all", request_timeout_ms=1_000, delivery_timeout_ms=3_000, retry_backoff_ms=100,
+                       linger_ms=0)
+        p.send("t", b"warm-up", partition=0).result()
+        leader = c.leader_of("t")
+        ps = p._parts["t"][0]
+        # "a" takes sequence 1 but is lost; "b" (sequence 2) reaches the leader and is refused (the leader
+        # lacks sequence 1); then every resend of "a" is lost too, until its delivery timeout.
+        c.transport.partition([p._node.node_id], [leader], one_way=True)
+        first = p.send("t", b"a", partition=0)
+        c.advance(10)
+        c.heal_network()
+        c.advance(890)
+        second = p.send("t", b"b", partition=0)
+        c.advance(50)
+        assert ps.retry_mode  # "b" was refused: it waits for "a"
+        c.transport.partition([p._node.node_id], [leader], one_way=True)
+        c.scheduler.wait_until(first.done, 10_000)
+        c.heal_network()
+        with pytest.raises(errors.RequestTimedOutError):
+            first.result()
+        assert second.result().offset == 1
+        assert leader_values(c, "t") == [b"warm-up", b"b"]
+        assert p.epoch_bumps == 1
         c._check()
     finally:
         c.close()
