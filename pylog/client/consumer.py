@@ -1143,16 +1143,21 @@ class Consumer:
 
         self._node.request(self._coordinator, req, self.request_timeout_ms, done)
 
-    def _leave_group(self) -> None:
+    def _leave_group(self, answered: Optional[Callable[[], None]] = None) -> bool:
         """Leave the group (close, unsubscribe, assign, poll timeout). A static member sends no LeaveGroup
         (Kafka's rule for ``group.instance.id``): it keeps its slot until its session times out, so a
-        restart within ``session_timeout_ms`` causes no rebalance; it only forgets its member id."""
+        restart within ``session_timeout_ms`` causes no rebalance; it only forgets its member id.
+        Returns whether a LeaveGroup was sent; ``answered()`` runs when it is answered or times out."""
+        sent = False
         if self.group_id is not None and self.member_id and self._coordinator is not None and \
                 self.group_instance_id is None:
             req = gm.LeaveGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id)
-            self._node.request(self._coordinator, req, self.request_timeout_ms, lambda resp: None)
+            self._node.request(self._coordinator, req, self.request_timeout_ms,
+                               (lambda resp: answered()) if answered is not None else (lambda resp: None))
+            sent = True
         self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
         self._state = "unjoined"
+        return sent
 
     # =============================================================== commits
     def _fetch_committed(self, tps: Sequence[TP], callback: Callable[[Optional[Dict[TP, Optional[OffsetAndMetadata]]],
@@ -1416,12 +1421,27 @@ class Consumer:
     def close(self, autocommit: bool = True, timeout: float = 30.0) -> None:
         """Commit (with auto-commit), leave the group, stop. Idempotent.
 
+        As Kafka's ``close(Duration)``, everything waits within ``timeout`` seconds in all: the final
+        auto-commit, then the coordinator's answer to LeaveGroup (so the group no longer lists this member
+        once ``close`` returns, even if the cluster is closed right after: the next consumer of the group
+        does not wait for this one's session timeout). Past the timeout it closes anyway.
+
         A static member (``group_instance_id``) does not leave: the coordinator keeps its slot (and its
         partitions, unread meanwhile) until its session times out, so a consumer restarted with the same
         instance id within ``session_timeout_ms`` takes them back without a rebalance (Kafka's default).
         """
         if self._closed:
             return
+        import time
+
+        deadline = time.monotonic() + timeout
+        vdeadline = self._now() + int(timeout * 1000)  # the same, in virtual time for a simulated cluster
+
+        def left_s() -> float:
+            if self.scheduler.simulated:
+                return max(0.0, (vdeadline - self._now()) / 1000.0)
+            return max(0.0, deadline - time.monotonic())
+
         try:
             if autocommit and self.enable_auto_commit:
                 try:
@@ -1430,10 +1450,12 @@ class Consumer:
                     pass
             self._run_callbacks()
             if not self._closed:
-                self.scheduler.run_sync(self._leave_group)
-                # let the LeaveGroup go out before the node closes
-                if self.scheduler.simulated:
-                    self.scheduler.run_for(10)  # type: ignore[attr-defined]
+                answered = ClientFuture(self.scheduler)
+                if self.scheduler.run_sync(lambda: self._leave_group(lambda: answered.set_result(None))):
+                    try:
+                        answered.result(left_s())
+                    except PylogError:
+                        pass  # the close timeout passed first: close anyway (Kafka does too)
         finally:
             if not self._closed:
                 self.scheduler.run_sync(self._node.close_node)
