@@ -49,10 +49,10 @@ def clients_config_for(seed: int, *, steps: int = 40, disk_fail_rate: float = 0.
     five = seed % 2 == 1
     return SimConfig(seed=seed, brokers=5 if five else 3, topics=(TOPIC,), partitions=0, rf=5 if five else 3,
                      min_isr=3 if five else 2, duration_ms=None, steps=steps, loss=None, max_latency_ms=None,
-                     produce_rate=0.35, crash_rate=0.06, stop_rate=0.03, restart_rate=0.12, partition_rate=0.08,
+                     produce_rate=0.28, crash_rate=0.06, stop_rate=0.03, restart_rate=0.12, partition_rate=0.08,
                      heal_rate=0.10, slow_rate=0.03, disk_fail_rate=disk_fail_rate, drop_rate=0.06,
-                     client_cut_rate=0.06, commit_rate=0.08, request_timeout_ms=1_500, delivery_timeout_ms=5_000,
-                     auto_commit_interval_ms=1_000)
+                     client_cut_rate=0.06, commit_rate=0.15, request_timeout_ms=1_500, delivery_timeout_ms=5_000,
+                     auto_commit_interval_ms=300)
 
 
 def run_seed(path: str, seed: int, *, steps: int = 30, partitions: int = 0,
