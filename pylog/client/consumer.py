@@ -290,6 +290,7 @@ class Consumer:
         self._buffer: Deque[List[Any]] = deque()  # [tp, records, next index]
         self._buffered: Dict[TP, int] = {}
         self._error: Optional[BaseException] = None
+        self._no_offset: Set[TP] = set()  # auto_offset_reset="none" found no committed offset (until a seek)
         # ---- group membership (loop thread)
         self.client_id = client_id or "pylog-consumer"
         self.member_id = gm.NO_MEMBER
@@ -543,6 +544,7 @@ class Consumer:
 
     def _set_position(self, tp: TP, offset: int) -> None:
         self._resetting.discard(tp)
+        self._no_offset.discard(tp)
         self._corrupt.pop(tp, None)
         self._token[tp] = self._token.get(tp, 0) + 1
         with self._lock:
@@ -560,6 +562,7 @@ class Consumer:
         """Resolve ``tp``'s position by ``policy``: ask the leader for its earliest or latest offset."""
         if policy == "none":
             self._resetting.discard(tp)
+            self._no_offset.add(tp)
             self._error = NoOffsetForPartitionError(
                 f"no committed offset for {tp[0]}-{tp[1]} (group {self.group_id!r}) and auto_offset_reset='none'")
             self._signal()
@@ -764,8 +767,22 @@ class Consumer:
         if self._fenced is not None and not self._manual:
             raise self._fenced
         if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+            if isinstance(self._error, NoOffsetForPartitionError):
+                # As Kafka: the rebalance listener runs first (it may seek), and only partitions still
+                # without a position then raise; an explicit seek() is honoured.
+                if self._listener_calls:
+                    return []
+                missing = sorted(tp for tp in self._no_offset if tp in self._assignment and tp not in self._positions)
+                self._no_offset.clear()
+                if not missing:
+                    self._error = None
+                else:
+                    self._error = NoOffsetForPartitionError(
+                        f"no committed offset for {', '.join(f'{t}-{p}' for t, p in missing)} (group "
+                        f"{self.group_id!r}) and auto_offset_reset='none': seek() to choose where to start")
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
         self._coordinate()
         out = self._take_records(limit)
         if not out:

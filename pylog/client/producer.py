@@ -699,6 +699,8 @@ class Producer:
             if _seq_before(ps.acked_next, end):
                 ps.acked_next = end
         b.complete(base_offset, timestamp, None)
+        if b.parent is not None:
+            self._child_done(b)
         self._settle(ps, b)
 
     def _on_failure(self, ps: _PartitionState, b: ProducerBatch, err: PylogError) -> None:
@@ -714,6 +716,10 @@ class Producer:
           identity, and :meth:`_maybe_resolve` decides once none is pending. Never renumbered.
         """
         now = self.scheduler.clock.now_ms()
+        if isinstance(err, RecordTooLargeError) and len(b.records) > 1 and not self._node.closed \
+                and now < b.deadline_ms:
+            self._split(ps, b, err)
+            return
         retriable = err.retriable
         idem = self.enable_idempotence and b.sequence >= 0
         if idem:
@@ -762,6 +768,46 @@ class Producer:
         self._settle(ps, b)
         self._fail(b, err if not retriable or not self._node.closed else self._closed_error())
 
+    def _split(self, ps: _PartitionState, b: ProducerBatch, err: PylogError) -> None:
+        """The leader refused ``b`` as larger than the topic's ``max_message_bytes`` (Kafka's
+        MESSAGE_TOO_LARGE): split it in two and resend the halves, in order, before anything else of the
+        partition (Kafka's ``splitAndReenqueue``; a half still too large is split again). With idempotence
+        the halves take ``b``'s own sequences (``b`` was refused, so its range is free at the leader).
+        ``b`` keeps its futures and its share of buffer_memory; it completes once both halves have."""
+        half = len(b.records) // 2
+        children = []
+        for start, recs in ((0, b.records[:half]), (half, b.records[half:])):
+            ch = ProducerBatch(self, b.topic, b.partition, b.created_ms, b.deadline_ms, b.order)
+            ch.open = False
+            ch.records.extend(recs)
+            ch.plain = b.plain
+            ch.parent, ch.parent_start = b, start
+            ch.attempts = b.attempts
+            ch.last_error = err
+            if b.sequence >= 0:
+                ch.producer_id, ch.producer_epoch = b.producer_id, b.producer_epoch
+                ch.sequence = (b.sequence + start) & 0x7FFFFFFF
+            children.append(ch)
+        with self._lock:
+            b.children = children
+            b.plain = False  # result() takes the Python path, which follows the records to the halves
+            b.data = None
+            ps.retry_mode = True
+            ps.retry.extend(children)
+        self.retries += 1
+        self._settle(ps, b)
+
+    def _child_done(self, ch: ProducerBatch) -> None:
+        """A half of a split batch completed: complete the batch it came from once all its halves have
+        (its futures then read each record's outcome from its half)."""
+        parent = ch.parent
+        while parent is not None and not parent.done and parent.children is not None \
+                and all(x.done for x in parent.children):
+            first = parent.children[0]
+            self._incomplete.discard(parent)
+            parent.complete(first.base_offset, first.timestamp, None)
+            parent = parent.parent
+
     def _sequence_failed(self, ps: _PartitionState, b: ProducerBatch, written: Optional[bool]) -> None:
         """A numbered batch fails to the caller. ``written=False``: certainly not in the log (later
         sequences of its identity cannot be either: ``gap``); None: unknown (``unresolved``)."""
@@ -805,6 +851,8 @@ class Producer:
         self.record_errors += len(b.records)
         self._incomplete.discard(b)
         b.complete(-1, -1, err)
+        if b.parent is not None:
+            self._child_done(b)
 
     # --------------------------------------------------------- producer ids
     def _init_producer_id(self) -> None:
