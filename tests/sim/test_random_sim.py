@@ -148,7 +148,8 @@ def test_soak_random_simulation_clients(tmp_path):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _caught(tmp_path, seeds, mix="classic"):
+def _caught(tmp_path, seeds, invariant, mix="classic"):
+    """The violations found over ``seeds``, stopping at the first of ``invariant``."""
     from simdriver import Violation
 
     caught = []
@@ -157,7 +158,15 @@ def _caught(tmp_path, seeds, mix="classic"):
             run_seed(str(tmp_path / f"m{seed}"), seed, mix=mix)
         except Violation as exc:
             caught.append(str(exc))
+            if f"[{invariant}]" in str(exc):
+                break
     return caught
+
+
+def test_same_seed_replays_exactly_in_the_clients_mix(tmp_path):
+    a = run_seed(str(tmp_path / "a"), 200_007, mix="clients")
+    b = run_seed(str(tmp_path / "b"), 200_007, mix="clients")
+    assert a == b and a["connection_drops"] + a["client_cuts"] > 0
 
 
 def test_checker_catches_a_leader_without_duplicate_detection(tmp_path, monkeypatch):
@@ -165,7 +174,7 @@ def test_checker_catches_a_leader_without_duplicate_detection(tmp_path, monkeypa
     from pylog.storage.producer_state import ProducerStateManager
 
     monkeypatch.setattr(ProducerStateManager, "check", lambda self, *a: None)
-    caught = _caught(tmp_path, range(200_000, 200_020), mix="clients")
+    caught = _caught(tmp_path, range(200_000, 200_040), "idempotent-writes-once", mix="clients")
     assert any("[idempotent-writes-once]" in m and "PYLOG_SIM_MIX=clients" in m for m in caught), caught
 
 
@@ -185,7 +194,7 @@ def test_checker_catches_a_commit_resent_after_a_newer_one(tmp_path, monkeypatch
         self._commit_issued = Forgetful()
 
     monkeypatch.setattr(Consumer, "__init__", init)
-    caught = _caught(tmp_path, range(0, 60), mix="clients")
+    caught = _caught(tmp_path, range(0, 100), "commits-never-move-back", mix="clients")
     assert any("[commits-never-move-back]" in m for m in caught), caught
 
 
