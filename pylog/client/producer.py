@@ -84,7 +84,7 @@ _KEY_CACHE_MAX = 65_536
 #: an attempt - no answer, a lost connection, NotLeader (which a leader also gives a produce it appended and
 #: then stopped leading), NotEnoughReplicasAfterAppend - means it may be in the log
 _REFUSALS = (OutOfOrderSequenceError, InvalidProducerEpochError, NotEnoughReplicasError, RecordTooLargeError,
-             InvalidRecordError, CorruptRecordError)
+             InvalidRecordError, CorruptRecordError, LeaderNotAvailableError, UnknownTopicOrPartitionError)
 _MAX_EPOCH = 32_766  # a producer epoch is an int16; past this a new producer id is taken
 
 
