@@ -31,8 +31,12 @@ records of each partition from 0; each batch carries its base sequence and
 is resent byte for byte, and the leader answers a retry of one of its last 5
 batches with the original offsets instead of writing it again. So a retry
 after a lost acknowledgement, a timeout or a leader failover writes nothing
-twice. Without idempotence such a retry can duplicate records. See
-docs/producer.md.
+twice. A batch keeps its producer id, epoch and sequence for every retry and
+is never re-sent under another identity while it may be in the log; when a
+partition's sequences cannot be resolved the epoch is bumped once nothing of
+the partition is in flight (KIP-360, :meth:`Producer._maybe_resolve`). A batch
+over the topic's ``max_message_bytes`` is split and its halves resent. Without
+idempotence a retry can duplicate records. See docs/producer.md.
 
 Thread-safety: ``send``, ``flush``, ``close`` and ``metrics`` may be called
 from any thread; everything else runs on the cluster's scheduler loop.
