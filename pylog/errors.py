@@ -170,6 +170,14 @@ class RequestTimedOutError(PylogError):
     retriable = True
 
 
+class NetworkError(PylogError):
+    """The connection to a broker was lost with the request in flight: whether the broker handled it is
+    unknown (Kafka's NetworkException, from a DisconnectException). Retriable: the client reconnects."""
+
+    kafka_name = "NETWORK_EXCEPTION"
+    retriable = True
+
+
 class FencedLeaderEpochError(PylogError):
     """A request carried a leader epoch older than the partition's current one."""
 

@@ -13,8 +13,20 @@ one consumer, then runs random *steps* until ``duration_ms`` of virtual time
 configured per-step probabilities - a produce burst (futures left in flight),
 a hard crash, a clean (controlled) stop, a restart, a two-way or one-way
 network partition, a heal, a slow broker, a failing disk, failing writes of the
-controller's metadata file (``metadata_fail_rate``) - then runs 5 ms to 2 s of virtual
-time and checks every invariant in :data:`INVARIANTS`.
+controller's metadata file (``metadata_fail_rate``), and (rates 0 by default) a dropped
+connection (everything in flight on it lost, both ends reconnect), a cut between a client and
+a broker, an asynchronous commit of the consumer's positions - then runs 5 ms to 2 s of virtual
+time and checks every invariant in :data:`INVARIANTS`. Every value sent is unique
+(``s<seed>-<n>``), so a value at two offsets is a duplicate; the producer is
+idempotent unless ``idempotent=False``.
+
+Committed offsets (``commits-never-move-back``): after each step, for every
+group and partition, the offset held by its *serving* coordinator (the broker
+leading the group's ``__consumer_offsets`` partition at the controller's
+current leader epoch) must be at least the highest any serving coordinator
+held before. The rule has one exception, which the simulation never uses:
+a user may commit a lower offset on purpose (``commit(offsets)`` after
+``seek``, or an admin reset); the consumer here only commits its positions.
 
 Crashes lose every byte not fsynced, so a new crash or stop is only injected
 while every broker is up and every ISR is full: at most one replica is ever
@@ -52,6 +64,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pylog.cluster import Cluster
 from pylog.errors import InvalidConfigurationError
+from pylog.replication.offsets_topic import OFFSETS_TOPIC
 from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, TRUNCATING, Partition, records_equal_below
 
 TP = Tuple[str, int]
@@ -66,6 +79,8 @@ INVARIANTS: List[Tuple[str, str]] = [
     ("acked-writes-kept", "each offset is acknowledged once, and every acknowledged acks=all write survives"),
     ("consumer-below-hw", "consumers never see an offset at or above the HW; what they saw is never lost"),
     ("consumer-reads-acked", "a consumer reads the acknowledged value at each offset, one value per offset, no gaps"),
+    ("idempotent-writes-once", "no value an idempotent producer sent is in a partition's log at two offsets"),
+    ("commits-never-move-back", "a group's committed offset, as its serving coordinator holds it, never goes back"),
 ]
 
 #: Test-only bugs ``pylog sim --inject-bug`` can switch on, to show the checks catch them.
@@ -138,10 +153,20 @@ class SimConfig:
     request_timeout_ms: int = 3_000
     delivery_timeout_ms: int = 20_000
     offsets_partitions: int = 1
+    #: a random connection that carried traffic (client-broker or broker-broker) drops
+    drop_rate: float = 0.0
+    #: the producer or the consumer is cut from one broker (one way or both); ``heal`` restores it
+    client_cut_rate: float = 0.0
+    #: the consumer commits its positions with ``commit_async`` (besides its auto-commits)
+    commit_rate: float = 0.0
+    auto_commit_interval_ms: int = 5_000
+    #: the producer's ``enable_idempotence`` (False: the control run, where duplicates are expected)
+    idempotent: bool = True
 
     def validate(self) -> None:
         rates = (self.produce_rate, self.crash_rate, self.stop_rate, self.restart_rate, self.partition_rate,
-                 self.heal_rate, self.slow_rate, self.disk_fail_rate, self.metadata_fail_rate)
+                 self.heal_rate, self.slow_rate, self.disk_fail_rate, self.metadata_fail_rate, self.drop_rate,
+                 self.client_cut_rate, self.commit_rate)
         if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
             raise InvalidConfigurationError(f"simulation rates must be >= 0 and sum to at most 1 per step, got {rates}")
         if self.brokers < 1 or not 1 <= self.rf <= self.brokers:
@@ -257,16 +282,19 @@ class Simulation:
         self.violations: Dict[str, Violation] = {}
         self.stats = {"crashes": 0, "stops": 0, "partitions": 0, "acked": 0, "restarts": 0, "heals": 0,
                       "slows": 0, "produced": 0, "steps": 0, "virtual_ms": 0, "leader_changes": 0,
-                      "disk_failures": 0, "metadata_failures": 0}
+                      "disk_failures": 0, "metadata_failures": 0, "connection_drops": 0, "client_cuts": 0,
+                      "commits": 0, "commits_seen": 0, "epoch_bumps": 0}
         # Checker state.
         self.futures: List[Tuple[Any, bytes]] = []
         self.acked: Dict[TP, Dict[int, bytes]] = {}
         self.consumed: Dict[Tuple[TP, int], bytes] = {}
+        self.value_at: Dict[Tuple[TP, bytes], int] = {}  # the first offset each value was consumed at
         self.max_epoch: Dict[TP, int] = {}
         self.replica_epoch: Dict[Tuple[int, int, TP], int] = {}
         self.replica_hw: Dict[Tuple[int, int, TP], int] = {}
         self.max_hw: Dict[TP, int] = {}
         self.down: Dict[int, bool] = {}
+        self.committed: Dict[Tuple[str, TP], int] = {}  # highest committed offset a serving coordinator held
         self.disk_failed: Dict[int, None] = {}  # brokers whose disk fails every write (insertion-ordered)
         self._step = 0
         self._action = "start"
@@ -291,11 +319,13 @@ class Simulation:
                     c.create_topic(t, partitions=self.partitions, replication_factor=cfg.rf,
                                    min_insync_replicas=cfg.min_isr)
                 self.producer = c.producer(acks="all", request_timeout_ms=cfg.request_timeout_ms,
-                                           delivery_timeout_ms=cfg.delivery_timeout_ms)
+                                           delivery_timeout_ms=cfg.delivery_timeout_ms,
+                                           enable_idempotence=cfg.idempotent)
                 # One __consumer_offsets partition (a simulated cluster's default is 5): the group
                 # coordinator is exercised all the same, at a fraction of the checking cost.
                 c.offsets_topic_partitions = cfg.offsets_partitions
-                self.consumer = c.consumer("sim", list(cfg.topics), fetch_max_wait_ms=100)
+                self.consumer = c.consumer("sim", list(cfg.topics), fetch_max_wait_ms=100,
+                                           auto_commit_interval_ms=cfg.auto_commit_interval_ms)
                 self._t0 = c.now_ms
                 self._sample()
                 step = 0
@@ -314,6 +344,8 @@ class Simulation:
                 self.stats["steps"] = step
                 self._settle(step)
                 self.stats["virtual_ms"] = self._now()
+                self.stats["commits_seen"] = len(self.committed)
+                self.stats["epoch_bumps"] = self.producer.epoch_bumps
             finally:
                 c.close()
         finally:
@@ -472,6 +504,33 @@ class Simulation:
             self._fail_metadata(True)
             self.stats["metadata_failures"] += 1
             return "metadata fail"
+        cut += cfg.drop_rate
+        if roll < cut:
+            link = c.transport.drop_random_connection(rng)
+            if link is None:
+                return ""
+            self._event("drop", link=[str(x) for x in link])
+            self.stats["connection_drops"] += 1
+            return f"drop connection {link[0]}-{link[1]}"
+        cut += cfg.client_cut_rate
+        if roll < cut:
+            client = rng.choice([self.producer, self.consumer])._node.node_id
+            b = rng.randrange(n)
+            way = rng.choice(["to", "from", "both"])
+            if way == "to":
+                c.transport.partition([client], [b], one_way=True)  # its requests are lost
+            elif way == "from":
+                c.transport.partition([b], [client], one_way=True)  # the replies are lost
+            else:
+                c.transport.partition([client], [b])
+            self._event("client_cut", broker=b, way=way)
+            self.stats["client_cuts"] += 1
+            return f"cut {client} {way} {b}"
+        cut += cfg.commit_rate
+        if roll < cut:
+            self.consumer.commit_async()
+            self.stats["commits"] += 1
+            return "commit"
         return ""
 
     def _metadata_failing(self) -> bool:
@@ -567,8 +626,17 @@ class Simulation:
                             f"{name} offset {off} was consumed as {value!r} during the run but reads back as "
                             f"{got.get(off)!r} (HW {hw}): the consumer saw an uncommitted record")
 
+            def written_once() -> None:
+                at: Dict[bytes, int] = {}
+                for off in sorted(got):
+                    first = at.setdefault(got[off], off)
+                    assert first == off, (f"{name}: value {got[off]!r} is at offsets {first} and {off} (HW {hw}): "
+                                          f"written twice by an idempotent producer")
+
             self._guard("acked-writes-kept", acked_there)
             self._guard("consumer-below-hw", consumed_there)
+            if self.cfg.idempotent:
+                self._guard("idempotent-writes-once", written_once)
             self._guard("component-invariants", reader._check)
 
     # ------------------------------------------------------------------ trace
@@ -627,6 +695,7 @@ class Simulation:
         self._guard("leader-epochs-only-grow", self._check_controller_epochs)
         self._check_replicas()
         self._check_consumer()
+        self._guard("commits-never-move-back", self._check_commits)
 
     def _harvest(self) -> None:
         keep = []
@@ -712,10 +781,32 @@ class Simulation:
                         f"{tp[0]}-{tp[1]}: leader {b.broker_id} (LEO {p.log_end_offset}) lacks acknowledged "
                         f"offset {max(mine) if mine else -1}"))
 
+    def _check_commits(self) -> None:
+        """See the module docstring: no serving coordinator holds an offset below one held before."""
+        c = self.c
+        assert c is not None
+        for b in c.brokers.values():
+            co, rm = b.coordinator, b.rm
+            if not b.running or co is None or rm is None:
+                continue
+            for gid, g in sorted(co.groups.items()):
+                tp_off = (OFFSETS_TOPIC, g.partition)
+                part, st = rm.partitions.get(tp_off), c.store.partitions.get(tp_off)
+                if part is None or st is None or part.role != LEADER or part.leader_epoch != st.leader_epoch \
+                        or co.loaded.get(g.partition) != part.leader_epoch:
+                    continue
+                for tp, v in sorted(g.offsets.items()):
+                    key = (gid, tp)
+                    top = self.committed.get(key, -1)
+                    assert v.offset >= top, (f"group {gid!r} {tp[0]}-{tp[1]}: committed offset moved back {top} -> "
+                                             f"{v.offset} (coordinator: broker {b.broker_id})")
+                    self.committed[key] = max(top, v.offset)
+
     def _check_consumer(self) -> None:
         self._guard("consumer-below-hw", self.consumer._check)
         records = self.consumer.poll(0.0)
         problems: List[str] = []
+        twice: List[str] = []
         for r in records:
             tp = (r.topic, r.partition)
             seen = self.consumed.setdefault((tp, r.offset), r.value)  # the first read is what must stay
@@ -724,8 +815,15 @@ class Simulation:
             want = self.acked.get(tp, {}).get(r.offset)
             if want is not None and want != r.value:
                 problems.append(f"{tp[0]}-{tp[1]} offset {r.offset}: acked {want!r}, consumed {r.value!r}")
+            if self.cfg.idempotent:
+                first = self.value_at.setdefault((tp, r.value), r.offset)
+                if first != r.offset:
+                    twice.append(f"{tp[0]}-{tp[1]}: value {r.value!r} consumed at offsets {first} and {r.offset}: "
+                                 f"written twice by an idempotent producer")
         if problems:
             self._violate("consumer-reads-acked", problems[0])
+        if twice:
+            self._violate("idempotent-writes-once", twice[0])
 
 
 def _assert(cond: bool, message: str) -> None:

@@ -8,6 +8,14 @@ removes its entry from ``_pending``; answered entries leave their FIFO when
 they reach its head (when a request is added, or when the timer fires), so
 a request costs O(1) and the FIFOs hold about what is in flight.
 
+Connections: a request goes on the node's current connection to its broker
+(:meth:`Transport.connection`); when the transport drops that connection,
+every request still pending on it fails at once with a retriable
+:class:`~pylog.errors.NetworkError` (Kafka's NetworkClient on a disconnect)
+and the next request goes on a new one. Responses come back on the
+connection their request went out on, so a request on a dropped connection
+is never answered later.
+
 Thread-safety: every method runs on the cluster's scheduler thread; the
 public client classes marshal calls there with ``scheduler.run_sync``.
 """
@@ -17,11 +25,11 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Hashable, Optional, Tuple
 
-from pylog.errors import PylogError, RequestTimedOutError
+from pylog.errors import NetworkError, PylogError, RequestTimedOutError
 from pylog.runtime.scheduler import Scheduler, Timer
 from pylog.runtime.transport.base import Transport
 
-Callback = Callable[[Optional[Any]], None]  # None means "timed out"
+Callback = Callable[[Optional[Any]], None]  # None means "no answer": timed out, or the connection was lost
 
 
 class ClientNode:
@@ -38,13 +46,17 @@ class ClientNode:
         self.scheduler = scheduler
         self.transport = transport
         self._corr = 0
-        self._pending: Dict[int, Tuple[Callback, Hashable]] = {}
+        self._pending: Dict[int, Tuple[Callback, Hashable, int]] = {}  # corr -> (callback, broker, connection)
         self._deadlines: Dict[int, Deque[Tuple[int, int]]] = {}  # timeout_ms -> FIFO of (deadline, corr)
         self._timer: Optional[Timer] = None  # armed for the earliest head of _deadlines
         self._timer_when = -1
         self.on_close: list = []
         self.closed = False
+        #: why the callback being called now got None: a NetworkError (lost connection), else None (timeout)
+        self.failure: Optional[PylogError] = None
+        self.disconnects = 0  # requests failed by a lost connection
         transport.register(self.node_id, self._on_message)
+        transport.on_disconnect(self.node_id, self._on_disconnect)
 
     def next_corr(self) -> int:
         self._corr += 1
@@ -57,7 +69,7 @@ class ClientNode:
         ``now_ms``: the scheduler's time, when the caller has just read it."""
         corr = msg.correlation_id
         pending = self._pending
-        pending[corr] = (callback, dst)
+        pending[corr] = (callback, dst, self.transport.connection(self.node_id, dst))
         fifo = self._deadlines.get(timeout_ms)
         if fifo is None:
             fifo = self._deadlines[timeout_ms] = deque()
@@ -104,14 +116,27 @@ class ClientNode:
 
     def disconnected(self, node: Hashable) -> None:
         """``node`` stopped: its connections reset, so requests to it fail now, not at their timeout."""
-        for corr, (_, dst) in list(self._pending.items()):
+        for corr, (_, dst, _) in list(self._pending.items()):
             if dst == node:
                 self.scheduler.call_later(1, self._timeout, corr)
 
-    def _timeout(self, corr: int) -> None:
+    def _on_disconnect(self, peer: Hashable, connection: int) -> None:
+        """The transport dropped connection ``connection`` to ``peer``: each request pending on it fails
+        now with a retriable NetworkError (its outcome is unknown); later requests use a new connection."""
+        for corr, (_, dst, conn) in list(self._pending.items()):
+            if dst == peer and conn == connection:
+                self.disconnects += 1
+                self._timeout(corr, NetworkError(f"connection from {self.node_id} to broker {peer} lost with the "
+                                                 f"request in flight (correlation id {corr})"))
+
+    def _timeout(self, corr: int, failure: Optional[PylogError] = None) -> None:
         entry = self._pending.pop(corr, None)
         if entry is not None:
-            entry[0](None)
+            self.failure = failure
+            try:
+                entry[0](None)
+            finally:
+                self.failure = None
 
     def _on_message(self, src: Hashable, msg: Any) -> None:
         entry = self._pending.pop(getattr(msg, "correlation_id", -1), None)
@@ -128,7 +153,7 @@ class ClientNode:
             self._timer.cancel()
             self._timer = None
         self._deadlines.clear()
-        for cb, _ in pending.values():
+        for cb, _, _ in pending.values():
             cb(None)
         for fn in self.on_close:
             fn()

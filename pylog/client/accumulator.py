@@ -72,7 +72,8 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
     # (records, size, topic, partition, done, error, base_offset, timestamp and plain are the base's)
     __slots__ = (
         "created_ms", "deadline_ms", "open", "event", "callbacks", "owner", "data", "producer_id", "producer_epoch",
-        "sequence", "attempts", "order", "reserved", "last_error",
+        "sequence", "attempts", "order", "reserved", "last_error", "maybe_written", "children", "parent",
+        "parent_start",
     )
 
     def __init__(self, owner: Any, topic: str, partition: int, now_ms: int, deadline_ms: int, order: int):
@@ -98,6 +99,14 @@ class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
         self.order = order
         self.reserved = 0  # bytes of the producer's buffer_memory this batch holds until completed
         self.last_error: Optional[BaseException] = None  # the error of its latest retried attempt
+        #: some attempt under the current sequence may have been appended (no answer, or an answer that
+        #: does not prove a refusal): the batch must never be renumbered (KIP-360, producer.py)
+        self.maybe_written = False
+        #: split for being over the topic's max_message_bytes (Kafka's splitAndReenqueue): the batches that
+        #: carry its records now, each holding ``records[parent_start:...]``; its futures follow them
+        self.children: Optional[List["ProducerBatch"]] = None
+        self.parent: Optional["ProducerBatch"] = None
+        self.parent_start = 0
         self.plain = True  # every record a bytes value (no key, headers, timestamp or null): the encoder's fast path
 
     def __repr__(self) -> str:
@@ -169,6 +178,16 @@ def _wait(future: Any, timeout: Optional[float]) -> None:
             f"{b.topic}-{b.partition}: no acknowledgement within {timeout} s (the record may still be written)")
 
 
+def _leaf(b: ProducerBatch, index: int) -> Any:
+    """The batch that carried record ``index`` of ``b`` (``b`` itself unless it was split), and its index there."""
+    while b.children is not None and b.error is None:
+        for ch in reversed(b.children):
+            if index >= ch.parent_start:
+                b, index = ch, index - ch.parent_start
+                break
+    return b, index
+
+
 def _result(future: Any, timeout: Optional[float] = None) -> RecordMetadata:
     """Block until the record is acknowledged; raise its error if it failed."""
     b = future._batch
@@ -176,13 +195,16 @@ def _result(future: Any, timeout: Optional[float] = None) -> RecordMetadata:
         _wait(future, timeout)
     if b.error is not None:
         raise b.error
-    return b.metadata(future._index)
+    b, index = _leaf(b, future._index)
+    if b.error is not None:
+        raise b.error
+    return b.metadata(index)
 
 
 def _exception(future: Any, timeout: Optional[float] = None) -> Optional[BaseException]:
     """The error the record failed with (None if it succeeded); waits like ``result``."""
     _wait(future, timeout)
-    return future._batch.error
+    return _leaf(future._batch, future._index)[0].error
 
 
 def _add_done_callback(future: Any, fn: Callable[[Any], None]) -> None:

@@ -309,6 +309,7 @@ class Consumer:
         self._buffer: Deque[List[Any]] = deque()  # [tp, records, next index]
         self._buffered: Dict[TP, int] = {}
         self._error: Optional[BaseException] = None
+        self._no_offset: Set[TP] = set()  # auto_offset_reset="none" found no committed offset (until a seek)
         # ---- group membership (loop thread)
         self.client_id = client_id or "pylog-consumer"
         self.member_id = gm.NO_MEMBER
@@ -329,6 +330,11 @@ class Consumer:
         self.assignment_history: List[Tuple[int, str, Tuple[TP, ...]]] = []
         # ---- commits
         self._commit_callbacks: Deque[Tuple[Callable[..., Any], Dict[TP, int], Optional[BaseException]]] = deque()
+        # Commit ordering (docs/consumer-groups.md, "Commit order"): every commit issued gets the next number;
+        # per partition, the number of the newest commit issued for it. A commit is never sent again once a
+        # newer one of any of its partitions was issued: arriving after it, it would move the offset back.
+        self._commit_seq = 0
+        self._commit_issued: Dict[TP, int] = {}
         self._next_auto_commit = 0
         # ---- metrics and checks
         self.records_consumed = 0
@@ -566,6 +572,7 @@ class Consumer:
 
     def _set_position(self, tp: TP, offset: int) -> None:
         self._resetting.discard(tp)
+        self._no_offset.discard(tp)
         self._corrupt.pop(tp, None)
         self._token[tp] = self._token.get(tp, 0) + 1
         with self._lock:
@@ -583,6 +590,7 @@ class Consumer:
         """Resolve ``tp``'s position by ``policy``: ask the leader for its earliest or latest offset."""
         if policy == "none":
             self._resetting.discard(tp)
+            self._no_offset.add(tp)
             self._error = NoOffsetForPartitionError(
                 f"no committed offset for {tp[0]}-{tp[1]} (group {self.group_id!r}) and auto_offset_reset='none'")
             self._signal()
@@ -805,8 +813,22 @@ class Consumer:
         if self._fenced is not None and not self._manual:
             raise self._fenced
         if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+            if isinstance(self._error, NoOffsetForPartitionError):
+                # As Kafka: the rebalance listener runs first (it may seek), and only partitions still
+                # without a position then raise; an explicit seek() is honoured.
+                if self._listener_calls:
+                    return []
+                missing = sorted(tp for tp in self._no_offset if tp in self._assignment and tp not in self._positions)
+                self._no_offset.clear()
+                if not missing:
+                    self._error = None
+                else:
+                    self._error = NoOffsetForPartitionError(
+                        f"no committed offset for {', '.join(f'{t}-{p}' for t, p in missing)} (group "
+                        f"{self.group_id!r}) and auto_offset_reset='none': seek() to choose where to start")
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
         self._coordinate()
         out = self._take_records(limit)
         if not out:
@@ -1189,16 +1211,21 @@ class Consumer:
 
         self._node.request(self._coordinator, req, self.request_timeout_ms, done)
 
-    def _leave_group(self) -> None:
+    def _leave_group(self, answered: Optional[Callable[[], None]] = None) -> bool:
         """Leave the group (close, unsubscribe, assign, poll timeout). A static member sends no LeaveGroup
         (Kafka's rule for ``group.instance.id``): it keeps its slot until its session times out, so a
-        restart within ``session_timeout_ms`` causes no rebalance; it only forgets its member id."""
+        restart within ``session_timeout_ms`` causes no rebalance; it only forgets its member id.
+        Returns whether a LeaveGroup was sent; ``answered()`` runs when it is answered or times out."""
+        sent = False
         if self.group_id is not None and self.member_id and self._coordinator is not None and \
                 self.group_instance_id is None:
             req = gm.LeaveGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id)
-            self._node.request(self._coordinator, req, self.request_timeout_ms, lambda resp: None)
+            self._node.request(self._coordinator, req, self.request_timeout_ms,
+                               (lambda resp: answered()) if answered is not None else (lambda resp: None))
+            sent = True
         self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
         self._state = "unjoined"
+        return sent
 
     # =============================================================== commits
     def _fetch_committed(self, tps: Sequence[TP], callback: Callable[[Optional[Dict[TP, Optional[OffsetAndMetadata]]],
@@ -1229,8 +1256,9 @@ class Consumer:
         self._node.request(self._coordinator, req, self.request_timeout_ms, done)
 
     def _commit_internal(self, offsets: Optional[Dict[TP, Any]], future: Optional[ClientFuture], *, auto: bool = False,
-                         deadline: Optional[int] = None) -> None:
-        """On the loop: send an OffsetCommit (retrying retriable errors until ``deadline``)."""
+                         deadline: Optional[int] = None, seq: int = 0) -> None:
+        """On the loop: send an OffsetCommit (retrying retriable errors until ``deadline``, unless a newer
+        commit of one of its partitions was issued meanwhile). ``seq``: this commit's number (0: a new one)."""
         if self.group_id is None:
             if future is not None:
                 future.set_exception(InvalidGroupIdError("commit needs a group_id (this consumer has none)"))
@@ -1261,14 +1289,28 @@ class Consumer:
             return
         deadline = deadline if deadline is not None else self._now() + self.request_timeout_ms
         plain = {tp: (v.offset if isinstance(v, OffsetAndMetadata) else int(v)) for tp, v in offsets.items()}
+        if not seq:
+            self._commit_seq += 1
+            seq = self._commit_seq
+            for tp in offsets:
+                self._commit_issued[tp] = seq
 
         def retry(err: BaseException) -> None:
             if self._closed or self._now() >= deadline or auto:
                 if future is not None:
                     future.set_exception(err)
                 return
+            newer = sorted(tp for tp in offsets if self._commit_issued.get(tp, 0) > seq)
+            if newer:
+                # Kafka's rule (its consumer never resends a commit once a newer one was sent): this one,
+                # arriving after the newer commit, would move the offsets back.
+                if future is not None:
+                    future.set_exception(type(err)(
+                        f"{err}; not retried: a newer commit of {', '.join(f'{t}-{p}' for t, p in newer)} was "
+                        f"issued since, and this one arriving after it would move the offset back"))
+                return
             self.scheduler.call_later(self.retry_backoff_ms,
-                                      lambda: self._commit_internal(offsets, future, deadline=deadline))
+                                      lambda: self._commit_internal(offsets, future, deadline=deadline, seq=seq))
 
         if self._coordinator is None:
             if not self._finding:
@@ -1285,8 +1327,10 @@ class Consumer:
 
         def done(resp: Any) -> None:
             if resp is None:
+                lost = self._node.failure
                 self._coordinator_lost()
-                retry(RequestTimedOutError(f"OffsetCommit for group {self.group_id!r} timed out"))
+                retry(lost if lost is not None else
+                      RequestTimedOutError(f"OffsetCommit for group {self.group_id!r} timed out"))
                 return
             if resp.error is not None:
                 err = resp.error(resp.message)
@@ -1705,12 +1749,27 @@ class Consumer:
     def close(self, autocommit: bool = True, timeout: float = 30.0) -> None:
         """Commit (with auto-commit), leave the group, stop. Idempotent.
 
+        As Kafka's ``close(Duration)``, everything waits within ``timeout`` seconds in all: the final
+        auto-commit, then the coordinator's answer to LeaveGroup (so the group no longer lists this member
+        once ``close`` returns, even if the cluster is closed right after: the next consumer of the group
+        does not wait for this one's session timeout). Past the timeout it closes anyway.
+
         A static member (``group_instance_id``) does not leave: the coordinator keeps its slot (and its
         partitions, unread meanwhile) until its session times out, so a consumer restarted with the same
         instance id within ``session_timeout_ms`` takes them back without a rebalance (Kafka's default).
         """
         if self._closed:
             return
+        import time
+
+        deadline = time.monotonic() + timeout
+        vdeadline = self._now() + int(timeout * 1000)  # the same, in virtual time for a simulated cluster
+
+        def left_s() -> float:
+            if self.scheduler.simulated:
+                return max(0.0, (vdeadline - self._now()) / 1000.0)
+            return max(0.0, deadline - time.monotonic())
+
         try:
             if autocommit and self.enable_auto_commit:
                 try:
@@ -1719,10 +1778,12 @@ class Consumer:
                     pass
             self._run_callbacks()
             if not self._closed:
-                self.scheduler.run_sync(self._leave_group)
-                # let the LeaveGroup go out before the node closes
-                if self.scheduler.simulated:
-                    self.scheduler.run_for(10)  # type: ignore[attr-defined]
+                answered = ClientFuture(self.scheduler)
+                if self.scheduler.run_sync(lambda: self._leave_group(lambda: answered.set_result(None))):
+                    try:
+                        answered.result(left_s())
+                    except PylogError:
+                        pass  # the close timeout passed first: close anyway (Kafka does too)
         finally:
             if not self._closed:
                 self.scheduler.run_sync(self._node.close_node)

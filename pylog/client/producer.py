@@ -31,8 +31,12 @@ records of each partition from 0; each batch carries its base sequence and
 is resent byte for byte, and the leader answers a retry of one of its last 5
 batches with the original offsets instead of writing it again. So a retry
 after a lost acknowledgement, a timeout or a leader failover writes nothing
-twice. Without idempotence such a retry can duplicate records. See
-docs/producer.md.
+twice. A batch keeps its producer id, epoch and sequence for every retry and
+is never re-sent under another identity while it may be in the log; when a
+partition's sequences cannot be resolved the epoch is bumped once nothing of
+the partition is in flight (KIP-360, :meth:`Producer._maybe_resolve`). A batch
+over the topic's ``max_message_bytes`` is split and its halves resent. Without
+idempotence a retry can duplicate records. See docs/producer.md.
 
 Thread-safety: ``send``, ``flush``, ``close`` and ``metrics`` may be called
 from any thread; everything else runs on the cluster's scheduler loop.
@@ -54,6 +58,9 @@ from pylog.client.partitioner import StickyPartitioner, murmur2
 from pylog.client.types import check_serializer, serialize
 from pylog.errors import (
     BufferExhaustedError,
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    NotEnoughReplicasError,
     InvalidConfigurationError,
     InvalidRecordError,
     LeaderNotAvailableError,
@@ -78,6 +85,34 @@ except ImportError:  # pragma: no cover - only without a build of sendpath.c
 _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 _RECORD_OVERHEAD = 16  # estimated bytes a record adds besides key and value (varints, attributes), on the high side
 _KEY_CACHE_MAX = 65_536
+#: answers proving the leader did not append the attempt (checked before the append); any other outcome of
+#: an attempt - no answer, a lost connection, NotLeader (which a leader also gives a produce it appended and
+#: then stopped leading), NotEnoughReplicasAfterAppend - means it may be in the log
+_REFUSALS = (OutOfOrderSequenceError, InvalidProducerEpochError, NotEnoughReplicasError, RecordTooLargeError,
+             InvalidRecordError, CorruptRecordError, LeaderNotAvailableError, UnknownTopicOrPartitionError)
+_MAX_EPOCH = 32_766  # a producer epoch is an int16; past this a new producer id is taken
+
+
+def _seq_before(a: int, b: int) -> bool:
+    """Sequence ``a`` comes before ``b`` (sequences wrap from 2**31-1 to 0)."""
+    return a != b and ((b - a) & 0x7FFFFFFF) < 0x40000000
+
+
+def _unnumber(b: ProducerBatch) -> None:
+    """Forget ``b``'s identity and sequence: it is numbered again (and re-encoded) when next drained.
+    Only for a batch no attempt of which may have been appended (``maybe_written`` False)."""
+    assert not b.maybe_written, b
+    b.producer_id, b.producer_epoch, b.sequence, b.data = -1, -1, -1, None
+
+
+def _resend_order(b: ProducerBatch) -> Tuple[bool, int]:
+    """Numbered batches first, by sequence; then the others in the order they were created."""
+    return (b.sequence < 0, b.sequence if b.sequence >= 0 else b.order)
+
+
+def _sequenced_pending(ps: "_PartitionState") -> bool:
+    """Some numbered batch of ``ps`` is in flight or waiting for its retry (under the lock)."""
+    return bool(ps.inflight) or any(x.sequence >= 0 for x in ps.retry) or any(x.sequence >= 0 for x in ps.queue)
 
 
 class _RoomWaiter:
@@ -95,7 +130,7 @@ class _PartitionState:
     """Per partition: the open batch, closed batches waiting, requests in flight, sequence numbers."""
 
     __slots__ = ("topic", "partition", "open", "queue", "inflight", "retry", "retry_mode", "backoff_until",
-                 "next_seq", "seq_pid")
+                 "next_seq", "seq_id", "acked_next", "unresolved", "gap")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -107,7 +142,14 @@ class _PartitionState:
         self.retry_mode = False
         self.backoff_until = 0
         self.next_seq = 0
-        self.seq_pid = -1  # the producer id next_seq counts for
+        #: the (producer id, epoch) next_seq counts for; None: the next new batch starts at sequence 0
+        #: under the producer's current identity
+        self.seq_id: Optional[Tuple[int, int]] = None
+        self.acked_next = 0  # the sequence after the last acknowledged batch of seq_id
+        #: KIP-360: a sequenced batch failed to the caller with an unknown outcome (it may be in the log)
+        self.unresolved = False
+        #: the leader refused a sequenced batch: it and every later batch of seq_id are not in the log
+        self.gap = False
 
 
 def _check_headers(headers: Any) -> Tuple[Tuple[str, Optional[bytes]], ...]:
@@ -242,6 +284,7 @@ class Producer:
         self.producer_epoch = -1
         self._pid_inflight = False
         self._pid_broker = 0
+        self.epoch_bumps = 0  # KIP-360 epoch bumps (a partition's sequences could not be resolved)
         # metrics (loop thread)
         self.records_sent = 0
         self.bytes_sent = 0
@@ -597,6 +640,8 @@ class Producer:
             self.scheduler.call_later(ps.backoff_until - now, self._on_linger, ps)
             return
         idem = self.enable_idempotence
+        if idem and (ps.unresolved or ps.gap):
+            self._maybe_resolve(ps)
         if idem and self.producer_id < 0:
             self._dirty[ps] = None  # sent once the producer id arrives
             return
@@ -613,11 +658,14 @@ class Producer:
                 b = ps.open
             else:
                 break  # an open batch still lingering: its timer (set when it opened) comes back
-            if idem:
-                if b.sequence < 0 and ps.inflight and ps.inflight[0].producer_id != self.producer_id:
-                    break  # a new producer id starts after the old id's batches are settled
-                if b.sequence < 0 and ps.seq_pid != self.producer_id:
-                    ps.seq_pid, ps.next_seq = self.producer_id, 0
+            if idem and b.sequence < 0:
+                if ps.unresolved or ps.gap:
+                    break  # KIP-360: no new sequence while earlier ones are unresolved (_maybe_resolve)
+                cur = (self.producer_id, self.producer_epoch)
+                if ps.seq_id != cur:
+                    if _sequenced_pending(ps):
+                        break  # a new identity starts once the old one's batches are settled
+                    ps.seq_id, ps.next_seq, ps.acked_next = cur, 0, 0
             if b is ps.open:
                 self._close_open(ps)
             else:
@@ -663,6 +711,7 @@ class Producer:
                                           producer_id=b.producer_id, producer_epoch=b.producer_epoch,
                                           base_sequence=b.sequence, plain=b.plain)
             except PylogError as exc:
+                self._sequence_failed(ps, b, written=False)
                 self._settle(ps, b)
                 self._fail(b, exc)
                 return
@@ -684,7 +733,8 @@ class Producer:
 
     def _on_response(self, ps: _PartitionState, b: ProducerBatch, leader: int, resp: Any) -> None:
         if resp is None:
-            self._on_failure(ps, b, RequestTimedOutError(
+            lost = self._node.failure
+            self._on_failure(ps, b, lost if lost is not None else RequestTimedOutError(
                 f"{b.topic}-{b.partition}: no response from broker {leader} within {self.request_timeout_ms} ms"))
         elif resp.error is None:
             self._on_success(ps, b, resp.base_offset, b.timestamp)
@@ -704,8 +754,12 @@ class Producer:
             while inflight and inflight[0].done:
                 del inflight[0]
             if not inflight and ps.retry:
-                ps.retry.sort(key=lambda x: (x.sequence < 0, x.sequence if x.sequence >= 0 else x.order))
+                ps.retry.sort(key=_resend_order)
                 ps.queue.extendleft(reversed(ps.retry))
+                if ps.queue[0].sequence < 0 and any(x.sequence >= 0 for x in ps.queue):
+                    # A renumbered batch must not block numbered ones behind it (they go first, in sequence
+                    # order: only they can resolve the partition; the others wait for that anyway).
+                    ps.queue = deque(sorted(ps.queue, key=_resend_order))
                 ps.retry = []
             if ps.retry_mode and not ps.retry and not inflight and not any(x.sequence >= 0 for x in ps.queue):
                 ps.retry_mode = False
@@ -718,25 +772,65 @@ class Producer:
         self.bytes_sent += len(b.data or b"")
         b.data = None  # the encoded copy is only kept for retries
         self._incomplete.discard(b)
+        if b.sequence >= 0 and (b.producer_id, b.producer_epoch) == ps.seq_id:
+            end = (b.sequence + len(b.records)) & 0x7FFFFFFF
+            if _seq_before(ps.acked_next, end):
+                ps.acked_next = end
         b.complete(base_offset, timestamp, None)
+        if b.parent is not None:
+            self._child_done(b)
         self._settle(ps, b)
 
     def _on_failure(self, ps: _PartitionState, b: ProducerBatch, err: PylogError) -> None:
+        """``b``'s attempt failed with ``err``: retry it (same bytes: same producer id, epoch and sequence), or
+        fail it to the caller. With idempotence (KIP-360, as Kafka's producer):
+
+        * ``OutOfOrderSequenceError`` while an older batch of ``b``'s identity is still pending: retriable
+          (that batch goes first). Otherwise the leader refused ``b``: neither it nor any later batch of
+          that identity is in the log, so they are renumbered under a new identity (``gap``) and retried.
+        * a sequenced batch that fails for good after an unknown outcome (timeouts, a lost connection,
+          retries or delivery timeout exhausted) may be in the log: the partition is *unresolved* - no new
+          batch takes a sequence, the batches already numbered keep being retried under their own
+          identity, and :meth:`_maybe_resolve` decides once none is pending. Never renumbered.
+        """
         now = self.scheduler.clock.now_ms()
+        if isinstance(err, RecordTooLargeError) and len(b.records) > 1 and not self._node.closed \
+                and now < b.deadline_ms:
+            self._split(ps, b, err)
+            return
         retriable = err.retriable
-        if isinstance(err, OutOfOrderSequenceError):
+        idem = self.enable_idempotence and b.sequence >= 0
+        if idem:
+            if not isinstance(err, _REFUSALS):
+                b.maybe_written = True
             with self._lock:
-                if b.producer_id != self.producer_id:
-                    # An earlier batch of b's producer id failed for good and the id was replaced:
-                    # b was not written either (the leader refused it), so renumber it under the new id.
-                    b.producer_id, b.producer_epoch, b.sequence, b.data = -1, -1, -1, None
-                    retriable = True
-                else:
-                    # Retriable while an earlier batch of the same id is still unacknowledged (it
-                    # failed and is resent first); otherwise the leader has a gap: give up on b.
+                ident = (b.producer_id, b.producer_epoch)
+                if isinstance(err, OutOfOrderSequenceError) and b.maybe_written:
+                    # An earlier attempt may be in the log: the leader may only have lost track of it (after
+                    # a restart it remembers each producer's last batch only). Its outcome stays unknown:
+                    # never renumbered; it fails to the caller (below) unless an older batch is pending.
                     pending = ps.retry + list(ps.queue) + ps.inflight
-                    retriable = any(x is not b and not x.done and x.producer_id == b.producer_id
-                                    and 0 <= x.sequence < b.sequence for x in pending)
+                    retriable = any(x is not b and not x.done and (x.producer_id, x.producer_epoch) == ident
+                                    and 0 <= x.sequence and _seq_before(x.sequence, b.sequence) for x in pending)
+                elif isinstance(err, OutOfOrderSequenceError):
+                    pending = ps.retry + list(ps.queue) + ps.inflight
+                    if any(x is not b and not x.done and (x.producer_id, x.producer_epoch) == ident
+                           and 0 <= x.sequence and _seq_before(x.sequence, b.sequence) for x in pending):
+                        retriable = True
+                    else:
+                        # Refused, every attempt of b: the leader has a gap before b, so b is not in the log,
+                        # nor is any later batch of this identity that was only ever refused: those are
+                        # renumbered under the next identity (the others fail to the caller, unknown).
+                        if ident == ps.seq_id:
+                            ps.gap = True
+                        for x in [b] + ps.retry + list(ps.queue):
+                            if x.sequence >= 0 and not x.maybe_written and (x.producer_id, x.producer_epoch) == ident:
+                                _unnumber(x)
+                        retriable = True
+                elif ps.gap and ident == ps.seq_id and not b.maybe_written:
+                    _unnumber(b)  # after the gap, a batch only ever refused is renumbered
+                elif ps.gap and ident == ps.seq_id:
+                    retriable = False  # unknown outcome and cannot be resent under its sequence: fails
         if retriable and not self._node.closed and now < b.deadline_ms and b.attempts <= self.max_retries:
             self.retries += 1
             b.last_error = err
@@ -746,28 +840,97 @@ class Producer:
                 ps.backoff_until = max(ps.backoff_until, now + self.retry_backoff_ms)
             self._settle(ps, b)
             return
-        if isinstance(err, OutOfOrderSequenceError) or b.sequence >= 0:
-            # b failed for good after taking sequence numbers (retries exhausted, or a
-            # non-retriable error such as RecordTooLargeError): whether the leader wrote it is
-            # unknown, so its sequence state is too. Start a new producer id (Kafka bumps the
-            # epoch, KIP-360) and renumber this partition's batches not written under the old one.
-            self._reset_producer_id(ps, b)
+        if idem and b.sequence >= 0:
+            # b fails for good while numbered: refused (a non-retriable answer: not written) or unknown.
+            self._sequence_failed(ps, b, written=None if retriable or b.maybe_written else False)
         self._settle(ps, b)
         self._fail(b, err if not retriable or not self._node.closed else self._closed_error())
 
-    def _reset_producer_id(self, ps: _PartitionState, failed: ProducerBatch) -> None:
+    def _split(self, ps: _PartitionState, b: ProducerBatch, err: PylogError) -> None:
+        """The leader refused ``b`` as larger than the topic's ``max_message_bytes`` (Kafka's
+        MESSAGE_TOO_LARGE): split it in two and resend the halves, in order, before anything else of the
+        partition (Kafka's ``splitAndReenqueue``; a half still too large is split again). With idempotence
+        the halves take ``b``'s own sequences (``b`` was refused, so its range is free at the leader).
+        ``b`` keeps its futures and its share of buffer_memory; it completes once both halves have."""
+        half = len(b.records) // 2
+        children = []
+        for start, recs in ((0, b.records[:half]), (half, b.records[half:])):
+            ch = ProducerBatch(self, b.topic, b.partition, b.created_ms, b.deadline_ms, b.order)
+            ch.open = False
+            ch.records.extend(recs)
+            ch.plain = b.plain
+            ch.parent, ch.parent_start = b, start
+            ch.attempts = b.attempts
+            ch.last_error = err
+            if b.sequence >= 0:
+                ch.producer_id, ch.producer_epoch = b.producer_id, b.producer_epoch
+                ch.sequence = (b.sequence + start) & 0x7FFFFFFF
+            children.append(ch)
         with self._lock:
-            if failed.producer_id == self.producer_id:
-                self.producer_id = -1
-            for x in list(ps.queue) + ps.retry:
-                if x.producer_id == failed.producer_id and x.sequence > failed.sequence:
-                    x.producer_id, x.producer_epoch, x.sequence, x.data = -1, -1, -1, None
-            ps.seq_pid = -1
+            b.children = children
+            b.plain = False  # result() takes the Python path, which follows the records to the halves
+            b.data = None
+            ps.retry_mode = True
+            ps.retry.extend(children)
+        self.retries += 1
+        self._settle(ps, b)
+
+    def _child_done(self, ch: ProducerBatch) -> None:
+        """A half of a split batch completed: complete the batch it came from once all its halves have
+        (its futures then read each record's outcome from its half)."""
+        parent = ch.parent
+        while parent is not None and not parent.done and parent.children is not None \
+                and all(x.done for x in parent.children):
+            first = parent.children[0]
+            self._incomplete.discard(parent)
+            parent.complete(first.base_offset, first.timestamp, None)
+            parent = parent.parent
+
+    def _sequence_failed(self, ps: _PartitionState, b: ProducerBatch, written: Optional[bool]) -> None:
+        """A numbered batch fails to the caller. ``written=False``: certainly not in the log (later
+        sequences of its identity cannot be either: ``gap``); None: unknown (``unresolved``)."""
+        if b.sequence < 0:
+            return
+        with self._lock:
+            if (b.producer_id, b.producer_epoch) != ps.seq_id:
+                return  # an identity this partition has already left behind
+            if written is False:
+                ps.gap = True
+                ident = ps.seq_id
+                for x in ps.retry + list(ps.queue):
+                    if x.sequence >= 0 and not x.maybe_written and (x.producer_id, x.producer_epoch) == ident:
+                        _unnumber(x)
+            else:
+                ps.unresolved = True
+            self._dirty[ps] = None
+
+    def _maybe_resolve(self, ps: _PartitionState) -> None:
+        """KIP-360 (Kafka's ``maybeResolveSequences`` / ``bumpIdempotentEpochAndResetIdIfNeeded``), under the
+        lock: once no numbered batch of ``ps`` is pending, either the last acknowledged batch was the last
+        one numbered (the unresolved ones before it are in the log: nothing to do), or the leader may hold
+        a gap: the producer's epoch is bumped (a new producer id when the epoch is exhausted) and ``ps``
+        numbers its next batches from 0 under the new identity; the leader fences the old epoch."""
+        if _sequenced_pending(ps):
+            return
+        if ps.gap or ps.acked_next != ps.next_seq:
+            if ps.seq_id is not None and ps.seq_id == (self.producer_id, self.producer_epoch):
+                self.epoch_bumps += 1
+                if self.producer_epoch >= _MAX_EPOCH:
+                    self.producer_id = -1  # exhausted: InitProducerId gives a new id (Kafka's resetIdempotentProducerId)
+                else:
+                    self.producer_epoch += 1
+                for parts in self._parts.values():
+                    self._dirty.update(dict.fromkeys(parts))
+                self._wake_locked()
+            ps.seq_id = None  # the next new batch starts at sequence 0 under the current identity
+        ps.unresolved = ps.gap = False
 
     def _fail(self, b: ProducerBatch, err: BaseException) -> None:
         self.record_errors += len(b.records)
         self._incomplete.discard(b)
         b.complete(-1, -1, err)
+        if b.parent is not None:
+            self._child_done(b)
 
     # --------------------------------------------------------- producer ids
     def _init_producer_id(self) -> None:

@@ -7,8 +7,10 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
 
 * Produce with ``acks=all`` waits in the produce purgatory until the HW passes
   the batch (then ``NotEnoughReplicasAfterAppendError`` if the maximal ISR is
-  below min ISR, else success), the replica stops leading (``NotLeaderError``),
-  or ``timeout_ms`` passes (``RequestTimedOutError``).
+  below min ISR, else success), the maximal ISR shrinks below min ISR (the HW
+  cannot pass it then: ``NotEnoughReplicasAfterAppendError`` at once), the
+  replica stops leading (``NotLeaderError``), or ``timeout_ms`` passes
+  (``RequestTimedOutError``).
 * Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
   and complete when the leader appends or its HW moves.
 * Followers keep one request in flight per partition (OffsetsForLeaderEpoch
@@ -455,6 +457,15 @@ class ReplicaManager:
                                                     message=f"broker {self.broker_id} stopped leading {r.topic}-{r.partition}"))
                 elif p.high_watermark >= d.required_offset:
                     self._answer_produce(p, d.src, r, d.base_offset, d.timestamp, out)
+                elif len(p.maximal_isr) < p.effective_min_isr:
+                    # The ISR shrank below min ISR after the append: the HW stays where it is (KIP-966), so
+                    # waiting could only end in a timeout. Answer now, as Kafka <= 3.6 did once its HW passed
+                    # the append (checkEnoughReplicasReachOffset): retriable; the records are in the leader's
+                    # log and are committed if the ISR grows back (an idempotent retry is then a duplicate).
+                    out.send(d.src, ProduceResponse(
+                        r.topic, r.partition, r.correlation_id, error=NotEnoughReplicasAfterAppendError,
+                        message=f"{r.topic}-{r.partition}: offset {d.base_offset} appended but the ISR "
+                        f"{sorted(p.maximal_isr)} shrank below min_insync_replicas={p.min_insync_replicas}"))
                 elif now_ms >= d.deadline_ms:
                     out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=RequestTimedOutError,
                                                     message=f"{r.topic}-{r.partition}: offset {d.base_offset} not "

@@ -17,6 +17,20 @@ Opt-in soak (10,000 seeds, roughly an hour on one core)::
 (the soak and the replay; the default run has its own 60 seeds with them);
 ``PYLOG_SIM_METADATA_FAIL_RATE=0.1`` likewise adds failing writes of the controller's
 metadata file (the default run has 40 seeds with them).
+
+Issue 14's mix (``simdriver.clients_config_for``: dropped connections, clients
+cut from brokers, extra commits, short request and delivery timeouts so the
+idempotent producer meets unknown outcomes under partitions, and every odd
+seed a 5-broker cluster with RF 5 / min ISR 3; checked by every invariant,
+including ``idempotent-writes-once`` and ``commits-never-move-back``): 60
+seeds by default, and its own soak of 1,000 seeds (about 10 minutes on one
+core)::
+
+    PYLOG_SOAK=1 .venv/bin/python -m pytest tests/sim/test_random_sim.py -m soak -q -k clients
+
+(``PYLOG_SOAK_SEEDS`` / ``PYLOG_SOAK_START`` as above; its default start is
+200,000.) A failing seed of that mix replays with ``PYLOG_SIM_MIX=clients``,
+which its message prints.
 """
 from __future__ import annotations
 
@@ -94,12 +108,30 @@ def test_seeds_the_soak_found(tmp_path, seed):
     assert stats["acked"] > 0
 
 
+CLIENT_SEEDS = 60
+
+
+@pytest.mark.parametrize("first", range(200_000, 200_000 + CLIENT_SEEDS, CHUNK))
+def test_random_simulation_clients(tmp_path, first):
+    """Issue 14's mix: the faults really happen, and every invariant holds."""
+    totals = {"acked": 0, "connection_drops": 0, "client_cuts": 0, "commits": 0, "commits_seen": 0}
+    for seed in range(first, first + CHUNK):
+        stats = run_seed(str(tmp_path / f"seed-{seed}"), seed, mix="clients")
+        for k in totals:
+            totals[k] += stats[k]
+    assert totals["acked"] > 20 * CHUNK
+    assert totals["connection_drops"] >= CHUNK and totals["client_cuts"] >= CHUNK
+    assert totals["commits"] >= CHUNK and totals["commits_seen"] >= CHUNK // 2
+
+
 def test_replay_seed(tmp_path):
     seed = os.environ.get("PYLOG_SIM_SEED")
     if seed is None:
         pytest.skip("set PYLOG_SIM_SEED=<seed> to replay one simulation")
     rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
-    stats = run_seed(str(tmp_path / "replay"), int(seed), disk_fail_rate=rate, metadata_fail_rate=_metadata_rate())
+    mix = os.environ.get("PYLOG_SIM_MIX", "classic")
+    stats = run_seed(str(tmp_path / "replay"), int(seed), disk_fail_rate=rate, metadata_fail_rate=_metadata_rate(),
+                     mix=mix)
     assert stats["acked"] >= 0
 
 
@@ -123,6 +155,72 @@ def test_soak_random_simulation(tmp_path):
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)
+@pytest.mark.skipif(os.environ.get("PYLOG_SOAK") != "1", reason="soak run: set PYLOG_SOAK=1")
+def test_soak_random_simulation_clients(tmp_path):
+    """Issue 14's mix over 1,000 seeds (see the module docstring for the command)."""
+    import shutil
+
+    start = int(os.environ.get("PYLOG_SOAK_START", "200000"))
+    count = int(os.environ.get("PYLOG_SOAK_SEEDS", "1000"))
+    rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
+    for seed in range(start, start + count):
+        path = tmp_path / f"seed-{seed}"
+        run_seed(str(path), seed, disk_fail_rate=rate, mix="clients")
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _caught(tmp_path, seeds, invariant, mix="classic"):
+    """The violations found over ``seeds``, stopping at the first of ``invariant``."""
+    from simdriver import Violation
+
+    caught = []
+    for seed in seeds:
+        try:
+            run_seed(str(tmp_path / f"m{seed}"), seed, mix=mix)
+        except Violation as exc:
+            caught.append(str(exc))
+            if f"[{invariant}]" in str(exc):
+                break
+    return caught
+
+
+def test_same_seed_replays_exactly_in_the_clients_mix(tmp_path):
+    a = run_seed(str(tmp_path / "a"), 200_007, mix="clients")
+    b = run_seed(str(tmp_path / "b"), 200_007, mix="clients")
+    assert a == b and a["connection_drops"] + a["client_cuts"] > 0
+
+
+def test_checker_catches_a_leader_without_duplicate_detection(tmp_path, monkeypatch):
+    """Mutation check of idempotent-writes-once: leaders that append every retry are caught."""
+    from pylog.storage.producer_state import ProducerStateManager
+
+    monkeypatch.setattr(ProducerStateManager, "check", lambda self, *a: None)
+    caught = _caught(tmp_path, range(200_000, 200_040), "idempotent-writes-once", mix="clients")
+    assert any("[idempotent-writes-once]" in m and "PYLOG_SIM_MIX=clients" in m for m in caught), caught
+
+
+def test_checker_catches_a_commit_resent_after_a_newer_one(tmp_path, monkeypatch):
+    """Mutation check of commits-never-move-back: a consumer that retries a commit although a newer one of
+    the same partition was issued (the bug of issue 14 item 5) is caught."""
+    from pylog.client.consumer import Consumer
+
+    class Forgetful(dict):
+        def get(self, key, default=None):
+            return 0  # "no newer commit was issued"
+
+    orig = Consumer.__init__
+
+    def init(self, *a, **kw):
+        orig(self, *a, **kw)
+        self._commit_issued = Forgetful()
+
+    monkeypatch.setattr(Consumer, "__init__", init)
+    caught = _caught(tmp_path, range(0, 100), "commits-never-move-back", mix="clients")
+    assert any("[commits-never-move-back]" in m for m in caught), caught
 
 
 def test_checker_catches_a_broken_high_watermark_rule(tmp_path, monkeypatch):

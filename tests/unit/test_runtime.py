@@ -176,3 +176,46 @@ def test_real_scheduler_interleaves_timers_and_call_soon():
         assert spins[0] > 1
     finally:
         s.close()
+
+
+def test_simnet_dropped_connection_loses_what_is_in_flight_both_ways_and_tells_both_ends():
+    s = SimScheduler(3)
+    net = SimulatedNetwork(s, min_latency_ms=5, max_latency_ms=30)
+    got, told = [], []
+    for n in ("client", "broker", "other"):
+        net.register(n, lambda src, m, n=n: got.append((src, n, m)))
+        net.on_disconnect(n, lambda peer, conn, n=n: told.append((n, peer, conn, s.clock.now_ms())))
+    for i in range(5):
+        net.send("client", "broker", ("req", i))
+        net.send("broker", "client", ("resp", i))
+        net.send("client", "other", ("o", i))
+    assert net.connection("client", "broker") == net.connection("broker", "client") == 0
+    net.drop_connection("broker", "client")
+    now = s.clock.now_ms()
+    assert net.connection("client", "broker") == 1
+    for i in range(5, 10):  # a new connection: delivered, in order
+        net.send("client", "broker", ("req", i))
+    s.run_for(200)
+    assert [m for src, dst, m in got if dst == "broker"] == [("req", i) for i in range(5, 10)]
+    assert not [m for src, dst, m in got if dst == "client"]  # the responses in flight were lost too
+    assert [m for src, dst, m in got if dst == "other"] == [("o", i) for i in range(5)]  # other connections kept
+    # Both ends are told at once (before anything sent afterwards can arrive), naming the lost incarnation.
+    assert sorted(told) == [("broker", "client", 0, now), ("client", "broker", 0, now)]
+    net._check()
+
+
+def test_simnet_drop_random_connection_picks_a_used_one_deterministically():
+    def run(seed):
+        s = SimScheduler(seed)
+        net = SimulatedNetwork(s)
+        for n in range(4):
+            net.register(n, lambda src, m: None)
+        net.send(0, 1, "x")
+        net.send(2, 3, "y")
+        net.send(1, 0, "z")  # the same connection as 0 -> 1
+        picked = [net.drop_random_connection(s.rng) for _ in range(3)]
+        return picked
+
+    picked = run(1)
+    assert sorted(picked[:2]) == [(0, 1), (2, 3)] and picked[2] is None  # only used, not-yet-dropped ones
+    assert run(1) == picked
