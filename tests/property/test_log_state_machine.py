@@ -11,7 +11,6 @@ at batch granularity, so the model must know batch boundaries.
 """
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import pylog
-from pylog.errors import KafkaStorageError, OffsetOutOfRangeError
+from pylog.errors import OffsetOutOfRangeError
 from pylog.storage.epoch_cache import LeaderEpochCache
 from pylog.storage.fileio import SimulatedDiskIO
 
@@ -250,57 +249,6 @@ class LogMachine(RuleBasedStateMachine):
             self.start = max(self.start, sizes_before[len(deleted)][0])
             self.epochs.truncate_from_start(self.start)
         assert log.log_start_offset == self.start
-
-    @rule(action=st.sampled_from(["append", "roll", "flush", "truncate_to", "delete_records_before"]),
-          at=st.integers(min_value=1, max_value=12), err=st.sampled_from([errno.EMFILE, errno.ENOSPC, errno.EIO]),
-          persistent=st.booleans(), data=st.data())
-    def disk_fault(self, action: str, at: int, err: int, persistent: bool, data: st.DataObject) -> None:
-        """A step whose ``at``-th file operation fails (once, or until the step returns): it returns
-        as the fault-free rule would, or raises KafkaStorageError and leaves a state the step allows
-        (docs/durability.md, "Multi-file steps under disk faults"); the disk then heals and the
-        invariants hold."""
-        self.io.arm(at, err, count=None if persistent else 1)
-        try:
-            if action == "append":
-                self.append(data.draw(st.lists(record_input, min_size=1, max_size=4), label="records"))
-            elif action == "roll":
-                self.roll()
-            elif action == "flush":
-                self.flush()
-            elif action == "truncate_to":
-                offset = data.draw(st.integers(min_value=self.start, max_value=self.end + 1), label="offset")
-                try:
-                    self.log.truncate_to(offset)
-                except KafkaStorageError:
-                    # a consistent prefix between the target (the batch holding it goes whole) and the old end
-                    floor = min([offset] + [b.base for b in self.batches if b.base <= offset <= b.last])
-                    end = self.log.log_end_offset
-                    assert floor <= end <= self.end, (offset, floor, end, self.end)
-                    if end < self.end:
-                        self.model_truncate(end)
-                    self.start = min(self.start, self.end)
-                    raise
-                if offset < self.end:
-                    self.model_truncate(offset)
-                    self.start = min(self.start, self.end)
-            else:
-                offset = data.draw(st.integers(min_value=0, max_value=self.end), label="offset")
-                try:
-                    self.log.delete_records_before(offset)
-                except KafkaStorageError:
-                    # the log start moved forward (to a segment base no further than the offset:
-                    # where the next open would find it) or not at all; the epoch cache is cut
-                    # only once the new start is durable
-                    assert self.start <= self.log.log_start_offset <= max(self.start, offset)
-                    assert self.log.log_start_offset in (self.start, self.log.segments.keys()[0])
-                    self.start = self.log.log_start_offset
-                    raise
-                self.start = max(self.start, offset)
-                self.epochs.truncate_from_start(self.start)
-        except KafkaStorageError:
-            pass  # the model was left as the step left the log (see each branch)
-        finally:
-            self.io.heal()
 
     @rule()
     def clean_reopen(self) -> None:
