@@ -855,6 +855,114 @@ static PyTypeObject SendPathType = {
     .tp_new = sendpath_new,
 };
 
+/* ------------------------------------------------------------- make_records */
+
+/* One field of record i: seq[i] when seq is a tuple or list, or first + i (contiguous) / the shared
+ * object when seq is an int (step 1 or 0; first is seq's value). Returns a new reference. */
+static PyObject *field_at(PyObject *seq, Py_ssize_t i, int step, long long first) {
+    if (PyLong_CheckExact(seq)) {
+        if (step == 0 || i == 0) {
+            Py_INCREF(seq);
+            return seq;
+        }
+        return PyLong_FromLongLong(first + (long long)i);
+    }
+    PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+    Py_INCREF(o);
+    return o;
+}
+
+static int atomic(PyObject *o) {
+    return o == Py_None || PyBytes_CheckExact(o) || PyLong_CheckExact(o);
+}
+
+/* make_records(cls, values, keys, offsets, timestamps, timestamp_type) -> list
+ *
+ * The storage reader's record builder (pylog.storage.log.Log.read): record i is
+ * cls(values[i], keys[i], (), timestamps[i], offsets[i], timestamp_type), where keys
+ * None means every key is null, offsets an int means first offset of a contiguous
+ * run, and timestamps an int means one timestamp for all. cls is a tuple subclass of
+ * six fields (pylog.storage.record.Record). A record whose fields are all bytes,
+ * None or int (and the shared empty headers tuple) cannot be part of a reference
+ * cycle, so it is untracked by the cycle collector at once, as CPython does itself
+ * for plain tuples of such items at their first collection (it never does for a
+ * tuple subclass): a million records held by the caller then cost no collector
+ * time. Records holding anything else stay tracked. */
+static PyObject *make_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "make_records takes 6 arguments");
+        return NULL;
+    }
+    PyObject *cls = args[0], *values = args[1], *keys = args[2], *offsets = args[3],
+             *timestamps = args[4], *tst = args[5];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "make_records: cls must be a tuple subclass");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (!(PyTuple_CheckExact(values) || PyList_CheckExact(values)) ||
+        !(keys == Py_None || PyTuple_CheckExact(keys) || PyList_CheckExact(keys)) ||
+        !(PyLong_CheckExact(offsets) || PyTuple_CheckExact(offsets) || PyList_CheckExact(offsets)) ||
+        !(PyLong_CheckExact(timestamps) || PyTuple_CheckExact(timestamps) || PyList_CheckExact(timestamps)) ||
+        !PyLong_CheckExact(tst)) {
+        PyErr_SetString(PyExc_TypeError, "make_records: bad argument types");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(values);
+    if ((keys != Py_None && PySequence_Fast_GET_SIZE(keys) != n) ||
+        (!PyLong_CheckExact(offsets) && PySequence_Fast_GET_SIZE(offsets) != n) ||
+        (!PyLong_CheckExact(timestamps) && PySequence_Fast_GET_SIZE(timestamps) != n)) {
+        PyErr_SetString(PyExc_ValueError, "make_records: columns of different lengths");
+        return NULL;
+    }
+    long long first = 0;
+    if (PyLong_CheckExact(offsets)) {
+        first = PyLong_AsLongLong(offsets);
+        if (first == -1 && PyErr_Occurred()) return NULL;
+        if (first < 0 || (long long)n > LLONG_MAX - first) {
+            PyErr_SetString(PyExc_ValueError, "make_records: offsets out of range");
+            return NULL;
+        }
+    }
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL) return NULL;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(empty);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = type->tp_alloc(type, 6);
+        if (rec == NULL) goto fail;
+        PyList_SET_ITEM(out, i, rec);
+        PyObject *v = PySequence_Fast_GET_ITEM(values, i);
+        PyObject *k = keys == Py_None ? Py_None : PySequence_Fast_GET_ITEM(keys, i);
+        Py_INCREF(v);
+        Py_INCREF(k);
+        Py_INCREF(empty);
+        Py_INCREF(tst);
+        PyTuple_SET_ITEM(rec, 0, v);
+        PyTuple_SET_ITEM(rec, 1, k);
+        PyTuple_SET_ITEM(rec, 2, empty);
+        PyTuple_SET_ITEM(rec, 5, tst);
+        PyObject *ts = field_at(timestamps, i, 0, 0);
+        if (ts == NULL) goto fail;
+        PyTuple_SET_ITEM(rec, 3, ts);
+        PyObject *off = field_at(offsets, i, 1, first);
+        if (off == NULL) goto fail;
+        PyTuple_SET_ITEM(rec, 4, off);
+        if (atomic(v) && atomic(k) && atomic(ts) && atomic(off) && PyObject_GC_IsTracked(rec)) {
+            PyObject_GC_UnTrack(rec);
+        }
+    }
+    Py_DECREF(empty);
+    return out;
+fail:
+    Py_DECREF(empty);
+    Py_DECREF(out); /* a record with a NULL slot is fine to free: tuple dealloc skips NULL items */
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -863,6 +971,9 @@ static PyMethodDef module_methods[] = {
      "bind_future(result, exception, add_done_callback, repr, metadata_type): the Python functions behind "
      "FutureRecordMetadata's methods (each called with the future first), and the RecordMetadata type "
      "result() builds itself for an acknowledged record of a plain batch."},
+    {"make_records", (PyCFunction)(void (*)(void))make_records, METH_FASTCALL,
+     "make_records(cls, values, keys, offsets, timestamps, timestamp_type) -> list: the storage reader's "
+     "records, untracked by the cycle collector when they hold only bytes, None and ints (see sendpath.c)."},
     {NULL, NULL, 0, NULL},
 };
 
