@@ -1159,8 +1159,9 @@ class Log:
                 self._check_offset(offset)
             if self.log_start_offset <= offset < self.log_end_offset:
                 segs = self.segments
-                seg = segs.peekitem(-1)[1]
-                if offset < seg.base_offset:
+                if len(segs) == 1:  # SortedDict is a dict: the C-level view skips its Python layers
+                    seg = next(iter(dict.values(segs)))
+                else:
                     seg = segs.peekitem(segs.bisect_right(offset) - 1)[1]
                 rec = seg.lookup_record(offset)
                 if rec is not None:

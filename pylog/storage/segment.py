@@ -30,6 +30,8 @@ from pylog.storage.record import BatchInfo, Record, scan
 log = logging.getLogger("pylog.storage")
 READ_CHUNK = 64 * 1024
 _new_tuple = tuple.__new__
+_lookup_cached = lib.plg_lookup_cached
+_from_buffer = ffi.from_buffer
 
 #: Batches per segment whose record anchors the point-lookup cache keeps (direct-mapped by position).
 LOOKUP_CACHE_BATCHES = 1024
@@ -205,6 +207,7 @@ class LogSegment:
         #: the C point-lookup cache (plg_lookup_cache_t: per-batch record anchors and the CRC-verified
         #: ranges), made by the first :meth:`lookup_record` and dropped with the map (:meth:`_drop_map`)
         self._lookups: Any = None
+        self._map_buf: Any = None  # ffi.buffer over the whole map, for lookup_record's slices
         #: base offset -> position of the first batch of each recent append by this process (at most
         #: :data:`RECENT_STARTS` of them): a fetch from where a follower stopped starts at one, so it is
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
@@ -578,6 +581,7 @@ class LogSegment:
         self._lookups = None  # ffi.gc frees it (plg_lookup_cache_free)
 
     def _unmap(self) -> None:
+        self._map_buf = None
         if self._map_finalizer is not None:
             self._map_ptr = None
             self._map_finalizer()  # munmap, once
@@ -624,17 +628,19 @@ class LogSegment:
         """
         if not self._indexes_ready:
             self.ensure_indexes()
-        ptr = self._mapped()
-        if ptr is None:
-            return None
+        size = self._state.size
+        ptr = self._map_ptr
+        if ptr is None or self._map_len < size:
+            ptr = self._mapped()  # (re)map, or None when there is nothing to map
+            if ptr is None:
+                return None
         cache = self._lookups
         if cache is None:
             cache = self._lookups = _new_lookup_cache()
         ref = self._ref
         idx = self.offset_index.data
-        size = self._state.size
-        rc = lib.plg_lookup_cached(ptr, size, ffi.from_buffer(idx), len(idx), self.base_offset, offset,
-                                   self.verified_bytes, cache, ref)
+        rc = _lookup_cached(ptr, size, _from_buffer(idx), len(idx), self.base_offset, offset,
+                            self.verified_bytes, cache, ref)
         if rc:
             if rc == lib.PLG_ENOTFOUND or rc == lib.PLG_EUNSUPPORTED:
                 return None
@@ -644,7 +650,9 @@ class LogSegment:
         attributes = ref.attributes
         if attributes & 0x20:  # control batch: not an application record
             return None
-        mm = ffi.buffer(ptr, size)  # slices copy out, never past the logical end
+        mm = self._map_buf  # slices copy out, never past the logical end (C checked every position)
+        if mm is None:
+            mm = self._map_buf = ffi.buffer(ptr, self._map_len)
         kl = ref.key_len
         vl = ref.value_len
         hc = ref.header_count
