@@ -16,8 +16,8 @@ The records are built by the C send-path extension's ``make_records``
 cycle collector tracks for its whole life (it untracks only exact tuples), so a
 program holding many records made every older-generation collection scan
 them all. A record of bytes, ``None`` and ints cannot be part of a reference
-cycle, so ``make_records`` untracks it at once; records with headers are built
-by the general path and stay tracked. Without the extension (a build without
+cycle, so ``make_records`` untracks it at once (``untrack_records`` does the
+same for the general path's records); records with headers stay tracked. Without the extension (a build without
 it) the same records are built by ``map``/``zip`` and stay tracked.
 
 The plain-batch walk checks the CRC again (the chunk was checked when it was
@@ -42,8 +42,10 @@ from pylog.storage.record import BatchInfo, Record, RecordBatch
 
 try:
     from pylog._native._sendpath import make_records as _make_records
+    from pylog._native._sendpath import untrack_records as _untrack_records
 except ImportError:  # pragma: no cover - only without a build of sendpath.c
     _make_records = None
+    _untrack_records = None
 
 _RUN_END = lib.PLG_RUN_END
 _RUN_SLOW = lib.PLG_RUN_SLOW
@@ -157,6 +159,8 @@ def _decode_chunk(view: memoryview, infos: List[BatchInfo], path: str, position:
                 recs = batch.records()
                 if recs and (recs[0].offset < low or batch.last_offset >= below or recs[-1].offset >= below):
                     recs = [r for r in recs if low <= r.offset < below]
+                if _untrack_records is not None:
+                    _untrack_records(recs)
                 out += recs
             at += info.size
             prev_last = info.last_offset

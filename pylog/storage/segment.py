@@ -31,6 +31,14 @@ log = logging.getLogger("pylog.storage")
 READ_CHUNK = 64 * 1024
 _new_tuple = tuple.__new__
 _lookup_cached = lib.plg_lookup_cached
+try:
+    # The record built in one C call (sendpath.c point_lookup), calling this C core's plg_lookup_cached.
+    from pylog._native._sendpath import point_lookup as _point_lookup
+    from pylog._native._sendpath import set_lookup_function as _set_lookup_function
+
+    _set_lookup_function(int(ffi.cast("uintptr_t", ffi.addressof(lib, "plg_lookup_cached"))))
+except ImportError:  # pragma: no cover - only without a build of sendpath.c: the cffi path below
+    _point_lookup = None
 _from_buffer = ffi.from_buffer
 
 #: Batches per segment whose record anchors the point-lookup cache keeps (direct-mapped by position).
@@ -208,6 +216,8 @@ class LogSegment:
         #: ranges), made by the first :meth:`lookup_record` and dropped with the map (:meth:`_drop_map`)
         self._lookups: Any = None
         self._map_buf: Any = None  # ffi.buffer over the whole map, for lookup_record's slices
+        self._map_addr = 0  # the map's address, for the C point lookup (0: not taken yet)
+        self._lookups_addr = 0  # the lookup cache's address, while _lookups holds it
         #: base offset -> position of the first batch of each recent append by this process (at most
         #: :data:`RECENT_STARTS` of them): a fetch from where a follower stopped starts at one, so it is
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
@@ -578,10 +588,12 @@ class LogSegment:
         """Unmap the .log and forget every cached batch and verified range: called before this
         process truncates or rewrites the file (:meth:`truncate_to`, :meth:`recover`) and on close."""
         self._unmap()
+        self._lookups_addr = 0
         self._lookups = None  # ffi.gc frees it (plg_lookup_cache_free)
 
     def _unmap(self) -> None:
         self._map_buf = None
+        self._map_addr = 0
         if self._map_finalizer is not None:
             self._map_ptr = None
             self._map_finalizer()  # munmap, once
@@ -637,8 +649,20 @@ class LogSegment:
         cache = self._lookups
         if cache is None:
             cache = self._lookups = _new_lookup_cache()
-        ref = self._ref
+            self._lookups_addr = int(ffi.cast("uintptr_t", cache))
         idx = self.offset_index.data
+        if _point_lookup is not None:
+            if not self._map_addr:
+                self._map_addr = int(ffi.cast("uintptr_t", ptr))
+            got = _point_lookup(self._map_addr, size, idx, self.base_offset, offset, self.verified_bytes,
+                                self._lookups_addr, Record)
+            if type(got) is not int:
+                return got  # type: ignore[no-any-return]  # the record, or None: not here
+            if got != 1:  # 1: a record with headers, decoded below
+                raise CorruptRecordError(
+                    f"invalid batch while reading offset {offset}: {_native.strerror(got)}", path=self.log_path
+                )
+        ref = self._ref
         rc = _lookup_cached(ptr, size, _from_buffer(idx), len(idx), self.base_offset, offset,
                             self.verified_bytes, cache, ref)
         if rc:
