@@ -622,6 +622,11 @@ class LogSegment:
         At most :data:`LOOKUP_CACHE_BATCHES` batches per segment keep anchors
         (about 580 bytes each; the verified ranges are 16 bytes each, merged).
 
+        With the send-path extension built, the lookup and the record are one
+        call (``point_lookup`` in ``pylog/_native/sendpath.c``, which calls this
+        C core's ``plg_lookup_cached`` through its address); a record with
+        headers, and builds without the extension, take the cffi path below.
+
         What is promised about corruption: a batch is CRC-checked the first
         time this process reads it by offset (after a reopen, a truncation or
         a recovery of this segment: again), and a bad one raises
