@@ -12,8 +12,9 @@ fast wrong answer fails instead of being timed.
 """
 from __future__ import annotations
 
+import os
 import random
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import pytest
 
@@ -140,6 +141,110 @@ def test_random_reads(benchmark: Any, throughput: Any, filled_log: Any, method: 
         assert [None if v is None else bytes(v) for v in got] == [values[o] for o in offsets]
     finally:
         log.close()
+
+
+def _sqlite_copy(directory: str, values: List[bytes]) -> str:
+    """The values in a SQLite table (id INTEGER PRIMARY KEY, v BLOB), WAL, as compare.py builds it."""
+    import sqlite3
+
+    path = os.path.join(directory, "peer.db")
+    if not os.path.exists(path):
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+        conn.executemany("INSERT INTO t (v) VALUES (?)", [(v,) for v in values])
+        conn.commit()
+        conn.close()
+    return path
+
+
+@pytest.mark.parametrize("who", ["pylog", "sqlite"])
+def test_random_reads_after_reopen(benchmark: Any, throughput: Any, filled_log: Any, who: str) -> None:
+    """10,000 ``Log.get`` at random offsets of 100,000 records in batches of 1,000, each round on a freshly
+    opened log (so every batch's CRC check and record anchors are paid inside the round), against
+    SQLite primary-key lookups (``SELECT v FROM t WHERE id = ?``) on a fresh connection. Issue 18's
+    goal: pylog >= 3x SQLite. Compare the two rows of one run (the machine is shared)."""
+    import sqlite3
+
+    n, k = 100_000, 10_000
+    values = make_values(n, 100)
+    rnd = random.Random(7)
+    offsets = [rnd.randrange(n) for _ in range(k)]
+    path = filled_log(n, 100, 1000)
+    db = _sqlite_copy(os.path.dirname(path), values)
+    handles: List[Any] = []
+
+    def setup() -> Any:
+        while handles:
+            handles.pop().close()
+        handles.append(Log.open(path) if who == "pylog" else sqlite3.connect(db))
+        return (handles[0],), {}
+
+    def run(h: Any) -> List[bytes]:
+        if who == "pylog":
+            get = h.get
+            return [get(o).value for o in offsets]
+        ex = h.execute
+        return [ex("SELECT v FROM t WHERE id = ?", (o + 1,)).fetchone()[0] for o in offsets]
+
+    try:
+        got = benchmark.pedantic(run, setup=setup, rounds=5, warmup_rounds=1)
+        throughput(k * 100, k)
+        assert got == [values[o] for o in offsets]
+    finally:
+        while handles:
+            handles.pop().close()
+
+
+@pytest.fixture(scope="module")
+def million_live_objects() -> Iterator[List[Any]]:
+    """A million live objects the cycle collector tracks (as an application holding data would have):
+    every older-generation collection during a benchmark scans them."""
+    objs = [[i] for i in range(1_000_000)]
+    yield objs
+    del objs
+
+
+@pytest.mark.parametrize("who", ["pylog", "sqlite"])
+def test_read_records_with_live_objects(benchmark: Any, throughput: Any, filled_log: Any,
+                                        million_live_objects: Any, who: str) -> None:
+    """The whole log read into records that the caller keeps (``Log.read``, 1 MiB at a time, into
+    ``Record`` objects; SQLite: ``SELECT v FROM t ORDER BY id`` with ``fetchmany(1000)`` rows), in a
+    process that also holds a million live objects. Issue 18's goal: pylog >= 1.0x SQLite."""
+    import sqlite3
+
+    n = READ_PAYLOAD // 100
+    path = filled_log(n, 100, 1000)
+    db = _sqlite_copy(os.path.dirname(path), make_values(n, 100)) if who == "sqlite" else ""
+    log = Log.open(path, read_only=True)
+    conn = sqlite3.connect(db) if who == "sqlite" else None
+    assert len(million_live_objects) == 1_000_000
+
+    def run() -> int:
+        kept: List[Any] = []
+        if conn is None:
+            off, end = log.log_start_offset, log.log_end_offset
+            while off < end:
+                recs = list(log.read(off, MiB))
+                kept.append(recs)
+                off = recs[-1].offset + 1
+        else:
+            cur = conn.execute("SELECT v FROM t ORDER BY id")
+            while True:
+                rows = cur.fetchmany(1000)
+                if not rows:
+                    break
+                kept.append(rows)
+        return sum(map(len, kept))
+
+    try:
+        got = benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+        throughput(n * 100, n)
+        assert got == n
+    finally:
+        log.close()
+        if conn is not None:
+            conn.close()
 
 
 # ------------------------------------------------------- reopen and recovery

@@ -39,6 +39,7 @@
  */
 #include "plg.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- big-endian helpers (callers have checked bounds) ------------------ */
@@ -813,6 +814,288 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
         out->max_timestamp = info.max_timestamp;
         out->timestamp = (info.attributes & PLG_ATTR_LOG_APPEND_TIME) ? info.max_timestamp
                                                                       : (int64_t)((uint64_t)info.base_timestamp + (uint64_t)tsd); /* wraps like a Java long */
+        out->offset = target;
+        return PLG_OK;
+    }
+    return PLG_ENOTFOUND;
+}
+
+/* ---- point lookup with a per-segment cache ------------------------------- */
+
+/* A cached batch: where it is, its header fields, and up to PLG_ANCHORS
+ * "anchors" - the position and offset delta of every stride-th record - so a
+ * lookup walks at most stride - 1 record headers instead of the records
+ * before the target. */
+typedef struct {
+    uint64_t position;
+    uint32_t size;
+    uint32_t crc;
+    int64_t base_offset;
+    int64_t last_offset;
+    int64_t base_timestamp;
+    int64_t max_timestamp;
+    int16_t attributes;
+    int32_t records_count;
+    uint32_t anchors;
+    uint32_t anchor_pos[PLG_ANCHORS]; /* relative to the records section        */
+    int32_t anchor_od[PLG_ANCHORS];   /* offset delta of that record            */
+} lookup_entry_t;
+
+struct plg_lookup_cache {
+    uint32_t nslots;                /* power of two                                */
+    lookup_entry_t **slots;         /* direct-mapped by batch position; NULL: empty */
+    uint64_t *ranges;               /* verified [start, end) pairs, sorted, disjoint,
+                                       not touching                                  */
+    uint64_t nranges, cap_ranges;
+    plg_lookup_stats_t stats;
+};
+
+plg_lookup_cache_t *plg_lookup_cache_new(uint32_t max_batches) {
+    uint32_t n = 1;
+    if (max_batches < 1) max_batches = 1;
+    if (max_batches > (1u << 20)) max_batches = 1u << 20;
+    while (n < max_batches) n <<= 1;
+    plg_lookup_cache_t *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->slots = calloc(n, sizeof(*c->slots));
+    if (!c->slots) {
+        free(c);
+        return NULL;
+    }
+    c->nslots = n;
+    return c;
+}
+
+void plg_lookup_cache_free(plg_lookup_cache_t *c) {
+    if (!c) return;
+    for (uint32_t i = 0; i < c->nslots; i++) free(c->slots[i]);
+    free(c->slots);
+    free(c->ranges);
+    free(c);
+}
+
+int plg_lookup_cache_forget_from(plg_lookup_cache_t *c, uint64_t position) {
+    if (!c) return PLG_EINVAL;
+    for (uint32_t i = 0; i < c->nslots; i++) {
+        lookup_entry_t *e = c->slots[i];
+        if (e && e->position + e->size > position) {
+            free(e);
+            c->slots[i] = NULL;
+        }
+    }
+    uint64_t n = 0;
+    while (n < c->nranges && c->ranges[2 * n] < position) {
+        if (c->ranges[2 * n + 1] > position) c->ranges[2 * n + 1] = position;
+        n++;
+    }
+    c->nranges = n;
+    c->stats.forgets++;
+    return PLG_OK;
+}
+
+int plg_lookup_cache_stats(const plg_lookup_cache_t *c, plg_lookup_stats_t *out) {
+    if (!c || !out) return PLG_EINVAL;
+    *out = c->stats;
+    out->verified_ranges = c->nranges;
+    return PLG_OK;
+}
+
+/* Index of the first range whose end is > position (nranges when none). */
+static uint64_t range_after(const plg_lookup_cache_t *c, uint64_t position) {
+    uint64_t lo = 0, hi = c->nranges;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (c->ranges[2 * mid + 1] <= position) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int range_verified(const plg_lookup_cache_t *c, uint64_t start, uint64_t end) {
+    uint64_t i = range_after(c, start);
+    return i < c->nranges && c->ranges[2 * i] <= start && c->ranges[2 * i + 1] >= end;
+}
+
+/* Adds [start, end) to the verified set, merging with neighbours it overlaps
+ * or touches. Out of memory, or the set at its bound: the set is emptied
+ * (batches are then CRC-checked again, which is safe). */
+static void range_add(plg_lookup_cache_t *c, uint64_t start, uint64_t end) {
+    uint64_t i = range_after(c, start); /* ranges before i end before start (none touch: < start or == start) */
+    if (i > 0 && c->ranges[2 * (i - 1) + 1] == start) i--;
+    uint64_t j = i;
+    while (j < c->nranges && c->ranges[2 * j] <= end) {
+        if (c->ranges[2 * j] < start) start = c->ranges[2 * j];
+        if (c->ranges[2 * j + 1] > end) end = c->ranges[2 * j + 1];
+        j++;
+    }
+    if (j == i) { /* insert a new range at i */
+        if (c->nranges == c->cap_ranges) {
+            uint64_t cap = c->cap_ranges ? 2 * c->cap_ranges : 16;
+            uint64_t *r = cap <= PLG_MAX_VERIFIED_RANGES ? realloc(c->ranges, cap * 2 * sizeof(uint64_t)) : NULL;
+            if (!r) {
+                c->nranges = 0;
+                c->stats.range_resets++;
+                return;
+            }
+            c->ranges = r;
+            c->cap_ranges = cap;
+        }
+        memmove(c->ranges + 2 * (i + 1), c->ranges + 2 * i, (size_t)(c->nranges - i) * 2 * sizeof(uint64_t));
+        c->nranges++;
+        j = i + 1;
+    } else if (j > i + 1) { /* ranges i..j-1 become one */
+        memmove(c->ranges + 2 * (i + 1), c->ranges + 2 * j, (size_t)(c->nranges - j) * 2 * sizeof(uint64_t));
+        c->nranges -= j - i - 1;
+    }
+    c->ranges[2 * i] = start;
+    c->ranges[2 * i + 1] = end;
+}
+
+static uint32_t slot_of(const plg_lookup_cache_t *c, uint64_t position) {
+    uint64_t h = position * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32) & (c->nslots - 1);
+}
+
+/* Walks the record headers of a (CRC-checked) plain v2 batch and fills e's
+ * anchors. Every length is bounds-checked: a CRC proves only that the bytes
+ * are the ones written, not that the writer was honest. */
+static int build_entry(const uint8_t *log, const plg_batch_info_t *info, lookup_entry_t *e) {
+    const uint8_t *rb = log + info->position + PLG_BATCH_OVERHEAD;
+    uint64_t len = info->size - PLG_BATCH_OVERHEAD, p = 0;
+    uint32_t count = (uint32_t)info->records_count;
+    uint32_t stride = (count + PLG_ANCHORS - 1) / PLG_ANCHORS;
+    if (stride == 0) stride = 1;
+    e->anchors = 0;
+    int64_t prev_od = -1;
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t rlen, tsd, od;
+        uint64_t start = p;
+        if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
+        if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
+        uint64_t rend = p + (uint64_t)rlen;
+        p++; /* attributes */
+        if (get_varint(rb, rend, &p, 10, &tsd) != PLG_OK) return PLG_ECORRUPT;
+        if (get_varint(rb, rend, &p, 5, &od) != PLG_OK || od <= prev_od) return PLG_ECORRUPT;
+        if (od > info->last_offset - info->base_offset) return PLG_ECORRUPT;
+        prev_od = od;
+        if (i % stride == 0 && e->anchors < PLG_ANCHORS) {
+            e->anchor_pos[e->anchors] = (uint32_t)start;
+            e->anchor_od[e->anchors] = (int32_t)od;
+            e->anchors++;
+        }
+        p = rend;
+    }
+    e->position = info->position;
+    e->size = info->size;
+    e->crc = info->crc;
+    e->base_offset = info->base_offset;
+    e->last_offset = info->last_offset;
+    e->base_timestamp = info->base_timestamp;
+    e->max_timestamp = info->max_timestamp;
+    e->attributes = info->attributes;
+    e->records_count = info->records_count;
+    return PLG_OK;
+}
+
+int plg_lookup_cached(const uint8_t *log, uint64_t log_len, const uint8_t *idx, uint64_t idx_len,
+                      int64_t base_offset, int64_t target, uint64_t verified_bytes,
+                      plg_lookup_cache_t *cache, plg_record_ref_t *out) {
+    if ((!log && log_len) || (!idx && idx_len) || !out || !cache) return PLG_EINVAL;
+    if (target < base_offset || base_offset < 0) return PLG_ENOTFOUND;
+    int64_t rel = target - base_offset;
+    int32_t rel_out = 0, pos_out = 0;
+    plg_offset_index_lookup(idx, idx_len, rel > INT32_MAX ? INT32_MAX : (int32_t)rel, &rel_out, &pos_out);
+    uint64_t pos = pos_out < 0 ? 0 : (uint64_t)pos_out;
+    if (pos > log_len) pos = 0; /* a stale index entry: walk from the start */
+    plg_batch_info_t info;
+    for (;;) {
+        if (pos >= log_len) return PLG_ENOTFOUND;
+        int rc = parse_entry(log, log_len, pos, 0, &info);
+        if (rc == PLG_ETRUNCATED) return PLG_ENOTFOUND;
+        if (rc != PLG_OK) return rc;
+        if (info.last_offset >= target) break;
+        pos += info.size;
+    }
+    if (info.base_offset > target) return PLG_ENOTFOUND;
+    if (info.magic != 2 || (info.attributes & PLG_ATTR_COMPRESSION_MASK)) return PLG_EUNSUPPORTED;
+    uint32_t slot = slot_of(cache, pos);
+    lookup_entry_t *e = cache->slots[slot];
+    if (e && e->position == pos && e->size == info.size && e->crc == info.crc) {
+        cache->stats.hits++;
+    } else {
+        uint64_t end = pos + info.size;
+        if (end > verified_bytes && !range_verified(cache, pos, end)) {
+            uint32_t crc;
+            cache->stats.crc_checks++;
+            plg_crc32c(log + pos + PLG_ATTRIBUTES_OFFSET, info.size - PLG_ATTRIBUTES_OFFSET, 0, &crc);
+            if (crc != info.crc) return PLG_ECRC;
+            range_add(cache, pos, end);
+        }
+        if (!e) {
+            e = malloc(sizeof(*e));
+            if (!e) return PLG_EOVERFLOW;
+            cache->slots[slot] = e;
+        }
+        int rc = build_entry(log, &info, e);
+        if (rc != PLG_OK) {
+            free(e);
+            cache->slots[slot] = NULL;
+            return rc;
+        }
+        cache->stats.tables_built++;
+    }
+    /* the last anchor at or before the target's offset delta */
+    int64_t want = target - e->base_offset;
+    uint32_t lo = 0, hi = e->anchors;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if ((int64_t)e->anchor_od[mid] <= want) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return PLG_ENOTFOUND;
+    const uint8_t *rb = log + pos + PLG_BATCH_OVERHEAD;
+    uint64_t len = e->size - PLG_BATCH_OVERHEAD, p = e->anchor_pos[lo - 1];
+    if (p >= len) return PLG_ECORRUPT;
+    uint32_t limit = e->records_count; /* never walk more records than the batch holds */
+    for (uint32_t i = 0; i < limit && p < len; i++) {
+        int64_t rlen, tsd, od, v;
+        if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
+        if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
+        uint64_t rend = p + (uint64_t)rlen;
+        p++; /* attributes */
+        if (get_varint(rb, rend, &p, 10, &tsd) != PLG_OK) return PLG_ECORRUPT;
+        if (get_varint(rb, rend, &p, 5, &od) != PLG_OK || od < 0) return PLG_ECORRUPT;
+        if (od > want) return PLG_ENOTFOUND;
+        if (od < want) {
+            p = rend;
+            continue;
+        }
+        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+        out->key_len = (int32_t)v;
+        out->key_pos = pos + PLG_BATCH_OVERHEAD + p;
+        if (v > 0) {
+            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
+            p += (uint64_t)v;
+        }
+        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+        out->value_len = (int32_t)v;
+        out->value_pos = pos + PLG_BATCH_OVERHEAD + p;
+        if (v > 0) {
+            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
+            p += (uint64_t)v;
+        }
+        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < 0) return PLG_ECORRUPT;
+        out->header_count = (int32_t)v;
+        out->headers_pos = pos + PLG_BATCH_OVERHEAD + p;
+        out->headers_len = (uint32_t)(rend - p);
+        out->batch_position = pos;
+        out->batch_size = e->size;
+        out->base_offset = e->base_offset;
+        out->last_offset = e->last_offset;
+        out->attributes = e->attributes;
+        out->max_timestamp = e->max_timestamp;
+        out->timestamp = (e->attributes & PLG_ATTR_LOG_APPEND_TIME) ? e->max_timestamp
+                                                                   : (int64_t)((uint64_t)e->base_timestamp + (uint64_t)tsd);
         out->offset = target;
         return PLG_OK;
     }

@@ -227,6 +227,41 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
                       int64_t base_offset, int64_t target, uint64_t verified_bytes,
                       plg_record_ref_t *out);
 
+/* ---- point lookup with a per-segment cache (batch.c) --------------------- */
+/* A cache belongs to one segment of one process and is used under that
+ * segment's lock (it is mutated by lookups). It remembers, per batch
+ * position (direct-mapped, at most max_batches batches), the batch's header
+ * and an "anchor" - position and offset delta - for every
+ * ceil(records / PLG_ANCHORS)-th record, so a lookup walks at most that many
+ * record headers; and the set of byte ranges whose CRC this process checked
+ * (merged, at most PLG_MAX_VERIFIED_RANGES), so a batch's CRC is checked
+ * once, not once per lookup. A cached batch is trusted: bytes changed in the
+ * file behind the process after that are not noticed (every read stays
+ * inside the batch's bounds all the same). The owner calls
+ * plg_lookup_cache_forget_from before the file shrinks or is rewritten. */
+#define PLG_ANCHORS 64
+#define PLG_MAX_VERIFIED_RANGES 1048576
+
+typedef struct plg_lookup_cache plg_lookup_cache_t;
+
+typedef struct {
+    uint64_t hits;              /* lookups served from a cached batch               */
+    uint64_t tables_built;      /* batches whose anchors were (re)built             */
+    uint64_t crc_checks;        /* batch CRCs computed                              */
+    uint64_t forgets;           /* plg_lookup_cache_forget_from calls               */
+    uint64_t range_resets;      /* the verified set was emptied (memory, bound)     */
+    uint64_t verified_ranges;   /* disjoint verified ranges now held                */
+} plg_lookup_stats_t;
+
+plg_lookup_cache_t *plg_lookup_cache_new(uint32_t max_batches);
+void plg_lookup_cache_free(plg_lookup_cache_t *cache);
+int plg_lookup_cache_forget_from(plg_lookup_cache_t *cache, uint64_t position);
+int plg_lookup_cache_stats(const plg_lookup_cache_t *cache, plg_lookup_stats_t *out);
+/* As plg_lookup_record, through the cache; PLG_EOVERFLOW when memory runs out. */
+int plg_lookup_cached(const uint8_t *log, uint64_t log_len, const uint8_t *idx, uint64_t idx_len,
+                      int64_t base_offset, int64_t target, uint64_t verified_bytes,
+                      plg_lookup_cache_t *cache, plg_record_ref_t *out);
+
 /* ---- a fetch response as consumer record columns (batch.c) ------------- */
 /* One "run": consecutive plain v2 batches (uncompressed, not control, no
  * headers, no null value, keys all null or all present, one leader epoch and

@@ -855,6 +855,240 @@ static PyTypeObject SendPathType = {
     .tp_new = sendpath_new,
 };
 
+/* ------------------------------------------------------------- make_records */
+
+/* One field of record i: seq[i] when seq is a tuple or list, or first + i (contiguous) / the shared
+ * object when seq is an int (step 1 or 0; first is seq's value). Returns a new reference. */
+static PyObject *field_at(PyObject *seq, Py_ssize_t i, int step, long long first) {
+    if (PyLong_CheckExact(seq)) {
+        if (step == 0 || i == 0) {
+            Py_INCREF(seq);
+            return seq;
+        }
+        return PyLong_FromLongLong(first + (long long)i);
+    }
+    PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+    Py_INCREF(o);
+    return o;
+}
+
+static int atomic(PyObject *o) {
+    return o == Py_None || PyBytes_CheckExact(o) || PyLong_CheckExact(o);
+}
+
+/* make_records(cls, values, keys, offsets, timestamps, timestamp_type) -> list
+ *
+ * The storage reader's record builder (pylog.storage.log.Log.read): record i is
+ * cls(values[i], keys[i], (), timestamps[i], offsets[i], timestamp_type), where keys
+ * None means every key is null, offsets an int means first offset of a contiguous
+ * run, and timestamps an int means one timestamp for all. cls is a tuple subclass of
+ * six fields (pylog.storage.record.Record). A record whose fields are all bytes,
+ * None or int (and the shared empty headers tuple) cannot be part of a reference
+ * cycle, so it is untracked by the cycle collector at once, as CPython does itself
+ * for plain tuples of such items at their first collection (it never does for a
+ * tuple subclass): a million records held by the caller then cost no collector
+ * time. Records holding anything else stay tracked. */
+static PyObject *make_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "make_records takes 6 arguments");
+        return NULL;
+    }
+    PyObject *cls = args[0], *values = args[1], *keys = args[2], *offsets = args[3],
+             *timestamps = args[4], *tst = args[5];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "make_records: cls must be a tuple subclass");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (!(PyTuple_CheckExact(values) || PyList_CheckExact(values)) ||
+        !(keys == Py_None || PyTuple_CheckExact(keys) || PyList_CheckExact(keys)) ||
+        !(PyLong_CheckExact(offsets) || PyTuple_CheckExact(offsets) || PyList_CheckExact(offsets)) ||
+        !(PyLong_CheckExact(timestamps) || PyTuple_CheckExact(timestamps) || PyList_CheckExact(timestamps)) ||
+        !PyLong_CheckExact(tst)) {
+        PyErr_SetString(PyExc_TypeError, "make_records: bad argument types");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(values);
+    if ((keys != Py_None && PySequence_Fast_GET_SIZE(keys) != n) ||
+        (!PyLong_CheckExact(offsets) && PySequence_Fast_GET_SIZE(offsets) != n) ||
+        (!PyLong_CheckExact(timestamps) && PySequence_Fast_GET_SIZE(timestamps) != n)) {
+        PyErr_SetString(PyExc_ValueError, "make_records: columns of different lengths");
+        return NULL;
+    }
+    long long first = 0;
+    if (PyLong_CheckExact(offsets)) {
+        first = PyLong_AsLongLong(offsets);
+        if (first == -1 && PyErr_Occurred()) return NULL;
+        if (first < 0 || (long long)n > LLONG_MAX - first) {
+            PyErr_SetString(PyExc_ValueError, "make_records: offsets out of range");
+            return NULL;
+        }
+    }
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL) return NULL;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(empty);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = type->tp_alloc(type, 6);
+        if (rec == NULL) goto fail;
+        PyList_SET_ITEM(out, i, rec);
+        PyObject *v = PySequence_Fast_GET_ITEM(values, i);
+        PyObject *k = keys == Py_None ? Py_None : PySequence_Fast_GET_ITEM(keys, i);
+        Py_INCREF(v);
+        Py_INCREF(k);
+        Py_INCREF(empty);
+        Py_INCREF(tst);
+        PyTuple_SET_ITEM(rec, 0, v);
+        PyTuple_SET_ITEM(rec, 1, k);
+        PyTuple_SET_ITEM(rec, 2, empty);
+        PyTuple_SET_ITEM(rec, 5, tst);
+        PyObject *ts = field_at(timestamps, i, 0, 0);
+        if (ts == NULL) goto fail;
+        PyTuple_SET_ITEM(rec, 3, ts);
+        PyObject *off = field_at(offsets, i, 1, first);
+        if (off == NULL) goto fail;
+        PyTuple_SET_ITEM(rec, 4, off);
+        if (atomic(v) && atomic(k) && atomic(ts) && atomic(off) && PyObject_GC_IsTracked(rec)) {
+            PyObject_GC_UnTrack(rec);
+        }
+    }
+    Py_DECREF(empty);
+    return out;
+fail:
+    Py_DECREF(empty);
+    Py_DECREF(out); /* a record with a NULL slot is fine to free: tuple dealloc skips NULL items */
+    return NULL;
+}
+
+/* untrack_records(records: list) -> None: make_records' untracking for records built elsewhere
+ * (the general decoder's): each tuple in the list whose items are all bytes, None, int or the
+ * empty tuple is untracked by the cycle collector; anything else is left as it is. */
+static PyObject *untrack_records(PyObject *self, PyObject *arg) {
+    if (!PyList_CheckExact(arg)) {
+        PyErr_SetString(PyExc_TypeError, "untrack_records takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(arg);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PyList_GET_ITEM(arg, i);
+        if (!PyTuple_Check(rec) || !PyObject_GC_IsTracked(rec)) continue;
+        Py_ssize_t m = PyTuple_GET_SIZE(rec), j;
+        for (j = 0; j < m; j++) {
+            PyObject *o = PyTuple_GET_ITEM(rec, j);
+            if (!(atomic(o) || (PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 0))) break;
+        }
+        if (j == m) PyObject_GC_UnTrack(rec);
+    }
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------- point_lookup */
+
+#include "plg.h"
+
+typedef int (*lookup_fn_t)(const uint8_t *, uint64_t, const uint8_t *, uint64_t, int64_t, int64_t, uint64_t,
+                           plg_lookup_cache_t *, plg_record_ref_t *);
+
+/* plg_lookup_cached of the cffi-built C core, set once by set_lookup_function: this module is built
+ * apart from that library and calls it through the pointer rather than linking a second copy. */
+static lookup_fn_t lookup_fn = NULL;
+
+static PyObject *set_lookup_function(PyObject *self, PyObject *arg) {
+    unsigned long long addr = PyLong_AsUnsignedLongLong(arg);
+    if (addr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    lookup_fn = (lookup_fn_t)(uintptr_t)addr;
+    Py_RETURN_NONE;
+}
+
+/* point_lookup(map_addr, size, index, base_offset, offset, verified_bytes, cache_addr, cls)
+ *
+ * LogSegment.lookup_record's fast path in one call: plg_lookup_cached over the segment's map
+ * (map_addr: its address, size: the logical end; index: the offset index, a bytes-like object),
+ * then the record as cls(value, key, (), timestamp, offset, timestamp_type) with one object per
+ * field, built here instead of by a dozen cffi field reads and slices in Python. Returns the
+ * record; None when the C core says "not here" (no such offset, a compressed or legacy batch, a
+ * control batch); 1 when the record has headers (the caller decodes it the general way); or the
+ * C core's negative status for bad bytes. The caller keeps the map and cache alive and holds the
+ * segment's lock. */
+static PyObject *point_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "point_lookup takes 8 arguments");
+        return NULL;
+    }
+    if (lookup_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "point_lookup: set_lookup_function was not called");
+        return NULL;
+    }
+    PyObject *cls = args[7], *offset_obj = args[4];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) || !PyLong_CheckExact(offset_obj)) {
+        PyErr_SetString(PyExc_TypeError, "point_lookup: bad argument types");
+        return NULL;
+    }
+    unsigned long long map_addr = PyLong_AsUnsignedLongLong(args[0]);
+    unsigned long long size = PyLong_AsUnsignedLongLong(args[1]);
+    long long base_offset = PyLong_AsLongLong(args[3]);
+    long long offset = PyLong_AsLongLong(offset_obj);
+    unsigned long long verified = PyLong_AsUnsignedLongLong(args[5]);
+    unsigned long long cache_addr = PyLong_AsUnsignedLongLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (map_addr == 0 || cache_addr == 0) {
+        PyErr_SetString(PyExc_ValueError, "point_lookup: null map or cache");
+        return NULL;
+    }
+    Py_buffer idx;
+    if (PyObject_GetBuffer(args[2], &idx, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *log = (const uint8_t *)(uintptr_t)map_addr;
+    plg_record_ref_t ref;
+    int rc = lookup_fn(log, (uint64_t)size, (const uint8_t *)idx.buf, (uint64_t)idx.len, (int64_t)base_offset,
+                       (int64_t)offset, (uint64_t)verified, (plg_lookup_cache_t *)(uintptr_t)cache_addr, &ref);
+    PyBuffer_Release(&idx);
+    if (rc == PLG_ENOTFOUND || rc == PLG_EUNSUPPORTED) Py_RETURN_NONE;
+    if (rc != PLG_OK) return PyLong_FromLong(rc);
+    if (ref.attributes & PLG_ATTR_CONTROL) Py_RETURN_NONE;
+    if (ref.header_count != 0) return PyLong_FromLong(1);
+    /* The C core checked every position against size; check again before copying out. */
+    if ((ref.value_len > 0 && (ref.value_pos > size || (uint64_t)ref.value_len > size - ref.value_pos)) ||
+        (ref.key_len > 0 && (ref.key_pos > size || (uint64_t)ref.key_len > size - ref.key_pos)))
+        return PyLong_FromLong(PLG_ECORRUPT);
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *value = NULL, *key = NULL, *ts = NULL, *tst = NULL, *empty = NULL;
+    if (ref.value_len >= 0) {
+        value = PyBytes_FromStringAndSize((const char *)log + ref.value_pos, ref.value_len);
+    } else {
+        value = Py_None;
+        Py_INCREF(value);
+    }
+    if (ref.key_len >= 0) {
+        key = PyBytes_FromStringAndSize((const char *)log + ref.key_pos, ref.key_len);
+    } else {
+        key = Py_None;
+        Py_INCREF(key);
+    }
+    ts = PyLong_FromLongLong(ref.timestamp);
+    tst = PyLong_FromLong((ref.attributes & PLG_ATTR_LOG_APPEND_TIME) ? 1 : 0);
+    empty = PyTuple_New(0);
+    PyObject *rec = (value && key && ts && tst && empty) ? type->tp_alloc(type, 6) : NULL;
+    if (rec == NULL) {
+        Py_XDECREF(value);
+        Py_XDECREF(key);
+        Py_XDECREF(ts);
+        Py_XDECREF(tst);
+        Py_XDECREF(empty);
+        return NULL;
+    }
+    Py_INCREF(offset_obj);
+    PyTuple_SET_ITEM(rec, 0, value);
+    PyTuple_SET_ITEM(rec, 1, key);
+    PyTuple_SET_ITEM(rec, 2, empty);
+    PyTuple_SET_ITEM(rec, 3, ts);
+    PyTuple_SET_ITEM(rec, 4, offset_obj);
+    PyTuple_SET_ITEM(rec, 5, tst);
+    return rec;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -863,6 +1097,16 @@ static PyMethodDef module_methods[] = {
      "bind_future(result, exception, add_done_callback, repr, metadata_type): the Python functions behind "
      "FutureRecordMetadata's methods (each called with the future first), and the RecordMetadata type "
      "result() builds itself for an acknowledged record of a plain batch."},
+    {"set_lookup_function", set_lookup_function, METH_O,
+     "set_lookup_function(address): the C core's plg_lookup_cached, for point_lookup."},
+    {"point_lookup", (PyCFunction)(void (*)(void))point_lookup, METH_FASTCALL,
+     "point_lookup(map_addr, size, index, base_offset, offset, verified_bytes, cache_addr, cls): "
+     "LogSegment.lookup_record's fast path (see sendpath.c)."},
+    {"untrack_records", untrack_records, METH_O,
+     "untrack_records(records: list): untrack the tuples holding only bytes, None, ints and () (see sendpath.c)."},
+    {"make_records", (PyCFunction)(void (*)(void))make_records, METH_FASTCALL,
+     "make_records(cls, values, keys, offsets, timestamps, timestamp_type) -> list: the storage reader's "
+     "records, untracked by the cycle collector when they hold only bytes, None and ints (see sendpath.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -174,7 +174,9 @@ class Producer:
 
     * ``acks`` - 0, 1 or ``"all"`` (default);
     * ``batch_size`` - bytes per batch (16384); ``linger_ms`` (0);
-    * ``compression_type`` - none, gzip, snappy, lz4, zstd;
+    * ``compression_type`` - none, gzip, snappy, lz4, zstd; ``compression_level`` (KIP-390) - None for
+      Kafka's default per codec (gzip 6, lz4 9 = LZ4's fast compressor, zstd 3; ranges gzip 1-9, lz4 1-17,
+      zstd -131072-22; ignored for snappy), see :func:`pylog.storage.compression.compress`;
     * ``max_in_flight`` - requests per partition (5; at most 5 with idempotence);
     * ``retry_backoff_ms`` (100), ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000),
       ``retries`` (2**31-1: in effect, retry until the delivery timeout);
@@ -203,7 +205,8 @@ class Producer:
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
                  transactional_id: Optional[str] = None, retries: int = 2**31 - 1,
                  buffer_memory: int = 33_554_432, max_block_ms: int = 60_000,
-                 key_serializer: Any = None, value_serializer: Any = None, **unknown: Any):
+                 key_serializer: Any = None, value_serializer: Any = None,
+                 compression_level: Optional[int] = None, **unknown: Any):
         if unknown:
             hint = (" (bootstrap_servers: an in-process producer writes to its cluster directly; drop it)"
                     if "bootstrap_servers" in unknown else "")
@@ -242,6 +245,7 @@ class Producer:
             self.compression = codecs.codec_id(compression_type)
         except InvalidConfigurationError as exc:
             raise InvalidConfigurationError(f"compression_type: {exc}") from None
+        self.compression_level = codecs.check_level(self.compression, compression_level)
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.max_in_flight = max_in_flight
@@ -708,6 +712,7 @@ class Producer:
                     b.data = encode_values_batch(b.records, now, b.producer_id, b.producer_epoch, b.sequence)
                 else:
                     b.data = encode_batch(b.records, now_ms=now, compression=self.compression,
+                                          compression_level=self.compression_level,
                                           producer_id=b.producer_id, producer_epoch=b.producer_epoch,
                                           base_sequence=b.sequence, plain=b.plain)
             except PylogError as exc:

@@ -84,6 +84,7 @@ from pylog.storage.record import (
     scan,
     set_base_offset,
 )
+from pylog.storage.reader import records_of_chunk
 from pylog.storage.segment import LogSegment
 
 if TYPE_CHECKING:
@@ -557,8 +558,13 @@ class Log:
         producer_epoch: int = -1,
         base_sequence: int = -1,
         transactional: bool = False,
+        compression_level: Optional[int] = None,
     ) -> AppendResult:
         """Append ``records`` as one batch at the log end; returns its offsets.
+
+        ``compression`` names the codec and ``compression_level`` its level
+        (KIP-390; None: Kafka's default for the codec, see
+        :func:`pylog.storage.compression.compress`).
 
         Items are bytes-like values or :class:`Record` objects. Raises
         :class:`InvalidRecordError` for a bad item and
@@ -594,6 +600,7 @@ class Log:
                 producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
                 transactional=transactional,
+                compression_level=compression_level,
             )
             found = scan(batch, verify_crc=False)
             return self._append_validated(batch, found.batches)
@@ -1132,37 +1139,50 @@ class Log:
         Records below ``offset`` in the first batch and at or after
         ``max_offset`` are skipped. Raises :class:`OffsetOutOfRangeError` for
         an offset outside [log_start_offset, log_end_offset].
+
+        The batches are read and CRC-checked as by :meth:`read_batches`, then
+        turned into records a run of plain batches per C call, the way the
+        consumer's ``poll`` does (:mod:`pylog.storage.reader`); records
+        holding only bytes, ``None`` and ints are not tracked by the cycle
+        collector. Complexity: O(log segments + log index entries + bytes
+        read). Thread-safety: the read takes the log's lock; the records are
+        built outside it.
         """
-        batches = self.read_batches(offset, max_bytes, max_offset=max_offset)
+        spans = self._read_spans(offset, max_bytes, max_offset, True)
         limit = self.log_end_offset if max_offset is None else max_offset
-        for batch in batches:
-            if batch.is_control:
-                continue
-            records = batch.records()
-            if batch.base_offset >= offset and batch.last_offset < limit:
-                yield from records  # the common case: no per-record filtering
-                continue
-            for rec in records:
-                if rec.offset >= limit:
-                    return
-                if rec.offset >= offset:
-                    yield rec
+        for seg, position, view, infos in spans:
+            records, error = records_of_chunk(view, infos, seg.log_path, position, offset, limit)
+            yield from records
+            if error is not None:
+                raise error
 
     def get(self, offset: int) -> Record:
         """The record at ``offset`` (a point read).
 
         Uncompressed v2 data takes one C call over a memory map of the
-        segment; anything else falls back to :meth:`read`. Raises
-        :class:`OffsetOutOfRangeError` when no record has that offset.
+        segment, through the segment's lookup cache (per-batch record anchors
+        and the ranges whose CRC this process checked:
+        :meth:`LogSegment.lookup_record` says what is promised about
+        corruption); anything else (compressed, legacy, a read-only opener)
+        falls back to :meth:`read`. The record holds one Python object per
+        field. Raises :class:`OffsetOutOfRangeError` when no record has that
+        offset.
 
-        Complexity: O(log segments + log index entries + bytes from the index
-        entry to the record).
+        Complexity: O(log segments + log index entries + the batch headers
+        from the index entry to the record's batch + 1/64 of that batch's
+        records); the first read of a batch in this process also CRC-checks
+        it. Thread-safety: takes the log's lock.
         """
         with self._lock:
-            self._ensure_open()
-            self._check_offset(offset)
-            if offset < self.log_end_offset:
-                seg = self.segments.peekitem(self.segments.bisect_right(offset) - 1)[1]
+            if self._closed or type(offset) is not int:
+                self._ensure_open()
+                self._check_offset(offset)
+            if self.log_start_offset <= offset < self.log_end_offset:
+                segs = self.segments
+                if len(segs) == 1:  # SortedDict is a dict: the C-level view skips its Python layers
+                    seg = next(iter(dict.values(segs)))
+                else:
+                    seg = segs.peekitem(segs.bisect_right(offset) - 1)[1]
                 rec = seg.lookup_record(offset)
                 if rec is not None:
                     return rec
@@ -1170,6 +1190,8 @@ class Log:
                     if rec.offset == offset:
                         return rec
                     break
+            else:
+                self._check_offset(offset)
             raise OffsetOutOfRangeError(
                 f"no record at offset {offset} in {self.topic}-{self.partition} "
                 f"(log start {self.log_start_offset}, log end {self.log_end_offset})"

@@ -597,8 +597,12 @@ def encode_batch(
     transactional: bool = False,
     control: bool = False,
     plain: Optional[bool] = None,
+    compression_level: Optional[int] = None,
 ) -> bytearray:
     """Encode ``records`` as one RecordBatch v2 and return its bytes.
+
+    ``compression_level`` (KIP-390; None: the codec's Kafka default) is
+    checked against the codec's range (:func:`pylog.storage.compression.compress`).
 
     Items are bytes-like values or :class:`Record` objects; a record without a
     timestamp gets ``now_ms``. The batch's baseTimestamp is the first record's
@@ -614,6 +618,7 @@ def encode_batch(
     if n == 0:
         raise InvalidRecordError("a batch needs at least one record")
     codec = codecs.codec_id(compression)
+    codecs.check_level(codec, compression_level)
     if plain is None:
         plain = {*map(type, records)} == _ONLY_BYTES  # C-level loop: ~40% cheaper than a generator
     attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
@@ -623,7 +628,7 @@ def encode_batch(
         out = _encode_columns(records, n, plain, now_ms, base_offset, partition_leader_epoch, producer_id,
                               producer_epoch, base_sequence, attributes)
     if codec != codecs.NONE:
-        compressed = codecs.compress(codec, memoryview(out)[BATCH_OVERHEAD:])
+        compressed = codecs.compress(codec, memoryview(out)[BATCH_OVERHEAD:], compression_level)
         out = out[:BATCH_OVERHEAD] + compressed
         out[21:23] = struct.pack(">h", attributes | codec)
         _native.check(lib.plg_batch_seal(ffi.from_buffer(out), len(out)), "seal compressed batch")

@@ -30,6 +30,27 @@ from pylog.storage.record import BatchInfo, Record, scan
 log = logging.getLogger("pylog.storage")
 READ_CHUNK = 64 * 1024
 _new_tuple = tuple.__new__
+_lookup_cached = lib.plg_lookup_cached
+try:
+    # The record built in one C call (sendpath.c point_lookup), calling this C core's plg_lookup_cached.
+    from pylog._native._sendpath import point_lookup as _point_lookup
+    from pylog._native._sendpath import set_lookup_function as _set_lookup_function
+
+    _set_lookup_function(int(ffi.cast("uintptr_t", ffi.addressof(lib, "plg_lookup_cached"))))
+except ImportError:  # pragma: no cover - only without a build of sendpath.c: the cffi path below
+    _point_lookup = None
+_from_buffer = ffi.from_buffer
+
+#: Batches per segment whose record anchors the point-lookup cache keeps (direct-mapped by position).
+LOOKUP_CACHE_BATCHES = 1024
+
+
+def _new_lookup_cache() -> Any:
+    """A fresh C point-lookup cache, freed by cffi when its owner drops it."""
+    cache = lib.plg_lookup_cache_new(LOOKUP_CACHE_BATCHES)
+    if cache == ffi.NULL:
+        raise MemoryError("no memory for the point-lookup cache")
+    return ffi.gc(cache, lib.plg_lookup_cache_free)
 #: A writer's segment is mapped with room to grow: at least this much (or the segment's
 #: ``map_limit``, if smaller), and twice the file's size when it outgrows the map.
 MAP_MIN_BYTES = 1 << 20
@@ -193,6 +214,12 @@ class LogSegment:
         #: how many times the .log was mapped (tests check that appends do not remap each time)
         self.maps_made = 0
         self._ref = ffi.new("plg_record_ref_t *")  # reused by lookup_record (the log's lock serialises it)
+        #: the C point-lookup cache (plg_lookup_cache_t: per-batch record anchors and the CRC-verified
+        #: ranges), made by the first :meth:`lookup_record` and dropped with the map (:meth:`_drop_map`)
+        self._lookups: Any = None
+        self._map_buf: Any = None  # ffi.buffer over the whole map, for lookup_record's slices
+        self._map_addr = 0  # the map's address, for the C point lookup (0: not taken yet)
+        self._lookups_addr = 0  # the lookup cache's address, while _lookups holds it
         #: base offset -> position of the first batch of each recent append by this process (at most
         #: :data:`RECENT_STARTS` of them): a fetch from where a follower stopped starts at one, so it is
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
@@ -534,7 +561,7 @@ class LogSegment:
         return self._map_ptr
 
     def _remap(self, size: int) -> None:
-        self._drop_map()
+        self._unmap()  # the bytes stay what they were: the lookup cache stays valid
         self.maps_made += 1
         if _mmap is not None:
             want = max(2 * size, MAP_MIN_BYTES)
@@ -554,6 +581,15 @@ class LogSegment:
         self._map_len = size
 
     def _drop_map(self) -> None:
+        """Unmap the .log and forget every cached batch and verified range: called before this
+        process truncates or rewrites the file (:meth:`truncate_to`, :meth:`recover`) and on close."""
+        self._unmap()
+        self._lookups_addr = 0
+        self._lookups = None  # ffi.gc frees it (plg_lookup_cache_free)
+
+    def _unmap(self) -> None:
+        self._map_buf = None
+        self._map_addr = 0
         if self._map_finalizer is not None:
             self._map_ptr = None
             self._map_finalizer()  # munmap, once
@@ -573,19 +609,63 @@ class LogSegment:
         the fast path does not apply (compressed, legacy or control batch, a
         read-only segment) or no record has that offset here.
 
-        Complexity: O(log index entries) + the batches and records between the
-        index entry and the target. A batch past :attr:`verified_bytes` is
-        CRC-checked first; bad bytes raise :class:`CorruptRecordError`.
+        The C call (``plg_lookup_cached``) goes through this segment's lookup
+        cache: the first lookup in a batch CRC-checks it (unless it lies in
+        :attr:`verified_bytes` or a range this process verified before) and
+        records an anchor - position and offset delta - for every
+        ``ceil(records / 64)``-th record; later lookups in that batch
+        binary-search the anchors and walk at most that many record headers.
+        At most :data:`LOOKUP_CACHE_BATCHES` batches per segment keep anchors
+        (about 580 bytes each; the verified ranges are 16 bytes each, merged).
+
+        With the send-path extension built, the lookup and the record are one
+        call (``point_lookup`` in ``pylog/_native/sendpath.c``, which calls this
+        C core's ``plg_lookup_cached`` through its address); a record with
+        headers, and builds without the extension, take the cffi path below.
+
+        What is promised about corruption: a batch is CRC-checked the first
+        time this process reads it by offset (after a reopen, a truncation or
+        a recovery of this segment: again), and a bad one raises
+        :class:`CorruptRecordError` every time it is asked for. A batch that
+        passed is trusted afterwards: bytes changed in the file behind the
+        process (another program, a disk fault under a warm page cache) are
+        not noticed by later lookups, though every read stays inside the
+        batch's bounds and a damaged record header still raises
+        :class:`CorruptRecordError`. Kafka's broker trusts its segments the
+        same way after the append-time check.
+
+        Complexity: O(log index entries + batches between the index entry and
+        the target + 1/64 of the batch's records); the first lookup in a batch
+        O(batch bytes). Thread-safety: under the log's lock (the cache and
+        ``_ref`` are shared).
         """
         if not self._indexes_ready:
             self.ensure_indexes()
-        ptr = self._mapped()
-        if ptr is None:
-            return None
-        ref = self._ref
+        size = self._state.size
+        ptr = self._map_ptr
+        if ptr is None or self._map_len < size:
+            ptr = self._mapped()  # (re)map, or None when there is nothing to map
+            if ptr is None:
+                return None
+        cache = self._lookups
+        if cache is None:
+            cache = self._lookups = _new_lookup_cache()
+            self._lookups_addr = int(ffi.cast("uintptr_t", cache))
         idx = self.offset_index.data
-        rc = lib.plg_lookup_record(ptr, self._state.size, ffi.from_buffer(idx), len(idx), self.base_offset, offset,
-                                   self.verified_bytes, ref)
+        if _point_lookup is not None:
+            if not self._map_addr:
+                self._map_addr = int(ffi.cast("uintptr_t", ptr))
+            got = _point_lookup(self._map_addr, size, idx, self.base_offset, offset, self.verified_bytes,
+                                self._lookups_addr, Record)
+            if type(got) is not int:
+                return got  # type: ignore[no-any-return]  # the record, or None: not here
+            if got != 1:  # 1: a record with headers, decoded below
+                raise CorruptRecordError(
+                    f"invalid batch while reading offset {offset}: {_native.strerror(got)}", path=self.log_path
+                )
+        ref = self._ref
+        rc = _lookup_cached(ptr, size, _from_buffer(idx), len(idx), self.base_offset, offset,
+                            self.verified_bytes, cache, ref)
         if rc:
             if rc == lib.PLG_ENOTFOUND or rc == lib.PLG_EUNSUPPORTED:
                 return None
@@ -595,23 +675,39 @@ class LogSegment:
         attributes = ref.attributes
         if attributes & 0x20:  # control batch: not an application record
             return None
-        mm = ffi.buffer(ptr, self._state.size)  # slices copy out, never past the logical end
-        end = ref.batch_position + ref.batch_size
-        if end > self.verified_bytes and ref.batch_position == self.verified_bytes:
-            self.verified_bytes = end
+        mm = self._map_buf  # slices copy out, never past the logical end (C checked every position)
+        if mm is None:
+            mm = self._map_buf = ffi.buffer(ptr, self._map_len)
         kl = ref.key_len
         vl = ref.value_len
-        key = mm[ref.key_pos : ref.key_pos + kl] if kl >= 0 else None  # type: ignore[index]
-        vp = ref.value_pos
-        value = mm[vp : vp + vl] if vl >= 0 else None  # type: ignore[index]
         hc = ref.header_count
-        headers = (
-            _headers(mm[ref.headers_pos : ref.headers_pos + ref.headers_len], hc, self.log_path,  # type: ignore[index]
-                     int(ref.batch_position))
-            if hc
-            else ()
-        )
+        if kl >= 0:
+            kp = ref.key_pos
+            key = mm[kp : kp + kl]  # type: ignore[index]
+        else:
+            key = None
+        if vl >= 0:
+            vp = ref.value_pos
+            value = mm[vp : vp + vl]  # type: ignore[index]
+        else:
+            value = None
+        if hc:
+            hp = ref.headers_pos
+            headers = _headers(mm[hp : hp + ref.headers_len], hc, self.log_path,  # type: ignore[index]
+                               int(ref.batch_position))
+        else:
+            headers = ()
         return _new_tuple(Record, (value, key, headers, ref.timestamp, offset, 1 if attributes & 0x08 else 0))
+
+    def lookup_stats(self) -> Dict[str, int]:
+        """Counters of this segment's lookup cache (hits, tables_built, crc_checks, forgets,
+        range_resets, verified_ranges); all zero before the first lookup. For tests and tuning."""
+        names = ("hits", "tables_built", "crc_checks", "forgets", "range_resets", "verified_ranges")
+        if self._lookups is None:
+            return dict.fromkeys(names, 0)
+        st = ffi.new("plg_lookup_stats_t *")
+        lib.plg_lookup_cache_stats(self._lookups, st)
+        return {n: int(getattr(st, n)) for n in names}
 
     # ---- recovery / truncation -------------------------------------------------
     def recover(self, *, truncate: bool = True) -> SegmentRecovery:

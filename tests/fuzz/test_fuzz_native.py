@@ -66,3 +66,35 @@ def test_varint_decode_on_random_bytes(data: bytes) -> None:
     value, used = ffi.new("int64_t *"), ffi.new("uint64_t *")
     if lib.plg_varint_decode(data, len(data), value, used) == _native.OK:
         assert 1 <= used[0] <= min(len(data), 10)
+
+
+@settings(suppress_health_check=SUPPRESS)
+@given(fc.mutations(st), st.lists(st.integers(-5, 40), min_size=1, max_size=8), st.booleans(), st.integers(1, 8))
+@pytest.mark.timeout(300)
+def test_cached_point_lookup_on_damaged_segments(mut, targets, trust: bool, slots: int) -> None:
+    """plg_lookup_cached over damaged bytes: a cache warmed on the intact segment, then the bytes change
+    under it (the case the cache trusts), and a cold cache on the damaged bytes; every returned position
+    stays inside the buffer whatever the cache holds."""
+    ops, do_reseal = mut
+    damaged = fc.apply(CORPUS.log, ops, CORPUS.batches, do_reseal)
+    index = CORPUS.index[: len(CORPUS.index) - len(CORPUS.index) % 8]
+    warm = ffi.gc(lib.plg_lookup_cache_new(slots), lib.plg_lookup_cache_free)
+    cold = ffi.gc(lib.plg_lookup_cache_new(slots), lib.plg_lookup_cache_free)
+    out = ffi.new("plg_record_ref_t *")
+    for log, cache in ((CORPUS.log, warm), (damaged, warm), (damaged, cold)):
+        for target in targets:
+            rc = lib.plg_lookup_cached(log, len(log), index, len(index), 0, target, len(log) if trust else 0, cache, out)
+            if rc == _native.OK:
+                assert out.offset == target
+                assert out.batch_position + out.batch_size <= len(log)
+                if out.value_len >= 0:
+                    assert out.value_pos + out.value_len <= len(log)
+                if out.key_len >= 0:
+                    assert out.key_pos + out.key_len <= len(log)
+                assert out.headers_pos + out.headers_len <= len(log)
+            else:
+                assert rc in (lib.PLG_ENOTFOUND, lib.PLG_EUNSUPPORTED, _native.ECORRUPT, _native.ECRC, _native.EMAGIC)
+    lib.plg_lookup_cache_forget_from(warm, 0)
+    st_ = ffi.new("plg_lookup_stats_t *")
+    lib.plg_lookup_cache_stats(warm, st_)
+    assert st_.verified_ranges == 0
