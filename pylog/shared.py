@@ -292,7 +292,12 @@ class SharedCluster:
             with self._cond:
                 self._cluster, self._server, self._local = cluster, server, local
                 self._last_snap = snap
-            self.scheduler.run_sync(lambda: (self._apply_snapshot(snap), self.transport.set_upstream(up, snap[0])))
+
+            def install() -> None:
+                self._apply_snapshot(snap)
+                self.transport.set_upstream(up, snap[0])
+
+            self.scheduler.run_sync(install)
             cluster.scheduler.call_soon(self._watch, cluster)
             tmp = os.path.join(self.path, OWNER_INFO_FILE + ".tmp")
             with open(tmp, "w") as f:
