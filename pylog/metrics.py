@@ -120,7 +120,7 @@ class Metric(NamedTuple):
         return None
 
 
-def metric(name: str, kind: str, help: str, value: float, **labels: object) -> Metric:
+def metric(name: str, kind: str, help: str, value: "float | HistogramValue", **labels: object) -> Metric:
     """Build a :class:`Metric`, label values turned to ``str`` in keyword order."""
     return Metric(name, kind, help, value, tuple((k, str(v)) for k, v in labels.items()))
 
