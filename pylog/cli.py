@@ -1490,7 +1490,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
             print(f"Deleted the offsets of group {args.delete_offsets} for "
                   + ", ".join(f"{t}-{p}" for t, p in tps))
         elif args.reset_offsets:
-            return _reset_offsets(q, args, spec)  # type: ignore[arg-type]
+            return _reset_offsets(q, args, spec)
         else:
             for row in q.list_groups():
                 print(f"Group: {row.group_id} State: {row.state} ProtocolType: {row.protocol_type or '-'}")

@@ -288,7 +288,7 @@ class SharedCluster:
                                   lambda peer, frame: self._owner_frame(cluster, peer, frame))
             local = server.local_peer(self._local_frame)
             snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
-            up = lambda frame: server.dispatch(local, frame)  # type: ignore[union-attr]  # noqa: E731
+            up = lambda frame: server.dispatch(local, frame)  # noqa: E731
             with self._cond:
                 self._cluster, self._server, self._local = cluster, server, local
                 self._last_snap = snap
