@@ -48,9 +48,11 @@ import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 from pylog.cluster import Cluster
+from pylog.runtime.broker import SimDisk
+from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.errors import InvalidConfigurationError
 from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, TRUNCATING, Partition, records_equal_below
 
@@ -333,7 +335,7 @@ class Simulation:
                 part.follower_state = FETCHING
                 return True
 
-            Partition.on_offsets_for_leader_epoch = keep_log  # type: ignore[method-assign]
+            Partition.on_offsets_for_leader_epoch = keep_log  # type: ignore[method-assign,assignment]  # a bug patched into the class
 
             def undo() -> None:
                 Partition.on_offsets_for_leader_epoch = orig_ofle  # type: ignore[method-assign]
@@ -348,7 +350,7 @@ class Simulation:
                     return True
                 return False
 
-            Partition.maybe_increment_hw = commit_alone  # type: ignore[method-assign]
+            Partition.maybe_increment_hw = commit_alone  # type: ignore[method-assign,assignment]  # a bug patched into the class
 
             def undo2() -> None:
                 Partition.maybe_increment_hw = orig  # type: ignore[method-assign]
@@ -388,6 +390,8 @@ class Simulation:
         """Pick and run one action (the thresholds fall through exactly as the original driver's did)."""
         c, cfg, rng = self.c, self.cfg, self.rng
         assert c is not None
+        net = c.transport
+        assert isinstance(net, SimulatedNetwork)  # a seeded cluster's
         n = cfg.brokers
         roll = rng.random()
         cut = cfg.produce_rate
@@ -400,7 +404,7 @@ class Simulation:
                 self.futures.append((self.producer.send(topic, value, partition=rng.randrange(self.partitions)), value))
             return f"produce {k}"
         cut += cfg.crash_rate + cfg.stop_rate
-        if roll < cut and self._all_in_sync() and not c.transport.blocked and not self.disk_failed:
+        if roll < cut and self._all_in_sync() and not net.blocked and not self.disk_failed:
             leader = c.store.partitions[(cfg.topics[0], 0)].leader
             controller = c.store.controller_id if c.store.controller_id is not None else leader  # none: metadata fault
             target = rng.choice([leader, controller, rng.randrange(n)])
@@ -416,7 +420,7 @@ class Simulation:
             b = rng.choice([b for b, d in self.down.items() if d] + list(self.disk_failed))
             if b in self.disk_failed:
                 # Its crash must be the only fault, as any crash here: every other replica in sync.
-                if not self._all_in_sync(but=b) or c.transport.blocked:
+                if not self._all_in_sync(but=b) or net.blocked:
                     return ""
                 self._replace_disk(b)
                 return f"replace disk {b}"
@@ -426,7 +430,7 @@ class Simulation:
             self.stats["restarts"] += 1
             return f"start {b}"
         cut += cfg.partition_rate
-        if roll < cut and not c.transport.blocked:
+        if roll < cut and not net.blocked:
             a = rng.randrange(n)
             one_way = rng.random() < 0.3
             c.partition_network([a], [x for x in range(n) if x != a], one_way=one_way)
@@ -435,7 +439,7 @@ class Simulation:
             return f"partition {a} one_way={one_way}"
         cut += cfg.heal_rate
         if roll < cut:
-            if c.transport.blocked:
+            if net.blocked:
                 self._event("heal")
             c.heal_network()
             self.stats["heals"] += 1
@@ -444,16 +448,17 @@ class Simulation:
         if roll < cut:
             b = rng.randrange(n)
             ms = rng.choice([0, 50, 400])
-            c.transport.slow(b, ms)
+            net.slow(b, ms)
             self._event("slow", broker=b, extra_ms=ms)
             self.stats["slows"] += 1
             return f"slow {b}"
         cut += cfg.disk_fail_rate
-        if roll < cut and self._all_in_sync() and not c.transport.blocked and not self.disk_failed:
+        if roll < cut and self._all_in_sync() and not net.blocked and not self.disk_failed:
             # Like a crash, only while every replica is in sync: the broker keeps running, but
             # every write and fsync of its disk fails until the disk is replaced (a restart step).
             b = rng.choice([c.store.partitions[(cfg.topics[0], 0)].leader, rng.randrange(n)])
             disk = c.brokers[b].disk
+            assert isinstance(disk, SimDisk)  # a seeded cluster's
             disk.fail_errno = rng.choice([errno.ENOSPC, errno.EIO])
             disk.fail_write_after = disk.writes
             disk.fail_fsync_after = disk.fsyncs
@@ -493,6 +498,7 @@ class Simulation:
         self._event("crash", broker=b)
         c.stop_broker(b, clean=False)
         disk = c.brokers[b].disk
+        assert isinstance(disk, SimDisk)  # a seeded cluster's
         disk.fail_write_after = disk.fail_fsync_after = None
         del self.disk_failed[b]
         self.stats["crashes"] += 1
@@ -504,16 +510,18 @@ class Simulation:
         """Heal, restart everyone, finish every send, check, run 5 s, check, read everything back."""
         c = self.c
         assert c is not None
+        net = c.transport
+        assert isinstance(net, SimulatedNetwork)  # a seeded cluster's
         self._step = step
         self._event("settle")
-        if c.transport.blocked:
+        if net.blocked:
             self._event("heal")
         c.heal_network()
         if self._metadata_failing():
             self._fail_metadata(False)
-        c.transport.loss = 0.0
+        net.loss = 0.0
         for b in range(self.cfg.brokers):
-            c.transport.slow(b, 0)
+            net.slow(b, 0)
             if self.down.get(b):
                 c.start_broker(b)
                 self._event("start", broker=b)
@@ -543,7 +551,7 @@ class Simulation:
             self.stats["acked"] += len(offsets)
             hw = c.describe(tp[0])[tp[1]].high_watermark
             reader = c.consumer(None, [tp[0]], fetch_max_wait_ms=50)
-            got: Dict[int, bytes] = {}
+            got: Dict[int, Optional[bytes]] = {}
             for _ in range(200):
                 for r in reader.poll(0.5):
                     if r.partition == tp[1]:
@@ -756,6 +764,8 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.artist import Artist
+    from matplotlib.colors import ListedColormap
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
@@ -764,7 +774,9 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
     for n in names:
         if n not in trace.partitions:
             raise InvalidConfigurationError(f"no partition {n!r} in the trace; have {', '.join(sorted(trace.partitions))}")
-    colours = plt.get_cmap("tab10").colors
+    cmap = plt.get_cmap("tab10")
+    assert isinstance(cmap, ListedColormap)  # tab10 is a list of 10 colours
+    colours = cast(Sequence[Tuple[float, float, float]], cmap.colors)  # ten RGB tuples (typed ArrayLike)
     end_s = max(trace.end_ms, 1) / 1000.0
     down_spans = _down_spans(trace)
     net_spans = _network_spans(trace)
@@ -824,11 +836,11 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
         rows = list(pt.replicas)
         for row, r in enumerate(rows):
             y = len(rows) - 1 - row
-            col = colours[r % len(colours)]
+            rgb = colours[r % len(colours)]
             band.broken_barh(_runs(pt.times, [r in isr for isr in pt.isr], trace.end_ms), (y - 0.35, 0.7),
-                             facecolors=col, alpha=0.45, lw=0)
+                             facecolors=rgb, alpha=0.45, lw=0)
             band.broken_barh(_runs(pt.times, [lead == r for lead in pt.leader], trace.end_ms), (y - 0.35, 0.7),
-                             facecolors=col, alpha=1.0, lw=0)
+                             facecolors=rgb, alpha=1.0, lw=0)
             for s, e, kind in down_spans.get(r, []):
                 band.broken_barh([(s, max(e - s, end_s * 0.004))], (y - 0.42, 0.84), facecolors="none",
                                  edgecolors=_FAULT_COLOURS[kind], hatch="//", lw=0.8)
@@ -864,7 +876,7 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
             ax.axvspan(settle[0] / 1000.0, end_s, color="#2ca02c", alpha=0.06, lw=0)
             ax.text(settle[0] / 1000.0, 0.5, " settle: heal, restart all, read back", transform=ax.get_xaxis_transform(),
                     fontsize=7, color="#2c6e2c", rotation=90, va="center", ha="left")
-    handles = [Line2D([], [], color=colours[r % len(colours)], lw=2.5, label=f"broker {r}")
+    handles: List[Artist] = [Line2D([], [], color=colours[r % len(colours)], lw=2.5, label=f"broker {r}")
                for r in range(trace.brokers)]
     handles += [
         Line2D([], [], color="#555555", lw=2.2, label="log end offset"),
