@@ -540,9 +540,9 @@ class GroupCoordinator:
         m.sync = (src, req.correlation_id)
         if req.member_id != g.leader:
             return
-        given = dict(req.assignments)
+        assignments = dict(req.assignments)
         for mid, mm in g.members.items():
-            mm.assignment = given.get(mid, b"")
+            mm.assignment = assignments.get(mid, b"")
         generation = g.generation
 
         def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
