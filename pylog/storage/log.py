@@ -44,7 +44,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Any, Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union,
+    TYPE_CHECKING, Any, Callable, Iterator, List, Literal, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union,
 )
 
 from sortedcontainers import SortedDict
@@ -361,7 +361,7 @@ class Log:
         # never deletes a segment holding an offset at or above it (Kafka's deletableSegments).
         self.retention_high_watermark: Optional[Callable[[], int]] = None
         self.last_maintenance_ms: Optional[int] = None  # pylog.runtime.log_maintenance's schedule
-        self._cleaner_next_horizon: object = "unknown"  # earliest tombstone delete horizon (cleaner)
+        self._cleaner_next_horizon: Union[int, None, Literal["unknown"]] = "unknown"  # earliest tombstone delete horizon (cleaner)
         parent = os.path.dirname(self.dir)
         if read_only:
             if not os.path.isdir(self.dir):
@@ -799,7 +799,7 @@ class Log:
             f"is below the log end offset {self.log_end_offset}"
         )
 
-    def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo], *,
+    def _append_validated(self, data: Union[bytes, bytearray, memoryview], batches: List[BatchInfo], *,
                           follower: bool = False) -> AppendResult:
         first, last = batches[0], batches[-1]
         max_ts = max(b.max_timestamp for b in batches)
@@ -809,7 +809,7 @@ class Log:
                                      [(b.partition_leader_epoch, b.base_offset) for b in batches],
                                      max((b.size, b.base_offset) for b in batches), follower=follower)
 
-    def _write_validated(self, data: Union[bytes, bytearray], first_offset: int, last_offset: int, max_ts: int,
+    def _write_validated(self, data: Union[bytes, bytearray, memoryview], first_offset: int, last_offset: int, max_ts: int,
                          offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
                          largest_batch: Tuple[int, int], *, follower: bool = False) -> AppendResult:
         """Write validated, offset-stamped batches ``[first_offset, last_offset]`` at the log end
