@@ -216,7 +216,7 @@ class GroupCoordinator:
             return NotCoordinatorError, f"lost leadership of {ot.OFFSETS_TOPIC}-{resp.partition}: {resp.message}"
         if resp.error in (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError, RequestTimedOutError):
             return CoordinatorNotAvailableError, f"{ot.OFFSETS_TOPIC}-{resp.partition}: {resp.message}"
-        return resp.error or CoordinatorNotAvailableError, resp.message  # type: ignore[return-value]
+        return resp.error or CoordinatorNotAvailableError, resp.message
 
     def _group_metadata_record(self, g: Group, now_ms: int) -> Record:
         members = tuple(
@@ -614,7 +614,7 @@ class GroupCoordinator:
             del g.static_members[m.group_instance_id]
         for pending, resp in ((m.join, gm.JoinGroupResponse), (m.sync, gm.SyncGroupResponse)):
             if pending is not None:
-                out.send(pending[0], resp(pending[1], error=UnknownMemberIdError,  # type: ignore[operator]
+                out.send(pending[0], resp(pending[1], error=UnknownMemberIdError,
                                           message=f"member {member_id!r} {why}"))
         if g.leader == member_id:
             g.leader = next(iter(g.members), None)

@@ -764,7 +764,7 @@ class Log:
         if scratch is None:
             scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
                                             ffi.new("uint64_t *"), ffi.new("uint64_t *"))
-        return scratch  # type: ignore[return-value]
+        return scratch
 
     def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int]) -> Optional[AppendResult]:
         """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
