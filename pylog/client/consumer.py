@@ -1728,7 +1728,7 @@ class Consumer:
                 self.scheduler.run_sync(self._leave_group)
                 # let the LeaveGroup go out before the node closes
                 if self.scheduler.simulated:
-                    self.scheduler.run_for(10)
+                    self.scheduler.run_for(10)  # type: ignore[attr-defined]
         finally:
             if not self._closed:
                 self.scheduler.run_sync(self._node.close_node)

@@ -601,12 +601,12 @@ class LogSegment:
             self.verified_bytes = end
         kl = ref.key_len
         vl = ref.value_len
-        key = mm[ref.key_pos : ref.key_pos + kl] if kl >= 0 else None
+        key = mm[ref.key_pos : ref.key_pos + kl] if kl >= 0 else None  # type: ignore[index]
         vp = ref.value_pos
-        value = mm[vp : vp + vl] if vl >= 0 else None
+        value = mm[vp : vp + vl] if vl >= 0 else None  # type: ignore[index]
         hc = ref.header_count
         headers = (
-            _headers(mm[ref.headers_pos : ref.headers_pos + ref.headers_len], hc, self.log_path,
+            _headers(mm[ref.headers_pos : ref.headers_pos + ref.headers_len], hc, self.log_path,  # type: ignore[index]
                      int(ref.batch_position))
             if hc
             else ()
