@@ -51,10 +51,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 from pylog.cluster import Cluster
-from pylog.runtime.broker import SimDisk
-from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.errors import InvalidConfigurationError
 from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, TRUNCATING, Partition, records_equal_below
+from pylog.runtime.broker import SimDisk
+from pylog.runtime.transport.simnet import SimulatedNetwork
 
 TP = Tuple[str, int]
 
@@ -390,8 +390,7 @@ class Simulation:
         """Pick and run one action (the thresholds fall through exactly as the original driver's did)."""
         c, cfg, rng = self.c, self.cfg, self.rng
         assert c is not None
-        net = c.transport
-        assert isinstance(net, SimulatedNetwork)  # a seeded cluster's
+        assert isinstance(c.transport, SimulatedNetwork)  # a seeded cluster's (narrows c.transport below)
         n = cfg.brokers
         roll = rng.random()
         cut = cfg.produce_rate
@@ -404,7 +403,7 @@ class Simulation:
                 self.futures.append((self.producer.send(topic, value, partition=rng.randrange(self.partitions)), value))
             return f"produce {k}"
         cut += cfg.crash_rate + cfg.stop_rate
-        if roll < cut and self._all_in_sync() and not net.blocked and not self.disk_failed:
+        if roll < cut and self._all_in_sync() and not c.transport.blocked and not self.disk_failed:
             leader = c.store.partitions[(cfg.topics[0], 0)].leader
             controller = c.store.controller_id if c.store.controller_id is not None else leader  # none: metadata fault
             target = rng.choice([leader, controller, rng.randrange(n)])
@@ -420,7 +419,7 @@ class Simulation:
             b = rng.choice([b for b, d in self.down.items() if d] + list(self.disk_failed))
             if b in self.disk_failed:
                 # Its crash must be the only fault, as any crash here: every other replica in sync.
-                if not self._all_in_sync(but=b) or net.blocked:
+                if not self._all_in_sync(but=b) or c.transport.blocked:
                     return ""
                 self._replace_disk(b)
                 return f"replace disk {b}"
@@ -430,7 +429,7 @@ class Simulation:
             self.stats["restarts"] += 1
             return f"start {b}"
         cut += cfg.partition_rate
-        if roll < cut and not net.blocked:
+        if roll < cut and not c.transport.blocked:
             a = rng.randrange(n)
             one_way = rng.random() < 0.3
             c.partition_network([a], [x for x in range(n) if x != a], one_way=one_way)
@@ -439,7 +438,7 @@ class Simulation:
             return f"partition {a} one_way={one_way}"
         cut += cfg.heal_rate
         if roll < cut:
-            if net.blocked:
+            if c.transport.blocked:
                 self._event("heal")
             c.heal_network()
             self.stats["heals"] += 1
@@ -448,12 +447,12 @@ class Simulation:
         if roll < cut:
             b = rng.randrange(n)
             ms = rng.choice([0, 50, 400])
-            net.slow(b, ms)
+            c.transport.slow(b, ms)
             self._event("slow", broker=b, extra_ms=ms)
             self.stats["slows"] += 1
             return f"slow {b}"
         cut += cfg.disk_fail_rate
-        if roll < cut and self._all_in_sync() and not net.blocked and not self.disk_failed:
+        if roll < cut and self._all_in_sync() and not c.transport.blocked and not self.disk_failed:
             # Like a crash, only while every replica is in sync: the broker keeps running, but
             # every write and fsync of its disk fails until the disk is replaced (a restart step).
             b = rng.choice([c.store.partitions[(cfg.topics[0], 0)].leader, rng.randrange(n)])
@@ -510,18 +509,17 @@ class Simulation:
         """Heal, restart everyone, finish every send, check, run 5 s, check, read everything back."""
         c = self.c
         assert c is not None
-        net = c.transport
-        assert isinstance(net, SimulatedNetwork)  # a seeded cluster's
+        assert isinstance(c.transport, SimulatedNetwork)  # a seeded cluster's (narrows c.transport below)
         self._step = step
         self._event("settle")
-        if net.blocked:
+        if c.transport.blocked:
             self._event("heal")
         c.heal_network()
         if self._metadata_failing():
             self._fail_metadata(False)
-        net.loss = 0.0
+        c.transport.loss = 0.0
         for b in range(self.cfg.brokers):
-            net.slow(b, 0)
+            c.transport.slow(b, 0)
             if self.down.get(b):
                 c.start_broker(b)
                 self._event("start", broker=b)
