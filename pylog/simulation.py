@@ -335,7 +335,7 @@ class Simulation:
                 part.follower_state = FETCHING
                 return True
 
-            Partition.on_offsets_for_leader_epoch = keep_log  # type: ignore[method-assign,assignment]  # a bug patched into the class
+            Partition.on_offsets_for_leader_epoch = keep_log  # type: ignore[method-assign,assignment]  # a patched bug
 
             def undo() -> None:
                 Partition.on_offsets_for_leader_epoch = orig_ofle  # type: ignore[method-assign]
@@ -350,7 +350,7 @@ class Simulation:
                     return True
                 return False
 
-            Partition.maybe_increment_hw = commit_alone  # type: ignore[method-assign,assignment]  # a bug patched into the class
+            Partition.maybe_increment_hw = commit_alone  # type: ignore[method-assign,assignment]  # a patched bug
 
             def undo2() -> None:
                 Partition.maybe_increment_hw = orig  # type: ignore[method-assign]

@@ -374,7 +374,8 @@ class GroupAdmin:
                 fut.set_exception(UnknownMemberIdError(
                     f"group {group_id!r} has no member with group instance id {iid!r} (no {ot.OFFSETS_TOPIC} yet)"))
 
-            def start(fut: ClientFuture, dl: int, iid: str = iid, answer: Callable[[Any, ClientFuture, bool], None] = answer,
+            def start(fut: ClientFuture, dl: int, iid: str = iid,
+                      answer: Callable[[Any, ClientFuture, bool], None] = answer,
                       missing: Callable[[ClientFuture], None] = missing) -> None:
                 self._group_call(group_id, lambda corr: gm.LeaveGroupRequest(group_id, corr, group_instance_id=iid),
                                  answer, missing, fut, dl)

@@ -361,7 +361,8 @@ class Log:
         # never deletes a segment holding an offset at or above it (Kafka's deletableSegments).
         self.retention_high_watermark: Optional[Callable[[], int]] = None
         self.last_maintenance_ms: Optional[int] = None  # pylog.runtime.log_maintenance's schedule
-        self._cleaner_next_horizon: Union[int, None, Literal["unknown"]] = "unknown"  # earliest tombstone delete horizon (cleaner)
+        #: earliest tombstone delete horizon (the cleaner's; "unknown" until it looks)
+        self._cleaner_next_horizon: Union[int, None, Literal["unknown"]] = "unknown"
         parent = os.path.dirname(self.dir)
         if read_only:
             if not os.path.isdir(self.dir):

@@ -82,7 +82,7 @@ def create_topics(ctx: RequestContext, req: Any) -> None:
         kwargs: Dict[str, Any] = {}
         try:
             if "min_insync_replicas" in configs:
-                kwargs["min_insync_replicas"] = int(configs.pop("min_insync_replicas"))  # type: ignore[call-overload]  # a str or None from the request; int(None) fails this topic alone
+                kwargs["min_insync_replicas"] = int(configs.pop("min_insync_replicas"))  # type: ignore[call-overload]  # str or None
             if "unclean_leader_election_enable" in configs:
                 kwargs["unclean_leader_election"] = str(configs.pop("unclean_leader_election_enable")).lower() == "true"
             configs = {k: _typed(k, v) for k, v in configs.items()}
