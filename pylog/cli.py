@@ -1063,7 +1063,7 @@ class _PartitionRecord(NamedTuple):
 
     partition: int
     offset: int
-    timestamp: int
+    timestamp: Optional[int]  # as Record's (a record read from a log always has one)
     timestamp_type: int
     key: Optional[bytes]
     value: Optional[bytes]
@@ -1364,6 +1364,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.dir and os.path.exists(args.dir) and os.listdir(args.dir):
         _error(f"{args.dir}: not empty (a simulation needs a new directory)")
         return 1
+    assert cfg.duration_ms is not None  # the CLI always sets it (--duration has a default)
     print(f"pylog sim: seed {cfg.seed}, {cfg.brokers} brokers, {'topic' if len(topics) == 1 else 'topics'} "
           f"{','.join(topics)} with {cfg.partitions} partition{'' if cfg.partitions == 1 else 's'} each, "
           f"RF {cfg.rf}, min ISR {cfg.min_isr}, {cfg.duration_ms / 1000:.3f} s of virtual time")
@@ -1489,7 +1490,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
             print(f"Deleted the offsets of group {args.delete_offsets} for "
                   + ", ".join(f"{t}-{p}" for t, p in tps))
         elif args.reset_offsets:
-            return _reset_offsets(q, args, spec)  # type: ignore[arg-type]
+            return _reset_offsets(q, args, spec)
         else:
             for row in q.list_groups():
                 print(f"Group: {row.group_id} State: {row.state} ProtocolType: {row.protocol_type or '-'}")
@@ -1535,7 +1536,7 @@ def _reset_spec(args: argparse.Namespace) -> Any:
     kind, value = chosen[0]
     if kind == "to-datetime":
         try:
-            value = parse_datetime_ms(value)
+            value = parse_datetime_ms(args.to_datetime)  # the value chosen
         except PylogError as exc:
             return str(exc)
     if kind == "to-offset" and value < 0:

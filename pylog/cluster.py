@@ -52,11 +52,12 @@ from pylog.errors import (
 from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig, offsets_topic_replication
 from pylog.replication.topic_configs import TOPIC_FIELDS, kafka_name, normalize_topic_configs
 from pylog.replication.messages import NO_LEADER, PartitionState
-from pylog.replication.partition import FOLLOWER, LEADER, records_equal_below
+from pylog.replication.partition import FOLLOWER, LEADER, Partition, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
 from pylog.runtime.broker import Broker, SimDisk
 from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
+from pylog.runtime.transport.base import Transport
 from pylog.runtime.transport.direct import DirectTransport
 from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.storage import adopt
@@ -136,7 +137,7 @@ class Cluster:
         self.scheduler: Scheduler
         if self.simulated:
             self.scheduler = SimScheduler(seed)  # type: ignore[arg-type]
-            self.transport = SimulatedNetwork(self.scheduler, min_latency_ms=min_latency_ms,
+            self.transport: Transport = SimulatedNetwork(self.scheduler, min_latency_ms=min_latency_ms,
                                               max_latency_ms=max_latency_ms, loss=loss)
         else:
             self.scheduler = RealScheduler()
@@ -200,7 +201,12 @@ class Cluster:
                                      stall_grace=not self.simulated)
         self._clients: List[Any] = []
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
-        self.scheduler.run_sync(lambda: [b.start() for b in self.brokers.values()])
+
+        def start_brokers() -> None:
+            for b in self.brokers.values():
+                b.start()
+
+        self.scheduler.run_sync(start_brokers)
         if not self.scheduler.wait_until(lambda: self.store.controller_id is not None, 10_000):
             if self.store.write_error is not None:  # nobody can claim the role: the file cannot be written
                 raise MetadataStorageError(f"{self.store.path}: no controller could be elected, the cluster "
@@ -220,7 +226,7 @@ class Cluster:
                 per_topic.setdefault(t, []).append(p)
         for t, parts in sorted(per_topic.items()):
             n = max(parts) + 1
-            compact = {"cleanup_policy": "compact"} if t in Controller.INTERNAL_TOPICS else {}
+            compact: Dict[str, object] = {"cleanup_policy": "compact"} if t in Controller.INTERNAL_TOPICS else {}
             self.store.topics[t] = TopicConfig(t, n, 1, 1, False, compact)
             for p in range(n):
                 folder = folders.get((t, p))
@@ -302,8 +308,11 @@ class Cluster:
                 continue
             parts = dict(b.rm.partitions)
             logs = {tp: p.log for tp, p in parts.items()}
-            summary = run_maintenance(logs, configs, self._committed_offset, now,
-                                      upper_bound=lambda t, p, parts=parts: parts[(t, p)].high_watermark)
+
+            def upper_bound(t: str, p: int, parts: Dict[Tuple[str, int], Partition] = parts) -> Optional[int]:
+                return parts[(t, p)].high_watermark
+
+            summary = run_maintenance(logs, configs, self._committed_offset, now, upper_bound=upper_bound)
             for tp, err in summary.errors.items():
                 self.maintenance_errors[(b.broker_id, tp)] = err
         self._schedule_maintenance()
@@ -313,7 +322,7 @@ class Cluster:
         if not self.scheduler.wait_until(predicate, timeout_ms):
             raise LeaderNotAvailableError(f"{what} within {timeout_ms} ms")
 
-    def _controller(self) -> Any:
+    def _controller(self) -> Optional[Controller]:
         cid = self.store.controller_id
         if cid is None or self.brokers[cid].controller is None:
             return None
@@ -372,8 +381,10 @@ class Cluster:
         self._wait(lambda: self._controller() is not None, 30_000, "no active controller")
 
         def run() -> None:
-            cid = self.store.controller_id
-            self.brokers[cid]._send(self.brokers[cid].controller.create_topic(cfg, start_index=start_index, shift=shift))
+            cid, c = self.store.controller_id, self._controller()
+            if cid is None or c is None:  # lost since the wait above: the same error as the wait's
+                raise LeaderNotAvailableError("no active controller")
+            self.brokers[cid]._send(c.create_topic(cfg, start_index=start_index, shift=shift))
 
         try:
             self.scheduler.run_sync(run)
@@ -391,10 +402,10 @@ class Cluster:
         self._wait(lambda: self._controller() is not None, 30_000, "no active controller")
 
         def run() -> Any:
-            c = self._controller()
-            if c is None:
+            cid, c = self.store.controller_id, self._controller()
+            if cid is None or c is None:
                 raise LeaderNotAvailableError("no active controller")
-            self.brokers[self.store.controller_id]._send(call(c))
+            self.brokers[cid]._send(call(c))
 
         return self.scheduler.run_sync(run)
 
@@ -617,7 +628,7 @@ class Cluster:
         n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
         rf, min_isr = offsets_topic_replication(len(self.brokers))
         try:
-            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf,  # type: ignore[call-arg]
+            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf,
                               min_insync_replicas=min_isr, config={"cleanup_policy": "compact"})
         except TypeError:  # a Cluster without per-topic configs
             self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf, min_insync_replicas=min_isr)
@@ -840,10 +851,10 @@ class Cluster:
 
     def elect_preferred_leader(self, topic: str, partition: int) -> None:
         def run() -> None:
-            c = self._controller()
-            if c is None:
+            cid, c = self.store.controller_id, self._controller()
+            if cid is None or c is None:
                 raise LeaderNotAvailableError("no active controller")
-            self.brokers[self.store.controller_id]._send(c.elect_preferred((topic, partition)))
+            self.brokers[cid]._send(c.elect_preferred((topic, partition)))
 
         self.scheduler.run_sync(run)
 

@@ -63,7 +63,7 @@ class HistogramValue(NamedTuple):
 
     buckets: Tuple[Tuple[float, int], ...]
     sum: float
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count on purpose (Prometheus' name)
 
 
 class Histogram:
@@ -120,13 +120,14 @@ class Metric(NamedTuple):
         return None
 
 
-def metric(name: str, kind: str, help: str, value: float, **labels: object) -> Metric:
+def metric(name: str, kind: str, help: str, value: "float | HistogramValue", **labels: object) -> Metric:
     """Build a :class:`Metric`, label values turned to ``str`` in keyword order."""
     return Metric(name, kind, help, value, tuple((k, str(v)) for k, v in labels.items()))
 
 
-def find(metrics: Iterable[Metric], name: str, **labels: object) -> float:
-    """The value of the one sample named ``name`` whose labels include ``labels``.
+def find(metrics: Iterable[Metric], name: str, **labels: object) -> "float | HistogramValue":
+    """The value of the one sample named ``name`` whose labels include ``labels`` (a
+    :class:`HistogramValue` for a histogram).
 
     Raises ``KeyError`` when none or several match. Complexity: O(len(metrics)).
     """
@@ -180,8 +181,11 @@ def render_prometheus(*metric_lists: Iterable[Metric]) -> str:
             if m.kind == "histogram":
                 out.extend(_histogram_lines(m))
                 continue
+            value = m.value
+            if isinstance(value, HistogramValue):
+                raise InvalidConfigurationError(f"metric {m.name}: a {m.kind} sample holds a histogram's value")
             labels = _label_text(m.labels)
-            out.append(f"{name}{{{labels}}} {_format_value(m.value)}" if labels else f"{name} {_format_value(m.value)}")
+            out.append(f"{name}{{{labels}}} {_format_value(value)}" if labels else f"{name} {_format_value(value)}")
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -332,8 +336,13 @@ class PylogCollector:
                 values = [v for _, v in m.labels]
                 if kind == "histogram":
                     hv = m.value
+                    if not isinstance(hv, HistogramValue):
+                        raise InvalidConfigurationError(f"metric {name}: a histogram's value must be a "
+                                                        f"HistogramValue, got {hv!r}")
                     fam.add_metric(values, [("+Inf" if math.isinf(b) else repr(float(b)), n) for b, n in hv.buckets],
                                    hv.sum)
+                elif isinstance(m.value, HistogramValue):
+                    raise InvalidConfigurationError(f"metric {name}: a {kind} sample holds a histogram's value")
                 else:
                     fam.add_metric(values, float(m.value))
             yield fam

@@ -288,11 +288,16 @@ class SharedCluster:
                                   lambda peer, frame: self._owner_frame(cluster, peer, frame))
             local = server.local_peer(self._local_frame)
             snap = cluster.scheduler.run_sync(lambda: _snapshot(cluster.store))
-            up = lambda frame: server.dispatch(local, frame)  # type: ignore[union-attr]  # noqa: E731
+            up = lambda frame: server.dispatch(local, frame)  # noqa: E731
             with self._cond:
                 self._cluster, self._server, self._local = cluster, server, local
                 self._last_snap = snap
-            self.scheduler.run_sync(lambda: (self._apply_snapshot(snap), self.transport.set_upstream(up, snap[0])))
+
+            def install() -> None:
+                self._apply_snapshot(snap)
+                self.transport.set_upstream(up, snap[0])
+
+            self.scheduler.run_sync(install)
             cluster.scheduler.call_soon(self._watch, cluster)
             tmp = os.path.join(self.path, OWNER_INFO_FILE + ".tmp")
             with open(tmp, "w") as f:

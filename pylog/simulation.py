@@ -60,12 +60,14 @@ import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 from pylog.cluster import Cluster
 from pylog.errors import InvalidConfigurationError
 from pylog.replication.offsets_topic import OFFSETS_TOPIC
 from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, TRUNCATING, Partition, records_equal_below
+from pylog.runtime.broker import SimDisk
+from pylog.runtime.transport.simnet import SimulatedNetwork
 
 TP = Tuple[str, int]
 
@@ -365,7 +367,7 @@ class Simulation:
                 part.follower_state = FETCHING
                 return True
 
-            Partition.on_offsets_for_leader_epoch = keep_log  # type: ignore[method-assign]
+            Partition.on_offsets_for_leader_epoch = keep_log  # type: ignore[method-assign,assignment]  # a patched bug
 
             def undo() -> None:
                 Partition.on_offsets_for_leader_epoch = orig_ofle  # type: ignore[method-assign]
@@ -380,7 +382,7 @@ class Simulation:
                     return True
                 return False
 
-            Partition.maybe_increment_hw = commit_alone  # type: ignore[method-assign]
+            Partition.maybe_increment_hw = commit_alone  # type: ignore[method-assign,assignment]  # a patched bug
 
             def undo2() -> None:
                 Partition.maybe_increment_hw = orig  # type: ignore[method-assign]
@@ -420,6 +422,7 @@ class Simulation:
         """Pick and run one action (the thresholds fall through exactly as the original driver's did)."""
         c, cfg, rng = self.c, self.cfg, self.rng
         assert c is not None
+        assert isinstance(c.transport, SimulatedNetwork)  # a seeded cluster's (narrows c.transport below)
         n = cfg.brokers
         roll = rng.random()
         cut = cfg.produce_rate
@@ -486,6 +489,7 @@ class Simulation:
             # every write and fsync of its disk fails until the disk is replaced (a restart step).
             b = rng.choice([c.store.partitions[(cfg.topics[0], 0)].leader, rng.randrange(n)])
             disk = c.brokers[b].disk
+            assert isinstance(disk, SimDisk)  # a seeded cluster's
             disk.fail_errno = rng.choice([errno.ENOSPC, errno.EIO])
             disk.fail_write_after = disk.writes
             disk.fail_fsync_after = disk.fsyncs
@@ -552,6 +556,7 @@ class Simulation:
         self._event("crash", broker=b)
         c.stop_broker(b, clean=False)
         disk = c.brokers[b].disk
+        assert isinstance(disk, SimDisk)  # a seeded cluster's
         disk.fail_write_after = disk.fail_fsync_after = None
         del self.disk_failed[b]
         self.stats["crashes"] += 1
@@ -563,6 +568,7 @@ class Simulation:
         """Heal, restart everyone, finish every send, check, run 5 s, check, read everything back."""
         c = self.c
         assert c is not None
+        assert isinstance(c.transport, SimulatedNetwork)  # a seeded cluster's (narrows c.transport below)
         self._step = step
         self._event("settle")
         if c.transport.blocked:
@@ -602,7 +608,7 @@ class Simulation:
             self.stats["acked"] += len(offsets)
             hw = c.describe(tp[0])[tp[1]].high_watermark
             reader = c.consumer(None, [tp[0]], fetch_max_wait_ms=50)
-            got: Dict[int, bytes] = {}
+            got: Dict[int, Optional[bytes]] = {}
             for _ in range(200):
                 for r in reader.poll(0.5):
                     if r.partition == tp[1]:
@@ -854,6 +860,8 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.artist import Artist
+    from matplotlib.colors import ListedColormap
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
@@ -862,7 +870,9 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
     for n in names:
         if n not in trace.partitions:
             raise InvalidConfigurationError(f"no partition {n!r} in the trace; have {', '.join(sorted(trace.partitions))}")
-    colours = plt.get_cmap("tab10").colors
+    cmap = plt.get_cmap("tab10")
+    assert isinstance(cmap, ListedColormap)  # tab10 is a list of 10 colours
+    colours = cast(Sequence[Tuple[float, float, float]], cmap.colors)  # ten RGB tuples (typed ArrayLike)
     end_s = max(trace.end_ms, 1) / 1000.0
     down_spans = _down_spans(trace)
     net_spans = _network_spans(trace)
@@ -922,11 +932,11 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
         rows = list(pt.replicas)
         for row, r in enumerate(rows):
             y = len(rows) - 1 - row
-            col = colours[r % len(colours)]
+            rgb = colours[r % len(colours)]
             band.broken_barh(_runs(pt.times, [r in isr for isr in pt.isr], trace.end_ms), (y - 0.35, 0.7),
-                             facecolors=col, alpha=0.45, lw=0)
+                             facecolors=rgb, alpha=0.45, lw=0)
             band.broken_barh(_runs(pt.times, [lead == r for lead in pt.leader], trace.end_ms), (y - 0.35, 0.7),
-                             facecolors=col, alpha=1.0, lw=0)
+                             facecolors=rgb, alpha=1.0, lw=0)
             for s, e, kind in down_spans.get(r, []):
                 band.broken_barh([(s, max(e - s, end_s * 0.004))], (y - 0.42, 0.84), facecolors="none",
                                  edgecolors=_FAULT_COLOURS[kind], hatch="//", lw=0.8)
@@ -962,7 +972,7 @@ def plot_trace(trace: Trace, out_path: str, *, partitions: Optional[Sequence[str
             ax.axvspan(settle[0] / 1000.0, end_s, color="#2ca02c", alpha=0.06, lw=0)
             ax.text(settle[0] / 1000.0, 0.5, " settle: heal, restart all, read back", transform=ax.get_xaxis_transform(),
                     fontsize=7, color="#2c6e2c", rotation=90, va="center", ha="left")
-    handles = [Line2D([], [], color=colours[r % len(colours)], lw=2.5, label=f"broker {r}")
+    handles: List[Artist] = [Line2D([], [], color=colours[r % len(colours)], lw=2.5, label=f"broker {r}")
                for r in range(trace.brokers)]
     handles += [
         Line2D([], [], color="#555555", lw=2.2, label="log end offset"),

@@ -49,9 +49,12 @@ Thread-safety: pytest hooks; one cluster per test, closed after it.
 from __future__ import annotations
 
 import shlex
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, Iterator, List, Optional, Tuple
 
 import pytest
+
+if TYPE_CHECKING:
+    from pluggy import Result
 
 from pylog.cluster import Cluster
 from pylog.errors import InvalidConfigurationError
@@ -115,7 +118,7 @@ def replay_command(item: pytest.Item, seed: int) -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, "Result[pytest.TestReport]", None]:
     outcome = yield
     report = outcome.get_result()
     seed = getattr(item, _SEED_ATTR, None)

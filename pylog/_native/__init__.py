@@ -38,11 +38,14 @@ def _load_from(path: str, name: str = "pylog._native._plg") -> Any:
 #: build to load instead of the in-place one (``./dev test`` points it at the
 #: sanitizer build, ``python pylog/_native/_build.py --out DIR``).
 NATIVE_PATH: str
+_mod: Any  # the cffi extension module (no stub: its ffi/lib are cffi objects)
 try:
     if os.environ.get("PYLOG_NATIVE_LIB"):
         _mod = _load_from(os.environ["PYLOG_NATIVE_LIB"])
     else:
-        from pylog._native import _plg as _mod
+        import importlib
+
+        _mod = importlib.import_module("pylog._native._plg")
     ffi, lib = _mod.ffi, _mod.lib
     NATIVE_PATH = str(_mod.__file__)
 except ImportError as exc:  # pragma: no cover - exercised only without a build

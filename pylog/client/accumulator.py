@@ -57,10 +57,10 @@ try:  # the C send path works on these C bases directly (sendpath.c)
     from pylog._native._sendpath import RecordFuture as _RecordFutureBase
 except ImportError:  # pragma: no cover - only without a build of sendpath.c
     _BatchBase = _PyBatchBase  # type: ignore[assignment,misc]
-    _RecordFutureBase = _PyRecordFuture  # type: ignore[assignment,misc]
+    _RecordFutureBase = _PyRecordFuture
 
 
-class ProducerBatch(_BatchBase):  # type: ignore[valid-type,misc]
+class ProducerBatch(_BatchBase):
     """Records for one partition, sent (and retried) as one RecordBatch.
 
     ``records`` and ``size`` live in the C base (``BatchBase``), where the C

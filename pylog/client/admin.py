@@ -26,7 +26,7 @@ virtual time meanwhile).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
 from pylog.client._node import ClientFuture, ClientNode
 from pylog.client.consumer import OffsetAndMetadata, _check_group_instance_id
@@ -52,6 +52,11 @@ TP = Tuple[str, int]
 
 _RETRIABLE = (NotCoordinatorError, CoordinatorNotAvailableError, CoordinatorLoadInProgressError,
               RequestTimedOutError, NotEnoughReplicasError, NotEnoughReplicasAfterAppendError)
+
+
+class _CallState(TypedDict):
+    unknown: bool  # an earlier attempt reached the coordinator with an unknown outcome
+    last: Optional[BaseException]  # the latest retried error
 
 
 class GroupListing(NamedTuple):
@@ -117,7 +122,7 @@ class GroupAdmin:
         """FindCoordinator, then ``make(correlation_id)`` to it; ``answer(resp, fut, retried_unknown)`` gets a
         response that is not a retriable error (``retried_unknown``: an earlier attempt of this call reached the
         coordinator and its outcome is unknown). ``missing(fut)`` runs when ``__consumer_offsets`` does not exist."""
-        state = {"unknown": False, "last": None}
+        state: _CallState = {"unknown": False, "last": None}
 
         def retry(err: BaseException) -> None:
             state["last"] = err
@@ -215,8 +220,10 @@ class GroupAdmin:
                             self._later(attempt)
 
                 for b in brokers:
-                    self._node.request(b, gm.ListGroupsRequest(self._node.next_corr()), timeout,
-                                       lambda resp, b=b: answered(b, resp))
+                    def on_answer(resp: Any, b: Any = b) -> None:
+                        answered(b, resp)
+
+                    self._node.request(b, gm.ListGroupsRequest(self._node.next_corr()), timeout, on_answer)
 
             attempt()
 
@@ -367,9 +374,13 @@ class GroupAdmin:
                 fut.set_exception(UnknownMemberIdError(
                     f"group {group_id!r} has no member with group instance id {iid!r} (no {ot.OFFSETS_TOPIC} yet)"))
 
-            self._wait(lambda fut, dl, iid=iid, answer=answer, missing=missing: self._group_call(
-                group_id, lambda corr: gm.LeaveGroupRequest(group_id, corr, group_instance_id=iid), answer,
-                missing, fut, dl))
+            def start(fut: ClientFuture, dl: int, iid: str = iid,
+                      answer: Callable[[Any, ClientFuture, bool], None] = answer,
+                      missing: Callable[[ClientFuture], None] = missing) -> None:
+                self._group_call(group_id, lambda corr: gm.LeaveGroupRequest(group_id, corr, group_instance_id=iid),
+                                 answer, missing, fut, dl)
+
+            self._wait(start)
 
     def close(self) -> None:
         self.scheduler.run_sync(self._node.close_node)
@@ -383,7 +394,7 @@ def admin_for(cluster: Any) -> GroupAdmin:
     with _lock:
         admin = cluster.__dict__.get("_group_admin")
         if admin is None or admin._node.closed:
-            admin = GroupAdmin(cluster, request_timeout_ms=getattr(cluster, "request_timeout_ms", None)
+            admin = GroupAdmin(cluster, request_timeout_ms=getattr(cluster, "request_timeout_ms", 0)
                                or getattr(getattr(cluster, "config", None), "request_timeout_ms", 30_000))
             cluster._group_admin = admin
             cluster._clients.append(admin)

@@ -459,9 +459,11 @@ class StickyAssignor(AbstractStickyAssignor):
         """Each member's subscription with ``owned_partitions`` and ``generation`` taken from its user data."""
         decoded = {m: decode_sticky_user_data(s.user_data) for m, s in members.items()}
         top = max((g for _, g in decoded.values() if g is not None), default=DEFAULT_GENERATION)
-        return {m: Subscription(list(s.topics), decoded[m][0], top if decoded[m][1] is None else decoded[m][1],
-                                s.user_data)
-                for m, s in members.items()}
+        out: Dict[str, Subscription] = {}
+        for m, s in members.items():
+            owned, generation = decoded[m]
+            out[m] = Subscription(list(s.topics), owned, top if generation is None else generation, s.user_data)
+        return out
 
     def assign_members(self, partitions_per_topic: Mapping[str, int],
                        members: Mapping[str, Subscription]) -> Dict[str, List[TP]]:

@@ -457,7 +457,7 @@ class Consumer:
 
         ``partitions``: TopicPartitions (pylog's or kafka-python's) or ``(topic, partition)`` pairs.
         """
-        parts = [tuple(tp) for tp in as_tps(partitions, "assign() partitions")]
+        parts = [(tp.topic, tp.partition) for tp in as_tps(partitions, "assign() partitions")]
 
         def run() -> None:
             if self._state != "unjoined" and self.member_id:
@@ -640,7 +640,7 @@ class Consumer:
         self._call(run)
 
     def _seek_policy(self, partitions: Sequence[TP], policy: str) -> None:
-        partitions = [tuple(tp) for tp in as_tps(partitions, f"seek_to_{'beginning' if policy == 'earliest' else 'end'}() partitions")]
+        partitions = [(tp.topic, tp.partition) for tp in as_tps(partitions, f"seek_to_{'beginning' if policy == 'earliest' else 'end'}() partitions")]
 
         def run() -> None:
             tps = list(partitions) or list(self._assignment)
@@ -862,9 +862,11 @@ class Consumer:
             self._inflight.add(tp)
             self.fetch_requests += 1
             sent = self.scheduler.clock.now_ms()
-            self._node.request(st.leader, req, self.request_timeout_ms,
-                               lambda resp, tp=tp, pos=pos, token=token, sent=sent:
-                               self._on_fetch(tp, pos, token, resp, sent))
+
+            def on_fetch(resp: Any, tp: TP = tp, pos: int = pos, token: int = token, sent: int = sent) -> None:
+                self._on_fetch(tp, pos, token, resp, sent)
+
+            self._node.request(st.leader, req, self.request_timeout_ms, on_fetch)
 
     def _on_fetch(self, tp: TP, pos: int, token: int, resp: Any, sent_ms: Optional[int] = None) -> None:
         self._inflight.discard(tp)
@@ -1379,7 +1381,7 @@ class Consumer:
         if callback is not None:
             def queue(f: ClientFuture) -> None:
                 exc = f.exception()
-                done = {} if exc is not None else {TopicPartition(*tp): o for tp, o in f._value.items()}
+                done: Dict[TP, int] = {} if exc is not None else {TopicPartition(*tp): o for tp, o in f._value.items()}
                 self._commit_callbacks.append((callback, done, exc))
             fut.add_done_callback(queue)
         snapshot: Optional[Dict[TP, Any]] = None
@@ -1574,18 +1576,18 @@ class Consumer:
         this consumer (Kafka: IllegalStateException "No current assignment").
         A partition that is revoked stops being paused.
         """
-        tps = [tuple(tp) for tp in as_tps(partitions, "pause() partitions")]
+        tps = [(tp.topic, tp.partition) for tp in as_tps(partitions, "pause() partitions")]
 
         def run() -> None:
             for tp in tps:
-                self._need_assigned(tp)  # type: ignore[arg-type]
+                self._need_assigned(tp)
             for tp in tps:
-                self._paused.add(tp)  # type: ignore[arg-type]
+                self._paused.add(tp)
                 self._token[tp] = self._token.get(tp, 0) + 1  # a fetch in flight is ignored
                 with self._lock:
-                    self._drop_buffered(tp)  # type: ignore[arg-type]
+                    self._drop_buffered(tp)
                     if tp in self._positions:
-                        self._fetch_pos[tp] = self._positions[tp]  # type: ignore[index]
+                        self._fetch_pos[tp] = self._positions[tp]
 
         self._call(run)
 
@@ -1600,7 +1602,7 @@ class Consumer:
             for tp in tps:
                 self._need_assigned(tp)  # type: ignore[arg-type]
             for tp in tps:
-                self._paused.discard(tp)  # type: ignore[arg-type]
+                self._paused.discard(tp)
             self._send_fetches()
 
         self._call(run)
@@ -1640,7 +1642,7 @@ class Consumer:
         def attempt(tp: TopicPartition) -> None:
             if fut.done():
                 return
-            st = self.store.partitions.get(tuple(tp))  # type: ignore[call-overload]
+            st = self.store.partitions.get(tuple(tp))
             if st is None or st.leader == NO_LEADER:
                 again(tp, f"{tp.topic}-{tp.partition} has no leader")
                 return
@@ -1669,7 +1671,11 @@ class Consumer:
                 return
             self.scheduler.call_later(self.retry_backoff_ms, lambda: attempt(tp))
 
-        self._call(lambda: [attempt(tp) for tp in queries])
+        def start() -> None:
+            for tp in queries:
+                attempt(tp)
+
+        self._call(start)
         return fut.result(timeout + 1)
 
     def _offsets_timeout(self, what: str, timeout_ms: Any) -> float:
@@ -1840,7 +1846,7 @@ class PollResult(List[ConsumerRecord]):
     def get(self, tp: Any, default: Any = None) -> Any:
         return self._by_partition().get(as_tp(tp, "poll result key"), default)
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, (int, slice)):
             return list.__getitem__(self, key)
         return self._by_partition()[as_tp(key, "poll result key")]

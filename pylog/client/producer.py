@@ -500,7 +500,7 @@ class Producer:
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + self.max_block_ms / 1000.0
-                on_loop = self._realtime and self.scheduler.on_loop()  # type: ignore[attr-defined]
+                on_loop = self._realtime and self.scheduler.on_loop()
                 if now >= deadline or on_loop or self._node.closed:
                     if room and not on_loop:
                         return ps, None  # max_block_ms is up and the room is there: go on out of turn
@@ -972,7 +972,7 @@ class Producer:
 
         Raises RequestTimedOutError if ``timeout`` seconds pass first (records stay queued).
         """
-        if self._realtime and self.scheduler.on_loop():  # type: ignore[attr-defined]
+        if self._realtime and self.scheduler.on_loop():
             raise InvalidConfigurationError("flush() or close() inside a producer callback would wait for itself; "
                                             "call close(0) there, or flush from another thread")
         with self._lock:

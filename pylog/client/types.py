@@ -14,7 +14,7 @@ Thread-safety: immutable values and pure functions. Complexity: O(1) per item.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Union
 
 from pylog.errors import InvalidConfigurationError, InvalidOffsetError, SerializationError
 
@@ -104,9 +104,10 @@ def as_commit_offsets(offsets: Any) -> Dict[TopicPartition, OffsetAndMetadata]:
     return out
 
 
-def check_serializer(name: str, fn: Any) -> Optional[Callable[[Any], Any]]:
+def check_serializer(name: str, fn: Any) -> Optional[Callable[[Any, str], Any]]:
     """A (de)serializer option: None, a callable ``f(data)``, or an object with ``serialize(topic, data)``
-    / ``deserialize(topic, data)`` (kafka-python's Serializer/Deserializer classes)."""
+    / ``deserialize(topic, data)`` (kafka-python's Serializer/Deserializer classes); returned as
+    ``f(data, topic)``."""
     if fn is None:
         return None
     method = "deserialize" if name.endswith("deserializer") else "serialize"
@@ -120,10 +121,13 @@ def check_serializer(name: str, fn: Any) -> Optional[Callable[[Any], Any]]:
         return call
     if not callable(fn):
         raise InvalidConfigurationError(f"{name} must be a callable f(data) or None, got {fn!r}")
-    return lambda data, topic="", _f=fn: _f(data)
+
+    def call_one(data: Any, topic: str = "", _f: Callable[[Any], Any] = fn) -> Any:
+        return _f(data)
+    return call_one
 
 
-def serialize(fn: Callable[..., Any], data: Any, what: str, topic: str) -> Optional[bytes]:
+def serialize(fn: Callable[..., Any], data: Any, what: str, topic: str) -> Optional[Union[bytes, bytearray, memoryview]]:
     """Run a producer serializer on a non-None ``data``; the result must be bytes-like."""
     try:
         out = fn(data, topic)

@@ -17,7 +17,7 @@ first use; decode/encode may run on any thread.
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type
 
 from pylog.errors import InvalidConfigurationError
 
@@ -41,20 +41,28 @@ with warnings.catch_warnings():
 _HEAD = struct.Struct(">hhi")  # request_api_key, request_api_version, correlation_id
 
 
-def _message_classes() -> Dict[int, Tuple[type, type]]:
+if TYPE_CHECKING:
+    from kafka.protocol.api_message import ApiMessage
+
+#: A kafka-python message class (a subclass of its ``ApiMessage``; kafka-python has no type
+#: hints, so its class attributes - ``API_KEY``, ``name``, ``decode`` ... - are typed Any).
+MessageClass = Type["ApiMessage"]
+
+
+def _message_classes() -> Dict[int, Tuple[MessageClass, MessageClass]]:
     """{api_key: (RequestClass, ResponseClass)} for every message kafka-python defines."""
     import importlib
 
     from kafka.protocol.api_message import ApiMessage
 
-    out: Dict[int, Tuple[type, type]] = {}
-    reqs: Dict[int, type] = {}
-    resps: Dict[int, type] = {}
+    out: Dict[int, Tuple[MessageClass, MessageClass]] = {}
+    reqs: Dict[int, MessageClass] = {}
+    resps: Dict[int, MessageClass] = {}
     for mod in ("kafka.protocol.metadata", "kafka.protocol.producer", "kafka.protocol.consumer",
                 "kafka.protocol.admin"):
         m = importlib.import_module(mod)
         for name in dir(m):
-            cls = getattr(m, name)
+            cls: MessageClass = getattr(m, name)
             if not (isinstance(cls, type) and issubclass(cls, ApiMessage)) or cls is ApiMessage:
                 continue
             if getattr(cls, "_json", None) is None or cls._class_version is not None:
@@ -66,15 +74,15 @@ def _message_classes() -> Dict[int, Tuple[type, type]]:
     return out
 
 
-MESSAGES: Dict[int, Tuple[type, type]] = _message_classes()
+MESSAGES: Dict[int, Tuple[MessageClass, MessageClass]] = _message_classes()
 
 
-def request_class(api_key: int) -> Optional[type]:
+def request_class(api_key: int) -> Optional[MessageClass]:
     pair = MESSAGES.get(api_key)
     return None if pair is None else pair[0]
 
 
-def response_class(api_key: int) -> Optional[type]:
+def response_class(api_key: int) -> Optional[MessageClass]:
     pair = MESSAGES.get(api_key)
     return None if pair is None else pair[1]
 
@@ -106,6 +114,7 @@ def encode_response(resp: Any, correlation_id: int) -> bytes:
 # ------------------------------------------------------------ error codes
 def _error_codes() -> Dict[str, int]:
     codes: Dict[str, int] = {}
+    obj: Type[Any]  # kafka-python's error classes (untyped: class attributes are Any)
     for obj in vars(_kerrors).values():
         if isinstance(obj, type) and issubclass(obj, _kerrors.BrokerResponseError) and isinstance(
                 getattr(obj, "errno", None), int):

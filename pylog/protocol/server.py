@@ -42,7 +42,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Counter, Deque, Dict, List, Optional, Tuple
 
 from pylog.errors import InvalidConfigurationError
 from pylog.protocol import codec
@@ -119,7 +119,7 @@ class KafkaServer:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._closed = False
         self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pylog-kafka-admin")
-        self.stats = collections.Counter()
+        self.stats: Counter[str] = collections.Counter()
         from pylog.client._node import ClientNode
 
         def make_nodes() -> None:

@@ -216,7 +216,7 @@ def load_metadata(path: str, brokers: Sequence[int]) -> LoadedMetadata:
             raise bad(field, f"must be in [{lo}, {hi}], got {v}")
         return v
 
-    def need_list(v: object, field: str) -> list:  # type: ignore[type-arg]
+    def need_list(v: object, field: str) -> list:
         if not isinstance(v, list):
             raise bad(field, f"must be a list, got {type(v).__name__}")
         return v

@@ -216,7 +216,7 @@ class GroupCoordinator:
             return NotCoordinatorError, f"lost leadership of {ot.OFFSETS_TOPIC}-{resp.partition}: {resp.message}"
         if resp.error in (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError, RequestTimedOutError):
             return CoordinatorNotAvailableError, f"{ot.OFFSETS_TOPIC}-{resp.partition}: {resp.message}"
-        return resp.error or CoordinatorNotAvailableError, resp.message  # type: ignore[return-value]
+        return resp.error or CoordinatorNotAvailableError, resp.message
 
     def _group_metadata_record(self, g: Group, now_ms: int) -> Record:
         members = tuple(
@@ -540,9 +540,9 @@ class GroupCoordinator:
         m.sync = (src, req.correlation_id)
         if req.member_id != g.leader:
             return
-        given = dict(req.assignments)
+        assignments = dict(req.assignments)
         for mid, mm in g.members.items():
-            mm.assignment = given.get(mid, b"")
+            mm.assignment = assignments.get(mid, b"")
         generation = g.generation
 
         def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
@@ -614,7 +614,7 @@ class GroupCoordinator:
             del g.static_members[m.group_instance_id]
         for pending, resp in ((m.join, gm.JoinGroupResponse), (m.sync, gm.SyncGroupResponse)):
             if pending is not None:
-                out.send(pending[0], resp(pending[1], error=UnknownMemberIdError,  # type: ignore[operator]
+                out.send(pending[0], resp(pending[1], error=UnknownMemberIdError,
                                           message=f"member {member_id!r} {why}"))
         if g.leader == member_id:
             g.leader = next(iter(g.members), None)

@@ -261,7 +261,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     ts = r.i64()
     expire = r.i64() if version == 1 else -1
     r.end()
-    return OffsetCommitValue(offset, epoch, metadata or "", ts, expire)  # type: ignore[arg-type]
+    return OffsetCommitValue(offset, epoch, metadata or "", ts, expire)
 
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:

@@ -434,12 +434,14 @@ class Partition:
 
     def handle_offsets_for_leader_epoch(self, req: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
         """Answer "where does epoch E end?" with (largest epoch <= E, its end offset)."""
-        base = dict(topic=self.topic, partition=self.partition, correlation_id=req.correlation_id)
+        topic, partition, corr = self.topic, self.partition, req.correlation_id
         err = self._leader_error(req.current_leader_epoch)
         if err is not None:
-            return OffsetsForLeaderEpochResponse(**base, error=err[0], message=err[1])
+            return OffsetsForLeaderEpochResponse(topic=topic, partition=partition, correlation_id=corr,
+                                                 error=err[0], message=err[1])
         epoch, end = self.log.epochs.end_offset_for(req.leader_epoch, self.log.log_end_offset)
-        return OffsetsForLeaderEpochResponse(**base, leader_epoch=epoch, end_offset=end)
+        return OffsetsForLeaderEpochResponse(topic=topic, partition=partition, correlation_id=corr,
+                                             leader_epoch=epoch, end_offset=end)
 
     def is_caught_up(self, replica: int, now_ms: int) -> bool:
         st = self.remote.get(replica)

@@ -33,7 +33,7 @@ import os
 import shutil
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     BrokerNotAvailableError,
@@ -172,8 +172,9 @@ class ReplicaManager:
                 self.pending_deletes.append((now, os.path.join(log_dir, name)))
 
     # ----------------------------------------------------------- partitions
-    def log_config_for(self, topic_config: Sequence[Tuple[str, object]] = ()) -> Dict[str, object]:
-        """The broker's log config with a topic's overrides (only keys the storage layer knows)."""
+    def log_config_for(self, topic_config: Sequence[Tuple[str, object]] = ()) -> Dict[str, Any]:
+        """The broker's log config with a topic's overrides (only keys the storage layer knows: :class:`LogConfig`
+        fields, each with its own type)."""
         merged = dict(self.log_config)
         merged.update((k, v) for k, v in topic_config if k in LogConfig._fields)
         return merged

@@ -34,7 +34,7 @@ reads no clock: ``now_ms`` comes from the caller.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.errors import InvalidConfigurationError, LogClosedError, PylogError
 from pylog.storage.cleaner import Cleaner, CleanResult
@@ -85,11 +85,11 @@ def _groups(cfg: Mapping[str, object], topic: str) -> Sequence[str]:
     groups = cfg.get(PROTECT_GROUPS_CONFIG) or ()
     if isinstance(groups, str):
         groups = [g for g in groups.split(",") if g]  # Kafka's list configs are comma-separated strings
-    if not all(isinstance(g, str) and g for g in groups):  # type: ignore[union-attr]
+    if not isinstance(groups, Iterable) or not all(isinstance(g, str) and g for g in groups):
         raise InvalidConfigurationError(
             f"topic {topic!r}: {PROTECT_GROUPS_CONFIG} must be a list of group ids, got {groups!r}"
         )
-    return list(groups)  # type: ignore[arg-type]
+    return [g for g in groups if isinstance(g, str)]  # all are (checked above)
 
 
 def run_maintenance(

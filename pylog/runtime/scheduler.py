@@ -83,7 +83,7 @@ class SimScheduler(Scheduler):
     def __init__(self, seed: int, clock: Optional[SimClock] = None):
         self.seed = seed
         self.rng = random.Random(seed)
-        self.clock = clock or SimClock()
+        self.clock: SimClock = clock or SimClock()
         self._heap: List[Tuple[int, int, Timer]] = []
         self._seq = 0
         self.events_run = 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -48,6 +48,9 @@ from pylog.spark import layout
 from pylog.spark.layout import Range, TopicPartition
 from pylog.spark.options import SINK_OPTIONS, SOURCE_OPTIONS, check_options, parse_duration_ms
 from pylog.spark.reader import ReadSpec, read_range, report_data_loss
+
+if TYPE_CHECKING:
+    from pylog.storage.record import Record
 
 log = logging.getLogger("pylog.spark")
 
@@ -90,7 +93,7 @@ class PylogPartition(InputPartition):
 class _Options:
     """The options shared by batch and streaming reads, parsed once."""
 
-    def __init__(self, options: Dict[str, str]):
+    def __init__(self, options: Mapping[str, str]):
         check_options(options, SOURCE_OPTIONS, "the pylog source")
         opts = {k.lower(): v for k, v in options.items()}
         self.raw = opts
@@ -517,7 +520,7 @@ class _Appender:
                 pending.setdefault((t, p), []).append(Record(value=v, key=k, headers=hdrs))
         return PylogCommitMessage(self._append(pending))
 
-    def _append(self, pending: Dict[TopicPartition, List[object]]) -> Dict[TopicPartition, List[int]]:
+    def _append(self, pending: Dict[TopicPartition, List[Record]]) -> Dict[TopicPartition, List[int]]:
         """Append each partition's records in turn (sorted by topic, partition): open, append whole
         batches, fsync, close. A task that fails part-way leaves the partitions before the failure
         appended and fsynced, the rest untouched (never a partial batch).
@@ -542,11 +545,11 @@ class _Appender:
                     delay = min(delay * 2, 0.5)
             try:
                 first = last = None
-                batch: List[object] = []
+                batch: List[Record] = []
                 size = 0
                 limit = lg.config.max_message_bytes // 2
                 for r in pending[tp]:
-                    rsize = len(r.value or b"") + len(r.key or b"") + 32  # type: ignore[attr-defined]
+                    rsize = len(r.value or b"") + len(r.key or b"") + 32
                     if batch and (len(batch) >= self.batch_size or size + rsize > limit):
                         res = lg.append(batch)
                         first = res.base_offset if first is None else first
@@ -559,6 +562,7 @@ class _Appender:
                     first = res.base_offset if first is None else first
                     last = res.last_offset
                 lg.flush()
+                assert first is not None and last is not None  # pending[tp] holds at least one record
                 appended[tp] = [first, last]
             finally:
                 lg.close()

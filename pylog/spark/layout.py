@@ -28,7 +28,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from pylog.errors import (
     CorruptCheckpointError,
@@ -91,7 +91,7 @@ def _is_broker_dir(path: str, name: str) -> bool:
 
 def _log_dirs(path: str) -> List[Tuple[Optional[int], str]]:
     if is_cluster_dir(path):
-        out = []
+        out: List[Tuple[Optional[int], str]] = []
         for n in sorted(os.listdir(path)):
             m = _BROKER_RE.match(n)
             if m and _is_broker_dir(path, n):
@@ -404,7 +404,7 @@ def check_start(
     return state.log_start_offset, msg
 
 
-def parse_bool(options: Dict[str, str], key: str, default: bool) -> bool:
+def parse_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     v = options.get(key)
     if v is None:
         return default

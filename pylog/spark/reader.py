@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -221,17 +221,17 @@ class _Arrays:
         self.keys_ptr = ffi.cast("uint8_t *", self.keys.address)
         self.cap = cap
 
-    def ptr(self, name: str) -> object:
+    def ptr(self, name: str) -> Any:  # a cffi pointer (cffi has no types)
         return self.bufs[name][1]
 
-    def struct_at(self, k: int) -> object:
+    def struct_at(self, k: int) -> Any:  # a cffi plg_decoded_records_t *
         return ffi.new("plg_decoded_records_t *", {name: p + k for name, (_, p) in self.bufs.items()})
 
     def int_array(self, name: str, typ: pa.DataType, n: int) -> pa.Array:
         return pa.Array.from_buffers(typ, n, [None, self.bufs[name][0]])
 
 
-def _records_section(view: memoryview, info: BatchInfo, path: str) -> object:
+def _records_section(view: memoryview, info: BatchInfo, path: str) -> Union[memoryview, bytes]:
     body = view[BATCH_OVERHEAD:]
     codec = info.attributes & 0x07
     if codec == codecs.NONE:

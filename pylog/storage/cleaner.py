@@ -46,7 +46,7 @@ uncleanable offset) per clean, plus a header scan of the whole log.
 from __future__ import annotations
 
 import struct
-from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple, TypedDict
 
 from pylog import _native
 from pylog._native import ffi, lib
@@ -101,6 +101,23 @@ class CleanResult(NamedTuple):
     tombstones_removed: int = 0
     empty_batches_kept: int = 0
     batches_removed: int = 0
+
+
+class _Where(TypedDict):
+    topic: str
+    partition: int
+
+
+class _Counts(TypedDict):
+    """The counters of one clean (fields of :class:`CleanResult`)."""
+
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_removed: int
+    tombstones_removed: int
+    empty_batches_kept: int
+    batches_removed: int
 
 
 def delete_horizon(info: BatchInfo) -> Optional[int]:
@@ -188,6 +205,11 @@ def _record_bytes(rec: Record, base_ts: int, base_offset: int) -> bytes:
     return py_record_bytes(rec, rec.timestamp - base_ts, rec.offset - base_offset)  # type: ignore[operator]
 
 
+def _timestamp(r: Record) -> int:
+    assert r.timestamp is not None  # a record read from a batch carries its timestamp
+    return r.timestamp
+
+
 def encode_retained(info: BatchInfo, records: List[Record], horizon: Optional[int]) -> bytearray:
     """Re-encode ``info``'s batch holding only ``records`` (Kafka's buildRetainedRecordsInto).
 
@@ -210,11 +232,11 @@ def encode_retained(info: BatchInfo, records: List[Record], horizon: Optional[in
             attrs |= ATTR_DELETE_HORIZON
             base_ts = horizon
         else:
-            base_ts = records[0].timestamp  # type: ignore[assignment]
+            base_ts = _timestamp(records[0])
         if info.attributes & ATTR_LOG_APPEND_TIME:
             max_ts = info.max_timestamp
         else:
-            max_ts = max(r.timestamp for r in records)  # type: ignore[type-var]
+            max_ts = max(_timestamp(r) for r in records)
         raw = b"".join(_record_bytes(r, base_ts, info.base_offset) for r in records)
         section = codecs.compress(codec, raw) if codec != codecs.NONE else raw
     out = bytearray(BATCH_OVERHEAD + len(section))
@@ -417,7 +439,7 @@ class Cleaner:
     ) -> CleanResult:
         with log._lock:
             log._ensure_writable()
-            base = dict(topic=log.topic, partition=log.partition)
+            base: _Where = dict(topic=log.topic, partition=log.partition)
             if not log.config.compact:
                 return CleanResult(**base, cleaned=False, reason="cleanup_policy does not include compact")
             first_dirty, end, bases = self._bounds(log, now_ms, upper_bound)
@@ -459,7 +481,7 @@ class Cleaner:
                 producer_last_offsets = self._producer_last_offsets(log)
             # -- group and rewrite
             groups = self._group(log, bases)
-            res = dict(bytes_read=0, bytes_written=0, records_read=0, records_removed=0, tombstones_removed=0,
+            res: _Counts = dict(bytes_read=0, bytes_written=0, records_read=0, records_removed=0, tombstones_removed=0,
                        empty_batches_kept=0, batches_removed=0)
             horizon_min: Optional[int] = None
             for group in groups:

@@ -44,7 +44,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Any, Callable, Iterator, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union,
+    TYPE_CHECKING, Any, Callable, Iterator, List, Literal, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union,
 )
 
 from sortedcontainers import SortedDict
@@ -362,7 +362,8 @@ class Log:
         # never deletes a segment holding an offset at or above it (Kafka's deletableSegments).
         self.retention_high_watermark: Optional[Callable[[], int]] = None
         self.last_maintenance_ms: Optional[int] = None  # pylog.runtime.log_maintenance's schedule
-        self._cleaner_next_horizon: object = "unknown"  # earliest tombstone delete horizon (cleaner)
+        #: earliest tombstone delete horizon (the cleaner's; "unknown" until it looks)
+        self._cleaner_next_horizon: Union[int, None, Literal["unknown"]] = "unknown"
         parent = os.path.dirname(self.dir)
         if read_only:
             if not os.path.isdir(self.dir):
@@ -771,7 +772,7 @@ class Log:
         if scratch is None:
             scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
                                             ffi.new("uint64_t *"), ffi.new("uint64_t *"))
-        return scratch  # type: ignore[return-value]
+        return scratch
 
     def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int]) -> Optional[AppendResult]:
         """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
@@ -806,7 +807,7 @@ class Log:
             f"is below the log end offset {self.log_end_offset}"
         )
 
-    def _append_validated(self, data: Union[bytes, bytearray], batches: List[BatchInfo], *,
+    def _append_validated(self, data: Union[bytes, bytearray, memoryview], batches: List[BatchInfo], *,
                           follower: bool = False) -> AppendResult:
         first, last = batches[0], batches[-1]
         max_ts = max(b.max_timestamp for b in batches)
@@ -816,7 +817,7 @@ class Log:
                                      [(b.partition_leader_epoch, b.base_offset) for b in batches],
                                      max((b.size, b.base_offset) for b in batches), follower=follower)
 
-    def _write_validated(self, data: Union[bytes, bytearray], first_offset: int, last_offset: int, max_ts: int,
+    def _write_validated(self, data: Union[bytes, bytearray, memoryview], first_offset: int, last_offset: int, max_ts: int,
                          offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
                          largest_batch: Tuple[int, int], *, follower: bool = False) -> AppendResult:
         """Write validated, offset-stamped batches ``[first_offset, last_offset]`` at the log end

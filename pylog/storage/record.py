@@ -22,7 +22,7 @@ import zlib
 from array import array
 from itertools import accumulate, repeat
 from operator import itemgetter
-from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 from pylog import _native
 from pylog._native import ffi, lib
@@ -621,9 +621,10 @@ def encode_batch(
     codecs.check_level(codec, compression_level)
     if plain is None:
         plain = {*map(type, records)} == _ONLY_BYTES  # C-level loop: ~40% cheaper than a generator
+    # plain: every record is a bytes value (checked here, or promised by the caller)
     attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
     if plain and base_offset == 0 and partition_leader_epoch == NO_PARTITION_LEADER_EPOCH:
-        out = _encode_values(records, n, now_ms, producer_id, producer_epoch, base_sequence, attributes)
+        out = _encode_values(cast(Sequence[bytes], records), n, now_ms, producer_id, producer_epoch, base_sequence, attributes)
     else:
         out = _encode_columns(records, n, plain, now_ms, base_offset, partition_leader_epoch, producer_id,
                               producer_epoch, base_sequence, attributes)

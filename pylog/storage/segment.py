@@ -536,7 +536,7 @@ class LogSegment:
         return None
 
     # ---- point lookup --------------------------------------------------------
-    def _mapped(self) -> object:
+    def _mapped(self) -> Any:  # a cffi pointer or None (cffi has no types)
         """A cffi ``uint8_t *`` to a read-only map of the .log; None for an empty or read-only segment.
 
         The map is made with headroom past the end of the file (at least

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pylog.errors import InvalidConfigurationError
-from pylog.metrics import Metric, RateMeter, find, metric, render_prometheus
+from pylog.metrics import HistogramValue, Metric, RateMeter, find, metric, render_prometheus
 
 
 def test_render_groups_samples_by_name_with_one_help_and_type():
@@ -46,6 +46,7 @@ def test_empty_renders_empty():
 @pytest.mark.parametrize("bad", [
     [Metric("1bad", "gauge", "", 1)],
     [Metric("ok", "histogram", "", 1)],
+    [Metric("ok", "gauge", "", HistogramValue(((math.inf, 1),), 1.0, 1))],  # was a bare TypeError
     [Metric("ok", "gauge", "", 1, (("__reserved", "x"),))],
     [Metric("ok", "gauge", "", 1, (("bad-label", "x"),))],
     [Metric("ok", "gauge", "", 1), Metric("ok", "counter", "", 1)],

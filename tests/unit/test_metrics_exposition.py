@@ -144,3 +144,12 @@ def test_serve_metrics_on_loopback(busy_cluster):
         serve_metrics(70000, cluster)
     with pytest.raises(InvalidConfigurationError, match="metrics\\(\\) method"):
         serve_metrics(0, 42)
+
+
+@pytest.mark.parametrize("sample", [
+    Metric("pylog_x", "histogram", "", 1.0),  # was a bare AttributeError ('float' has no 'buckets')
+    Metric("pylog_x", "gauge", "", HistogramValue(((math.inf, 1),), 1.0, 1)),  # was a bare TypeError from float()
+])
+def test_prometheus_client_collector_refuses_a_value_of_the_wrong_kind(sample):
+    with pytest.raises(InvalidConfigurationError, match="pylog_x"):
+        list(PylogCollector(lambda: [sample]).collect())

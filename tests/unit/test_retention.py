@@ -236,3 +236,15 @@ def test_run_maintenance_reports_errors_and_skips_closed_logs(tmp_path) -> None:
         assert ("u", 0) not in s.checked
     finally:
         log.close()
+
+
+def test_run_maintenance_reports_a_protect_groups_value_that_is_not_a_list(tmp_path) -> None:
+    # Regression: a number there raised a bare TypeError (not iterable) out of the maintenance pass.
+    clock = Clock()
+    log = _log(tmp_path / "t-0", clock)
+    try:
+        s = run_maintenance({("t", 0): log}, {"t": {"retention_protect_groups": 5}}, _committed({}), clock.now)
+        assert "retention_protect_groups" in s.errors[("t", 0)]
+        assert "got 5" in s.errors[("t", 0)]
+    finally:
+        log.close()

@@ -385,3 +385,20 @@ def test_a_producer_of_a_topic_recreated_smaller_fails_the_missing_partition_at_
         assert p.send("t", b"c", partition=0).result().offset == 0
     finally:
         c.close()
+
+
+def test_create_topic_when_the_controller_is_lost_after_the_wait(tmp_path) -> None:
+    # Regression (found by mypy): the controller id read after the wait could be None - a bare
+    # KeyError out of create_topic instead of the wait's LeaderNotAvailableError.
+    from pylog.cluster import Cluster
+    from pylog.errors import LeaderNotAvailableError
+
+    c = Cluster(str(tmp_path / "c"), brokers=1, seed=3)
+    try:
+        c._wait = lambda *args, **kwargs: None  # the wait saw a controller...
+        c.store.controller_id = None  # ...which is gone when the call runs
+        with pytest.raises(LeaderNotAvailableError, match="no active controller"):
+            c.create_topic("t")
+        assert "t" not in c.store.topics
+    finally:
+        c.close()

@@ -82,7 +82,7 @@ def create_topics(ctx: RequestContext, req: Any) -> None:
         kwargs: Dict[str, Any] = {}
         try:
             if "min_insync_replicas" in configs:
-                kwargs["min_insync_replicas"] = int(configs.pop("min_insync_replicas"))  # type: ignore[arg-type]
+                kwargs["min_insync_replicas"] = int(configs.pop("min_insync_replicas"))  # type: ignore[call-overload]  # str or None
             if "unclean_leader_election_enable" in configs:
                 kwargs["unclean_leader_election"] = str(configs.pop("unclean_leader_election_enable")).lower() == "true"
             configs = {k: _typed(k, v) for k, v in configs.items()}
@@ -276,7 +276,7 @@ def describe_configs(ctx: RequestContext, req: Any) -> None:
 
 def _broker_configs(ctx: RequestContext) -> List[Tuple[str, Optional[str], int]]:
     c = ctx.cluster
-    rows = [("auto.create.topics.enable", "true" if c.auto_create_topics else "false", SOURCE_STATIC_BROKER),
+    rows: List[Tuple[str, Optional[str], int]] = [("auto.create.topics.enable", "true" if c.auto_create_topics else "false", SOURCE_STATIC_BROKER),
             ("num.partitions", str(c.num_partitions), SOURCE_STATIC_BROKER),
             ("default.replication.factor", str(default_rf(c)), SOURCE_STATIC_BROKER),
             ("socket.request.max.bytes", str(ctx.server.max_request_bytes), SOURCE_STATIC_BROKER),

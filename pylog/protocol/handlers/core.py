@@ -26,7 +26,7 @@ _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 def supported_api_keys(server: Any) -> List[Any]:
     """The ApiVersionsResponse ``api_keys`` rows: exactly what this cluster serves."""
     rows = []
-    cls = codec.response_class(18)
+    cls = codec.MESSAGES[18][1]  # ApiVersions: in every kafka-python with a schema table
     for key in sorted(REGISTRY):
         spec = REGISTRY[key]
         if spec.available is not None and not spec.available(server.cluster):
@@ -38,7 +38,7 @@ def supported_api_keys(server: Any) -> List[Any]:
 def api_versions_fallback(server: Any, correlation_id: int) -> bytes:
     """KIP-511: an ApiVersions request of a version we do not know gets a v0 body with
     UNSUPPORTED_VERSION and our list (the client retries with our highest version)."""
-    cls = codec.response_class(18)
+    cls = codec.MESSAGES[18][1]
     resp = cls(version=0, error_code=codec.UNSUPPORTED_VERSION, api_keys=supported_api_keys(server))
     return codec.encode_response(resp, correlation_id)
 

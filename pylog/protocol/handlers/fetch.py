@@ -133,7 +133,11 @@ def fetch(ctx: RequestContext, req: Any) -> None:
             limit = max(1, min(pmax, budget)) if budget > 0 else 1
             msg = FetchRequest(-1, tp[0], tp[1], offset, epoch, ctx.next_corr(), max_bytes=limit, max_wait_ms=wait_ms)
             pending[0] += 1
-            ctx.request(msg, lambda resp, tp=tp: on_each(tp, resp), timeout_ms=wait_ms + 30_000)
+
+            def callback(resp: Optional[Any], tp: Tuple[str, int] = tp) -> None:
+                on_each(tp, resp)
+
+            ctx.request(msg, callback, timeout_ms=wait_ms + 30_000)
 
     def reply() -> None:
         if not done[0]:

@@ -343,7 +343,11 @@ class BrokerServer:
         wire = f"{peer.peer_id}/{src}"
         if wire not in peer.nodes:
             peer.nodes.add(wire)
-            self.transport.register(wire, lambda s, m, peer=peer, node=src: peer.send(("msg", s, node, m)))
+
+            def deliver(s: Hashable, m: Any, peer: Peer = peer, node: Hashable = src) -> None:
+                peer.send(("msg", s, node, m))
+
+            self.transport.register(wire, deliver)
         self.transport.send(wire, dst, msg)
 
     def _unregister(self, peer: Peer, src: Hashable) -> None:
