@@ -6,7 +6,10 @@
    (``stop_broker(clean=False)``: no flush, unsynced bytes dropped) mid-run;
    the controller elects a new leader from the ISR and the producer carries on.
 3. A consumer reads everything back: every acknowledged record is there, at
-   the offset it was acknowledged with.
+   the offset it was acknowledged with. Then a real Kafka client - a
+   confluent-kafka (librdkafka) consumer in a group of its own - reads the same
+   records over the Kafka wire protocol from the cluster's listener
+   (``listen="127.0.0.1:0"``, ``cluster.bootstrap_servers``) and agrees.
 4. Spark reads the cluster directory (``spark.read.format("pylog")``), picking
    for each partition the replica with the highest high watermark, and counts
    the same records.
@@ -24,7 +27,7 @@ import pylog
 
 
 def replicated_queue(root: str) -> dict:
-    cluster = pylog.Cluster(root, brokers=3)
+    cluster = pylog.Cluster(root, brokers=3, listen="127.0.0.1:0")   # also speaks the Kafka protocol
     try:
         cluster.create_topic("orders", partitions=2, replication_factor=3, min_insync_replicas=2)
         producer = cluster.producer(acks="all")
@@ -63,9 +66,32 @@ def replicated_queue(root: str) -> dict:
         lost = [k for k, v in acked.items() if seen.get(k) != v]
         assert not lost, f"acknowledged records lost or changed: {lost[:5]}"
         print(f"  consumer read all {len(acked)} acknowledged records at their acknowledged offsets")
+        kafka_client_reads(cluster.bootstrap_servers, acked)
         return acked
     finally:
         cluster.close()
+
+
+def kafka_client_reads(bootstrap: str, acked: dict) -> None:
+    """A real Kafka client (confluent-kafka, i.e. librdkafka) joins group "audit" and reads every record."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "audit", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe(["orders"])
+    seen: dict = {}
+    deadline = time.monotonic() + 60
+    try:
+        while len(seen) < len(acked) and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 1.0):
+                if m.error() is None:
+                    seen[(m.partition(), m.offset())] = m.value()
+    finally:
+        consumer.close()
+    differ = [k for k, v in acked.items() if seen.get(k) != v]
+    assert not differ and len(seen) == len(acked), f"the Kafka client saw other records: {differ[:5]}"
+    print(f"  a confluent-kafka consumer (group 'audit') read the same {len(seen)} records over the Kafka "
+          f"protocol from {bootstrap}")
 
 
 def spark_count(root: str, expected: int) -> None:
