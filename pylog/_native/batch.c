@@ -739,27 +739,82 @@ int plg_batch_set_offsets(uint8_t *buf, uint64_t len, int64_t base_offset,
  * is compressed or legacy: the caller decodes it the general way),
  * PLG_ECRC / PLG_ECORRUPT / PLG_EMAGIC for bad bytes. A torn tail reads as
  * PLG_ENOTFOUND. Thread-safe; keeps no pointer. */
+/* The batch of `log` holding offset `target` (a magic-2, uncompressed batch),
+ * found from the sparse index's entry at or below it: PLG_OK with its
+ * position and header, PLG_ENOTFOUND (not in this segment, or past its
+ * valid end), PLG_EUNSUPPORTED (legacy or compressed), or the parse error. */
+static int find_batch(const uint8_t *log, uint64_t log_len, const uint8_t *idx, uint64_t idx_len,
+                      int64_t base_offset, int64_t target, uint64_t *pos_out, plg_batch_info_t *info) {
+    if (target < base_offset || base_offset < 0) return PLG_ENOTFOUND;
+    int64_t rel = target - base_offset; /* no overflow: both non-negative here */
+    int32_t rel_out = 0, pos_out_idx = 0;
+    plg_offset_index_lookup(idx, idx_len, rel > INT32_MAX ? INT32_MAX : (int32_t)rel, &rel_out, &pos_out_idx);
+    uint64_t pos = pos_out_idx < 0 ? 0 : (uint64_t)pos_out_idx;
+    if (pos > log_len) pos = 0; /* a stale index entry: walk from the start */
+    for (;;) {
+        if (pos >= log_len) return PLG_ENOTFOUND;
+        int rc = parse_entry(log, log_len, pos, 0, info);
+        if (rc == PLG_ETRUNCATED) return PLG_ENOTFOUND;
+        if (rc != PLG_OK) return rc;
+        if (info->last_offset >= target) break;
+        pos += info->size;
+    }
+    if (info->base_offset > target) return PLG_ENOTFOUND;
+    if (info->magic != 2 || (info->attributes & PLG_ATTR_COMPRESSION_MASK)) return PLG_EUNSUPPORTED;
+    *pos_out = pos;
+    return PLG_OK;
+}
+
+/* Key, value and headers of the record whose fields start at rb[p] (after
+ * its offset delta) and end at rend, as positions in the file (the batch is
+ * at `pos`). Every length is checked against rend first: PLG_ECORRUPT. */
+static int record_fields(const uint8_t *rb, uint64_t rend, uint64_t p, uint64_t pos, plg_record_ref_t *out) {
+    int64_t v;
+    if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+    out->key_len = (int32_t)v;
+    out->key_pos = pos + PLG_BATCH_OVERHEAD + p;
+    if (v > 0) {
+        if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
+        p += (uint64_t)v;
+    }
+    if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
+    out->value_len = (int32_t)v;
+    out->value_pos = pos + PLG_BATCH_OVERHEAD + p;
+    if (v > 0) {
+        if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
+        p += (uint64_t)v;
+    }
+    if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < 0) return PLG_ECORRUPT;
+    out->header_count = (int32_t)v;
+    out->headers_pos = pos + PLG_BATCH_OVERHEAD + p;
+    out->headers_len = (uint32_t)(rend - p);
+    out->batch_position = pos;
+    return PLG_OK;
+}
+
+/* The batch-level fields of a found record; its timestamp is the batch's
+ * max timestamp under LogAppendTime, else base + delta (wrapping like a Java long). */
+static void batch_fields(plg_record_ref_t *out, uint32_t size, int64_t base_offset, int64_t last_offset,
+                         int16_t attributes, int64_t max_timestamp, int64_t base_timestamp, int64_t tsd,
+                         int64_t target) {
+    out->batch_size = size;
+    out->base_offset = base_offset;
+    out->last_offset = last_offset;
+    out->attributes = attributes;
+    out->max_timestamp = max_timestamp;
+    out->timestamp = (attributes & PLG_ATTR_LOG_APPEND_TIME) ? max_timestamp
+                                                             : (int64_t)((uint64_t)base_timestamp + (uint64_t)tsd);
+    out->offset = target;
+}
+
 int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, uint64_t idx_len,
                       int64_t base_offset, int64_t target, uint64_t verified_bytes,
                       plg_record_ref_t *out) {
     if ((!log && log_len) || (!idx && idx_len) || !out) return PLG_EINVAL;
-    if (target < base_offset || base_offset < 0) return PLG_ENOTFOUND;
-    int64_t rel = target - base_offset; /* no overflow: both non-negative here */
-    int32_t rel_out = 0, pos_out = 0;
-    plg_offset_index_lookup(idx, idx_len, rel > INT32_MAX ? INT32_MAX : (int32_t)rel, &rel_out, &pos_out);
-    uint64_t pos = pos_out < 0 ? 0 : (uint64_t)pos_out;
-    if (pos > log_len) pos = 0; /* a stale index entry: walk from the start */
     plg_batch_info_t info;
-    for (;;) {
-        if (pos >= log_len) return PLG_ENOTFOUND;
-        int rc = parse_entry(log, log_len, pos, 0, &info);
-        if (rc == PLG_ETRUNCATED) return PLG_ENOTFOUND;
-        if (rc != PLG_OK) return rc;
-        if (info.last_offset >= target) break;
-        pos += info.size;
-    }
-    if (info.base_offset > target) return PLG_ENOTFOUND;
-    if (info.magic != 2 || (info.attributes & PLG_ATTR_COMPRESSION_MASK)) return PLG_EUNSUPPORTED;
+    uint64_t pos;
+    int found = find_batch(log, log_len, idx, idx_len, base_offset, target, &pos, &info);
+    if (found != PLG_OK) return found;
     if (pos + info.size > verified_bytes) {
         uint32_t crc;
         plg_crc32c(log + pos + PLG_ATTRIBUTES_OFFSET, info.size - PLG_ATTRIBUTES_OFFSET, 0, &crc);
@@ -772,7 +827,7 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
      * the records before it by their lengths alone. */
     int dense = (int64_t)info.records_count == info.last_offset - info.base_offset + 1;
     for (int32_t i = 0; i < info.records_count; i++) {
-        int64_t rlen, tsd, od, v;
+        int64_t rlen, tsd, od;
         if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
         if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
         uint64_t rend = p + (uint64_t)rlen;
@@ -788,33 +843,10 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
             p = rend;
             continue;
         }
-        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
-        out->key_len = (int32_t)v;
-        out->key_pos = pos + PLG_BATCH_OVERHEAD + p;
-        if (v > 0) {
-            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
-            p += (uint64_t)v;
-        }
-        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
-        out->value_len = (int32_t)v;
-        out->value_pos = pos + PLG_BATCH_OVERHEAD + p;
-        if (v > 0) {
-            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
-            p += (uint64_t)v;
-        }
-        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < 0) return PLG_ECORRUPT;
-        out->header_count = (int32_t)v;
-        out->headers_pos = pos + PLG_BATCH_OVERHEAD + p;
-        out->headers_len = (uint32_t)(rend - p);
-        out->batch_position = pos;
-        out->batch_size = info.size;
-        out->base_offset = info.base_offset;
-        out->last_offset = info.last_offset;
-        out->attributes = info.attributes;
-        out->max_timestamp = info.max_timestamp;
-        out->timestamp = (info.attributes & PLG_ATTR_LOG_APPEND_TIME) ? info.max_timestamp
-                                                                      : (int64_t)((uint64_t)info.base_timestamp + (uint64_t)tsd); /* wraps like a Java long */
-        out->offset = target;
+        int frc = record_fields(rb, rend, p, pos, out);
+        if (frc != PLG_OK) return frc;
+        batch_fields(out, info.size, info.base_offset, info.last_offset, info.attributes, info.max_timestamp,
+                     info.base_timestamp, tsd, target);
         return PLG_OK;
     }
     return PLG_ENOTFOUND;
@@ -1001,23 +1033,10 @@ int plg_lookup_cached(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
                       int64_t base_offset, int64_t target, uint64_t verified_bytes,
                       plg_lookup_cache_t *cache, plg_record_ref_t *out) {
     if ((!log && log_len) || (!idx && idx_len) || !out || !cache) return PLG_EINVAL;
-    if (target < base_offset || base_offset < 0) return PLG_ENOTFOUND;
-    int64_t rel = target - base_offset;
-    int32_t rel_out = 0, pos_out = 0;
-    plg_offset_index_lookup(idx, idx_len, rel > INT32_MAX ? INT32_MAX : (int32_t)rel, &rel_out, &pos_out);
-    uint64_t pos = pos_out < 0 ? 0 : (uint64_t)pos_out;
-    if (pos > log_len) pos = 0; /* a stale index entry: walk from the start */
     plg_batch_info_t info;
-    for (;;) {
-        if (pos >= log_len) return PLG_ENOTFOUND;
-        int rc = parse_entry(log, log_len, pos, 0, &info);
-        if (rc == PLG_ETRUNCATED) return PLG_ENOTFOUND;
-        if (rc != PLG_OK) return rc;
-        if (info.last_offset >= target) break;
-        pos += info.size;
-    }
-    if (info.base_offset > target) return PLG_ENOTFOUND;
-    if (info.magic != 2 || (info.attributes & PLG_ATTR_COMPRESSION_MASK)) return PLG_EUNSUPPORTED;
+    uint64_t pos;
+    int found = find_batch(log, log_len, idx, idx_len, base_offset, target, &pos, &info);
+    if (found != PLG_OK) return found;
     uint32_t slot = slot_of(cache, pos);
     lookup_entry_t *e = cache->slots[slot];
     if (e && e->position == pos && e->size == info.size && e->crc == info.crc) {
@@ -1058,7 +1077,7 @@ int plg_lookup_cached(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
     if (p >= len) return PLG_ECORRUPT;
     uint32_t limit = e->records_count; /* never walk more records than the batch holds */
     for (uint32_t i = 0; i < limit && p < len; i++) {
-        int64_t rlen, tsd, od, v;
+        int64_t rlen, tsd, od;
         if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
         if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
         uint64_t rend = p + (uint64_t)rlen;
@@ -1070,33 +1089,10 @@ int plg_lookup_cached(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
             p = rend;
             continue;
         }
-        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
-        out->key_len = (int32_t)v;
-        out->key_pos = pos + PLG_BATCH_OVERHEAD + p;
-        if (v > 0) {
-            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
-            p += (uint64_t)v;
-        }
-        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < -1) return PLG_ECORRUPT;
-        out->value_len = (int32_t)v;
-        out->value_pos = pos + PLG_BATCH_OVERHEAD + p;
-        if (v > 0) {
-            if ((uint64_t)v > rend - p) return PLG_ECORRUPT;
-            p += (uint64_t)v;
-        }
-        if (get_varint(rb, rend, &p, 5, &v) != PLG_OK || v < 0) return PLG_ECORRUPT;
-        out->header_count = (int32_t)v;
-        out->headers_pos = pos + PLG_BATCH_OVERHEAD + p;
-        out->headers_len = (uint32_t)(rend - p);
-        out->batch_position = pos;
-        out->batch_size = e->size;
-        out->base_offset = e->base_offset;
-        out->last_offset = e->last_offset;
-        out->attributes = e->attributes;
-        out->max_timestamp = e->max_timestamp;
-        out->timestamp = (e->attributes & PLG_ATTR_LOG_APPEND_TIME) ? e->max_timestamp
-                                                                   : (int64_t)((uint64_t)e->base_timestamp + (uint64_t)tsd);
-        out->offset = target;
+        int frc = record_fields(rb, rend, p, pos, out);
+        if (frc != PLG_OK) return frc;
+        batch_fields(out, e->size, e->base_offset, e->last_offset, e->attributes, e->max_timestamp,
+                     e->base_timestamp, tsd, target);
         return PLG_OK;
     }
     return PLG_ENOTFOUND;
