@@ -954,9 +954,14 @@ class Controller:
             for b in sorted({r for replicas in assignment for r in replicas}):
                 self._pid_block(b)
             self.store.create_topic(self.epoch, cfg, states)  # the topic and its partitions: one write
+        # One LeaderAndIsr per broker carrying all its new replicas (Kafka's controller batches
+        # per broker too): the broker creates them all and makes the batch durable in one sync.
+        per_broker: Dict[int, List[PartitionState]] = {}
         for st in states:
             for r in st.replicas:
-                out.send(r, self._lai(r, (st,)))
+                per_broker.setdefault(r, []).append(st)
+        for r in sorted(per_broker):
+            out.send(r, self._lai(r, tuple(per_broker[r])))
         return out
 
     # ---------------------------------------------------------- topic admin

@@ -27,11 +27,12 @@ atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
 from __future__ import annotations
 
 
+import contextlib
 import os
 import shutil
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     BrokerNotAvailableError,
@@ -54,6 +55,7 @@ from pylog.replication.messages import (
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
     Outbox,
+    PartitionState,
     ProduceRequest,
     ProduceResponse,
     StopReplicaRequest,
@@ -253,22 +255,31 @@ class ReplicaManager:
             self._pid_block = (first, count)
             self._next_pid, self._pid_end = first, first + count
         topic_configs = dict(req.topic_configs)
-        for st in req.states:
-            if self.broker_id not in st.replicas:
-                continue
-            try:
-                p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
-                self._apply_topic_config((st.topic, st.partition), p, topic_configs.get(st.topic, ()))
-                outcome = p.apply_state(st, now_ms)
-            except (PylogError, OSError) as exc:
-                # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
-                # the other states still apply, and the controller's resend retries this one.
-                import logging
+        # Every state is applied first with the directory syncs of the whole batch deferred (new
+        # partition directories, segment files, leader-epoch checkpoints), then the batch is made
+        # durable in one go, and only then do its effects (fetches, answers) leave this broker:
+        # what a peer or client learns of a replica is on disk first, as before, at one sync per
+        # batch rather than several per partition (docs/durability.md, "Batched directory syncs").
+        applied: List[Tuple[PartitionState, str]] = []
+        with self._batch_syncs(req):
+            for st in req.states:
+                if self.broker_id not in st.replicas:
+                    continue
+                try:
+                    p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
+                    self._apply_topic_config((st.topic, st.partition), p, topic_configs.get(st.topic, ()))
+                    outcome = p.apply_state(st, now_ms)
+                except (PylogError, OSError) as exc:
+                    # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
+                    # the other states still apply, and the controller's resend retries this one.
+                    import logging
 
-                logging.getLogger("pylog.replication").error(
-                    "%s-%d: broker %d skipped leader epoch %d (leader %d): its replica failed: %s",
-                    st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
-                continue
+                    logging.getLogger("pylog.replication").error(
+                        "%s-%d: broker %d skipped leader epoch %d (leader %d): its replica failed: %s",
+                        st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
+                    continue
+                applied.append((st, outcome))
+        for st, outcome in applied:
             tp = (st.topic, st.partition)
             if outcome == "follower":
                 self._fail_delayed_produce(tp, NotLeaderError, out)
@@ -281,6 +292,23 @@ class ReplicaManager:
                 self._complete_delayed(tp, now_ms, out)
             elif outcome == "isr":
                 self._complete_delayed(tp, now_ms, out)
+
+    @contextlib.contextmanager
+    def _batch_syncs(self, req: LeaderAndIsrRequest) -> Iterator[None]:
+        """The directory syncs of one LeaderAndIsr batch, run once at the end (FileIO.batched_dir_syncs).
+
+        A failing sync is logged, never raised (as a failing replica is, above): the replicas
+        already applied keep running on the page cache, the failure is Kafka's offline log dir
+        that the next checkpoint, roll or flush on that disk reports again."""
+        try:
+            with self.io.batched_dir_syncs():
+                yield
+        except OSError as exc:
+            import logging
+
+            logging.getLogger("pylog.replication").error(
+                "broker %d: syncing the directories of a LeaderAndIsr batch of %d partitions in %s failed: %s",
+                self.broker_id, len(req.states), self.log_dir, exc)
 
     def _apply_topic_config(self, tp: TP, p: Partition, topic_config: Sequence[Tuple[str, object]]) -> None:
         """Give an open log its topic's configs when the controller's differ from those it last applied
@@ -633,20 +661,31 @@ class ReplicaManager:
                 self.checkpoint_high_watermarks()
             except OSError as exc:
                 failures.append(f"high-watermark checkpoint: {exc}")
-            for (topic, partition), p in self.partitions.items():
-                p.stop()
-                try:
-                    p.producer_state.take_snapshot()
-                except OSError:
-                    pass  # the log replay rebuilds the state on the next open
-                try:
-                    p.log.close()
-                except OSError as exc:
-                    failures.append(f"{topic}-{partition}: {exc}")
-                    try:
-                        p.log.abandon()
-                    except OSError:
-                        pass
+            # The log directory's recovery-point and log-start checkpoints are written once, after
+            # every log has flushed (Kafka's LogManager.shutdown), not once per closed log.
+            ld = next((p.log._logdir for p in self.partitions.values() if p.log._logdir is not None), None)
+            try:
+                with ld.deferred_checkpoints() if ld is not None else contextlib.nullcontext():
+                    for (topic, partition), p in self.partitions.items():
+                        p.stop()
+                        try:
+                            ps = p.producer_state
+                            # Kafka's takeSnapshot: only when the state moved past the newest snapshot
+                            # (an empty or unchanged partition's snapshot would say nothing new).
+                            if ps.map_end_offset > max(ps.snapshot_offsets(), default=0):
+                                ps.take_snapshot()
+                        except OSError:
+                            pass  # the log replay rebuilds the state on the next open
+                        try:
+                            p.log.close()
+                        except OSError as exc:
+                            failures.append(f"{topic}-{partition}: {exc}")
+                            try:
+                                p.log.abandon()
+                            except OSError:
+                                pass
+            except OSError as exc:  # the deferred checkpoint write at the end of the block
+                failures.append(f"log directory checkpoints: {exc}")
             if failures:
                 self.delayed_produce.clear()
                 self.delayed_fetch.clear()
