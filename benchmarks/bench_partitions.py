@@ -17,6 +17,7 @@ import tempfile
 import time
 
 from pylog.cluster import Cluster
+from pylog.errors import LeaderNotAvailableError
 
 
 class _LoopProfile:
@@ -59,7 +60,12 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
         if prof:
             prof.phase(c, "open")
         t0 = time.perf_counter()
-        c.create_topic("t", partitions=partitions, replication_factor=3, min_insync_replicas=2)
+        note = ""
+        try:
+            c.create_topic("t", partitions=partitions, replication_factor=3, min_insync_replicas=2)
+        except LeaderNotAvailableError:  # create_topic waits 30 s for serving leaders; keep waiting
+            note = " (past create_topic's 30 s wait)"
+            c._wait(lambda: c._serving([("t", p) for p in range(partitions)]), 1_200_000, "no leaders")
         t_create = time.perf_counter() - t0
         if prof:
             prof.phase(c, "create")
@@ -89,7 +95,7 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
         if prof:
             assert prof.prof is not None  # the loop thread has stopped it (joined by close)
             prof.prof.dump_stats(f"{prof.prefix}.close")
-        print(f"partitions={partitions} RF=3: open {t_open:.2f} s, create_topic {t_create:.2f} s, "
+        print(f"partitions={partitions} RF=3: open {t_open:.2f} s, create_topic {t_create:.2f} s{note}, "
               f"idle CPU {idle * 100:.2f}% of a core over {idle_s:g} s, close {t_close:.2f} s")
         for label, r in rates.items():
             print(f"  produce acks=all spread over {label}: {r:,.0f} records/s")

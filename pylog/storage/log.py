@@ -398,11 +398,6 @@ class Log:
                 io.fsync_dir(os.path.dirname(self.dir))
         except OSError as exc:
             raise KafkaStorageError(f"cannot create partition directory {self.dir}: {exc.strerror}") from exc
-        if created:
-            # A directory this call made has nothing to recover, and an empty epoch cache needs no
-            # file (a missing leader-epoch-checkpoint reads as empty): without this, every new
-            # partition in a log dir not closed cleanly paid an atomic checkpoint write.
-            needs_recovery = False
         now = self.clock_ms()
         recovery_point = ld.recovery_points.get(tp, 0)
         self.recovery = RecoveryResult(self.dir, clean_shutdown=not needs_recovery, recovery_point=recovery_point)
