@@ -11,12 +11,10 @@ import threading
 from collections import Counter
 from typing import List
 
-import pytest
-
 import pylog
 from pylog.replication import controller as controller_mod
 from pylog.replication.partition import Partition
-from pylog.storage.fileio import SimulatedDiskIO
+from pylog.storage.fileio import FileIO, SimulatedDiskIO
 from pylog.storage.logdir import RECOVERY_POINT_FILE
 
 N = controller_mod.LEADER_AND_ISR_BATCH_MIN_PARTITIONS + 16  # above it: one LeaderAndIsr per broker
@@ -32,12 +30,11 @@ class _CountingDisk(SimulatedDiskIO):
         super().fsync_dir(path)
 
 
-def _make(disk: SimulatedDiskIO, path: str) -> int:
+def _make(disk: SimulatedDiskIO, path: str) -> None:
     fd = disk.open(path)
     disk.pwrite(fd, b"x", 0)
     disk.fsync(fd)
     disk.close(fd)
-    return 0
 
 
 def test_batched_dir_syncs_defer_each_directory_to_one_sync_at_the_end(tmp_path) -> None:
@@ -79,7 +76,7 @@ def test_other_threads_are_not_deferred(tmp_path) -> None:
 def test_real_file_layer_batch_with_many_directories(tmp_path) -> None:
     """Above SYNCFS_MIN_DIRS directories the real layer syncs the filesystem once (Linux) or each
     directory: either way the block ends without error and every file is there."""
-    io = pylog.storage.fileio.FileIO()
+    io = FileIO()
     dirs = [tmp_path / f"d{i}" for i in range(20)]
     with io.batched_dir_syncs():
         for d in dirs:
