@@ -350,6 +350,7 @@ class ReplicaManager:
         """
         tp = (msg.topic, msg.partition)
         p = self.partitions.pop(tp, None)
+        self._order.pop(tp, None)
         self._hw_at_start.pop(tp, None)
         self._topic_configs.pop(tp, None)
         self.deleted.add(tp)
