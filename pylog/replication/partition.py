@@ -465,6 +465,11 @@ class Partition:
         a newer ISR from the controller); :meth:`resend_proposal` repeats a lost one."""
         return self.pending_isr is not None
 
+    @property
+    def has_proposal(self) -> bool:
+        """An AlterPartition proposal of this replica is unanswered (:meth:`resend_proposal` may repeat it)."""
+        return self._proposal is not None
+
     def resend_proposal(self, now_ms: int, retry_after_ms: int = 2_000) -> Optional[AlterPartitionRequest]:
         """The in-flight AlterPartition again, unchanged, once ``retry_after_ms`` passed without an answer.
 

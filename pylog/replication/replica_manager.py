@@ -23,17 +23,21 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
   checkpoint (``replication-offset-checkpoint``) every
   ``hw_checkpoint_interval_ms`` and on clean shutdown.
 
-Complexity: O(partitions) per tick. Durability: the HW checkpoint is written
+Complexity: a tick costs O(replicas with something due) plus, when a parked request is due, one
+set lookup per parked replica (no per-partition work when idle); the ISR-expiry pass every
+``replica_lag_time_max_ms / 2`` is O(partitions). Durability: the HW checkpoint is written
 atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
 """
 from __future__ import annotations
 
 
+import contextlib
+import heapq
 import os
 import shutil
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     BrokerNotAvailableError,
@@ -56,6 +60,7 @@ from pylog.replication.messages import (
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
     Outbox,
+    PartitionState,
     ProduceRequest,
     ProduceResponse,
     StopReplicaRequest,
@@ -136,8 +141,24 @@ class ReplicaManager:
         #: are answered by :meth:`complete_fetch_wakeups`, which the broker runs once after the
         #: messages already queued (so one answer carries every batch appended meanwhile)
         self.fetch_wakeups: Set[TP] = set()
+        #: per follower partition, its one request in flight ``(correlation id, request, sent at)``;
+        #: entries are only ever inserted fresh (a key not present) at the current time, so the
+        #: dict's order is the order of sending and the oldest request is first (see :meth:`tick`)
         self.inflight: Dict[TP, Tuple[int, object, int]] = {}
         self.next_fetch_at: Dict[TP, int] = {}
+        # What an idle tick looks at, so that it costs nothing per partition (issue 18):
+        #: replicas that may need a follower request sent by a tick: every follower without one in
+        #: flight is in here (a superset; :meth:`_maybe_send_follower` drops what it sends for)
+        self._may_send: Set[TP] = set()
+        #: replicas with an AlterPartition proposal that may need resending
+        self._proposing: Set[TP] = set()
+        #: (deadline, tp) of parked produces and fetches, lazily cleaned (stale entries are harmless)
+        self._produce_deadlines: List[Tuple[int, TP]] = []
+        self._fetch_deadlines: List[Tuple[int, TP]] = []
+        #: per replica, the position it was added to :attr:`partitions` at: a tick visits the
+        #: replicas it acts on in that order, the order of the loop over every replica it replaces
+        self._order: Dict[TP, int] = {}
+        self._added = 0
         # Correlation ids are unique across this broker's incarnations: a response to a request the
         # previous incarnation sent (still in flight when it crashed) must never match a request of
         # this one. With per-incarnation counters from 0 it did (soak seed 31140): a pre-crash fetch
@@ -197,6 +218,8 @@ class ReplicaManager:
             )
             log.retention_high_watermark = lambda p=p: p.high_watermark  # retention stays below the HW
             self.partitions[tp] = p
+            self._added += 1
+            self._order[tp] = self._added
             self.deleted.discard(tp)
         return p
 
@@ -256,27 +279,37 @@ class ReplicaManager:
             self._pid_block = (first, count)
             self._next_pid, self._pid_end = first, first + count
         topic_configs = dict(req.topic_configs)
-        for st in req.states:
-            if self.broker_id not in st.replicas:
-                continue
-            try:
-                p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
-                self._apply_topic_config((st.topic, st.partition), p, topic_configs.get(st.topic, ()))
-                outcome = p.apply_state(st, now_ms)
-            except (PylogError, OSError) as exc:
-                # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
-                # the other states still apply, and the controller's resend retries this one.
-                import logging
+        # Every state is applied first with the directory syncs of the whole batch deferred (new
+        # partition directories, segment files, leader-epoch checkpoints), then the batch is made
+        # durable in one go, and only then do its effects (fetches, answers) leave this broker:
+        # what a peer or client learns of a replica is on disk first, as before, at one sync per
+        # batch rather than several per partition (docs/durability.md, "Batched directory syncs").
+        applied: List[Tuple[PartitionState, str]] = []
+        with self._batch_syncs(req):
+            for st in req.states:
+                if self.broker_id not in st.replicas:
+                    continue
+                try:
+                    p = self.get_or_create(st.topic, st.partition, topic_configs.get(st.topic, ()))
+                    self._apply_topic_config((st.topic, st.partition), p, topic_configs.get(st.topic, ()))
+                    outcome = p.apply_state(st, now_ms)
+                except (PylogError, OSError) as exc:
+                    # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
+                    # the other states still apply, and the controller's resend retries this one.
+                    import logging
 
-                logging.getLogger("pylog.replication").error(
-                    "%s-%d: broker %d skipped leader epoch %d (leader %d): its replica failed: %s",
-                    st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
-                continue
+                    logging.getLogger("pylog.replication").error(
+                        "%s-%d: broker %d skipped leader epoch %d (leader %d): its replica failed: %s",
+                        st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
+                    continue
+                applied.append((st, outcome))
+        for st, outcome in applied:
             tp = (st.topic, st.partition)
             if outcome == "follower":
                 self._fail_delayed_produce(tp, NotLeaderError, out)
                 self._complete_delayed_fetch(tp, now_ms, out, force=True)
                 self.inflight.pop(tp, None)
+                self._may_send.add(tp)
                 self.next_fetch_at[tp] = now_ms
                 self._maybe_send_follower(tp, now_ms, out)
             elif outcome == "leader":
@@ -284,6 +317,23 @@ class ReplicaManager:
                 self._complete_delayed(tp, now_ms, out)
             elif outcome == "isr":
                 self._complete_delayed(tp, now_ms, out)
+
+    @contextlib.contextmanager
+    def _batch_syncs(self, req: LeaderAndIsrRequest) -> Iterator[None]:
+        """The directory syncs of one LeaderAndIsr batch, run once at the end (FileIO.batched_dir_syncs).
+
+        A failing sync is logged, never raised (as a failing replica is, above): the replicas
+        already applied keep running on the page cache, the failure is Kafka's offline log dir
+        that the next checkpoint, roll or flush on that disk reports again."""
+        try:
+            with self.io.batched_dir_syncs():
+                yield
+        except OSError as exc:
+            import logging
+
+            logging.getLogger("pylog.replication").error(
+                "broker %d: syncing the directories of a LeaderAndIsr batch of %d partitions in %s failed: %s",
+                self.broker_id, len(req.states), self.log_dir, exc)
 
     def _apply_topic_config(self, tp: TP, p: Partition, topic_config: Sequence[Tuple[str, object]]) -> None:
         """Give an open log its topic's configs when the controller's differ from those it last applied
@@ -303,6 +353,7 @@ class ReplicaManager:
         """
         tp = (msg.topic, msg.partition)
         p = self.partitions.pop(tp, None)
+        self._order.pop(tp, None)
         self._hw_at_start.pop(tp, None)
         self._topic_configs.pop(tp, None)
         self.deleted.add(tp)
@@ -417,6 +468,7 @@ class ReplicaManager:
         self.delayed_produce.setdefault(tp, []).append(
             _DelayedProduce(src, req, res.last_offset + 1, now_ms + req.timeout_ms, res.base_offset, res.max_timestamp)
         )
+        heapq.heappush(self._produce_deadlines, (now_ms + req.timeout_ms, tp))
         self._complete_delayed(tp, now_ms, out, fetches=False)
 
     def complete_fetch_wakeups(self, now_ms: int) -> Outbox:
@@ -497,11 +549,13 @@ class ReplicaManager:
         hw_before = p.high_watermark
         resp, alter = p.handle_fetch(req, now_ms)
         if alter is not None:
+            self._proposing.add(tp)
             out.send(CONTROLLER, alter)
         if p.high_watermark != hw_before:
             self._complete_delayed(tp, now_ms, out)
         if resp.error is None and not resp.records and req.max_wait_ms > 0:
             self.delayed_fetch.setdefault(tp, []).append(_DelayedFetch(src, req, now_ms + req.max_wait_ms, p.high_watermark))
+            heapq.heappush(self._fetch_deadlines, (now_ms + req.max_wait_ms, tp))
             return
         out.send(src, resp)
 
@@ -521,6 +575,7 @@ class ReplicaManager:
                     continue
             resp, alter = p.handle_fetch(d.req, now_ms)
             if alter is not None:
+                self._proposing.add(tp)
                 out.send(CONTROLLER, alter)
             out.send(d.src, resp)
         if keep:
@@ -529,9 +584,11 @@ class ReplicaManager:
     # -------------------------------------------------------- follower side
     def _maybe_send_follower(self, tp: TP, now_ms: int, out: Outbox) -> None:
         p = self.partitions.get(tp)
-        if p is None or p.role != FOLLOWER or tp in self.inflight or p.leader < 0:
+        if p is None or p.role != FOLLOWER or tp in self.inflight:
+            self._may_send.discard(tp)  # a follower again gets here from its LeaderAndIsr
             return
-        if now_ms < self.next_fetch_at.get(tp, 0):
+        self._may_send.add(tp)
+        if p.leader < 0 or now_ms < self.next_fetch_at.get(tp, 0):
             return
         try:
             req = p.next_follower_request(self._next_corr(), self.config.replica_fetch_max_wait_ms, self.incarnation)
@@ -541,6 +598,7 @@ class ReplicaManager:
         if req is None:
             return
         self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
+        self._may_send.discard(tp)
         out.send(p.leader, req)
 
     def _take_inflight(self, tp: TP, corr: int) -> Optional[object]:
@@ -548,6 +606,7 @@ class ReplicaManager:
         if cur is None or cur[0] != corr:
             return None
         del self.inflight[tp]
+        self._may_send.add(tp)
         return cur[1]
 
     def _on_fetch_response(self, resp: FetchResponse, now_ms: int, out: Outbox) -> None:
@@ -589,28 +648,47 @@ class ReplicaManager:
         cfg = self.config
         if now_ms - self._last_isr_check >= cfg.replica_lag_time_max_ms // 2:
             self._last_isr_check = now_ms
-            for p in self.partitions.values():
+            for tp, p in self.partitions.items():
                 alter = p.maybe_shrink_isr(now_ms, cfg.alter_partition_retry_ms)
                 if alter is not None:
+                    self._proposing.add(tp)
                     out.send(CONTROLLER, alter)
-        for p in self.partitions.values():
-            # An unanswered AlterPartition is sent again, unchanged (Kafka retries until answered).
-            again = p.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
-            if again is not None:
-                out.send(CONTROLLER, again)
-        for tp in list(self.delayed_produce):
-            if any(now_ms >= d.deadline_ms for d in self.delayed_produce[tp]):
+        # Below: only the replicas with something due, visited in the order a loop over every
+        # replica would visit them (the seeded simulations replay the same message sequence);
+        # an idle tick is O(1) whatever the number of partitions (issue 18).
+        order = self._order
+        if self._proposing:
+            for tp in sorted(self._proposing, key=lambda tp: order.get(tp, 0)):
+                p = self.partitions.get(tp)
+                if p is None or not p.has_proposal:
+                    self._proposing.discard(tp)
+                    continue
+                # An unanswered AlterPartition is sent again, unchanged (Kafka retries until answered).
+                again = p.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
+                if again is not None:
+                    out.send(CONTROLLER, again)
+        for tp in self._due(self._produce_deadlines, self.delayed_produce, now_ms):
+            if any(now_ms >= d.deadline_ms for d in self.delayed_produce.get(tp, ())):
                 self._complete_delayed(tp, now_ms, out)
-        for tp in list(self.delayed_fetch):
-            if any(now_ms >= d.deadline_ms for d in self.delayed_fetch[tp]):
+        for tp in self._due(self._fetch_deadlines, self.delayed_fetch, now_ms):
+            if any(now_ms >= d.deadline_ms for d in self.delayed_fetch.get(tp, ())):
                 self._complete_delayed_fetch(tp, now_ms, out)
-        for tp, p in self.partitions.items():
-            if p.role != FOLLOWER:
-                continue
-            cur = self.inflight.get(tp)
-            if cur is not None and now_ms - cur[2] >= cfg.request_timeout_ms:
-                del self.inflight[tp]
-            self._maybe_send_follower(tp, now_ms, out)
+        timeout = cfg.request_timeout_ms
+        expired = []
+        for tp, cur in self.inflight.items():  # oldest first: stop at the first one not expired
+            if now_ms - cur[2] < timeout:
+                break
+            expired.append(tp)
+        if expired or self._may_send:
+            for tp in sorted(self._may_send.union(expired), key=lambda tp: order.get(tp, 0)):
+                p = self.partitions.get(tp)
+                if p is None or p.role != FOLLOWER:
+                    self._may_send.discard(tp)
+                    continue
+                cur = self.inflight.get(tp)
+                if cur is not None and now_ms - cur[2] >= timeout:
+                    del self.inflight[tp]
+                self._maybe_send_follower(tp, now_ms, out)
         self._remove_deleted_dirs(now_ms)
         if now_ms - self._last_hw_checkpoint >= cfg.hw_checkpoint_interval_ms:
             try:
@@ -621,6 +699,17 @@ class ReplicaManager:
                 logging.getLogger("pylog.replication").error(
                     "broker %d: high-watermark checkpoint in %s failed: %s", self.broker_id, self.log_dir, exc)
         return out
+
+    @staticmethod
+    def _due(heap: List[Tuple[int, TP]], parked: Dict[TP, list], now_ms: int) -> List[TP]:
+        """The replicas of ``parked`` with a deadline in ``heap`` at or before ``now_ms``, in the
+        order of ``parked`` (as the loop over all of it that this replaces). O(due log n)."""
+        if not heap or heap[0][0] > now_ms:
+            return []
+        due = set()
+        while heap and heap[0][0] <= now_ms:
+            due.add(heapq.heappop(heap)[1])
+        return [tp for tp in parked if tp in due]  # one set lookup per parked replica, only when one is due
 
     def checkpoint_high_watermarks(self) -> None:
         """Write every replica's HW to ``replication-offset-checkpoint`` (atomically)."""
@@ -645,20 +734,31 @@ class ReplicaManager:
                 self.checkpoint_high_watermarks()
             except OSError as exc:
                 failures.append(f"high-watermark checkpoint: {exc}")
-            for (topic, partition), p in self.partitions.items():
-                p.stop()
-                try:
-                    p.producer_state.take_snapshot()
-                except OSError:
-                    pass  # the log replay rebuilds the state on the next open
-                try:
-                    p.log.close()
-                except OSError as exc:
-                    failures.append(f"{topic}-{partition}: {exc}")
-                    try:
-                        p.log.abandon()
-                    except OSError:
-                        pass
+            # The log directory's recovery-point and log-start checkpoints are written once, after
+            # every log has flushed (Kafka's LogManager.shutdown), not once per closed log.
+            ld = next((p.log._logdir for p in self.partitions.values() if p.log._logdir is not None), None)
+            try:
+                with ld.deferred_checkpoints() if ld is not None else contextlib.nullcontext():
+                    for (topic, partition), p in self.partitions.items():
+                        p.stop()
+                        try:
+                            ps = p.producer_state
+                            # Kafka's takeSnapshot: only when the state moved past the newest snapshot
+                            # (an empty or unchanged partition's snapshot would say nothing new).
+                            if ps.map_end_offset > max(ps.snapshot_offsets(), default=0):
+                                ps.take_snapshot()
+                        except OSError:
+                            pass  # the log replay rebuilds the state on the next open
+                        try:
+                            p.log.close()
+                        except OSError as exc:
+                            failures.append(f"{topic}-{partition}: {exc}")
+                            try:
+                                p.log.abandon()
+                            except OSError:
+                                pass
+            except OSError as exc:  # the deferred checkpoint write at the end of the block
+                failures.append(f"log directory checkpoints: {exc}")
             if failures:
                 self.delayed_produce.clear()
                 self.delayed_fetch.clear()
@@ -674,6 +774,8 @@ class ReplicaManager:
         self.delayed_produce.clear()
         self.delayed_fetch.clear()
         self.inflight.clear()
+        self._may_send.clear()
+        self._proposing.clear()
 
     def _check(self) -> None:
         for p in self.partitions.values():
@@ -683,6 +785,20 @@ class ReplicaManager:
             assert tp in self.partitions, tp
         for tp in self.fetch_wakeups:
             assert tp in self.partitions, tp
+        # the idle-tick bookkeeping covers everything the full loops it replaced would act on
+        sent_at = [cur[2] for cur in self.inflight.values()]
+        assert sent_at == sorted(sent_at), "inflight is not in the order of sending"
+        for tp, p in self.partitions.items():
+            if p.role == FOLLOWER and tp not in self.inflight and not self.closed:
+                assert tp in self._may_send, f"follower {tp} has no request in flight and no tick would send one"
+            if p.has_proposal and p.role == LEADER and not self.closed:
+                assert tp in self._proposing, f"{tp}'s AlterPartition proposal would never be resent"
+        for tp, parked in self.delayed_fetch.items():
+            for d in parked if tp in self.partitions else ():
+                assert (d.deadline_ms, tp) in self._fetch_deadlines, (tp, d.deadline_ms)
+        for tp, waiting in self.delayed_produce.items():
+            for d in waiting if tp in self.partitions else ():
+                assert (d.deadline_ms, tp) in self._produce_deadlines, (tp, d.deadline_ms)
 
 
 __all__ = ["ReplicaManager", "ReplicaManagerConfig", "CONTROLLER", "HW_CHECKPOINT_FILE"]

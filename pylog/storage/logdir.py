@@ -25,10 +25,11 @@ Thread-safety: all methods are guarded by one lock per directory.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
-from typing import Dict, Optional, Set, Tuple
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 from pylog.errors import CorruptCheckpointError, KafkaStorageError, LogDirLockedError
 from pylog.storage import checkpoint
@@ -110,6 +111,9 @@ class LogDir:
         self.lock = threading.RLock()
         self._refs = 0
         self._lock_fd: Optional[int] = None
+        #: the thread inside :meth:`deferred_checkpoints`, and whether it skipped a write
+        self._defer_owner: Optional[int] = None
+        self._defer_pending = False
         self._open: Set[TopicPartition] = set()
         self._dirty: Set[TopicPartition] = set()  # unclean at acquire and not yet recovered
         self.was_clean = False
@@ -189,7 +193,8 @@ class LogDir:
             _registry.pop(self.path, None)
         with self.lock:
             try:
-                self.write_checkpoints()
+                self._write_checkpoints_now()
+                self._defer_pending = False
                 if not self._dirty:
                     self.io.write_file_atomic(
                         os.path.join(self.path, CLEAN_SHUTDOWN_FILE), b'{"version":0,"brokerEpoch":-1}'
@@ -258,7 +263,42 @@ class LogDir:
                 "lock: reopen it in this process (read_only=True to read while the parent writes)")
 
     def write_checkpoints(self) -> None:
-        """Atomically rewrite the recovery-point and log-start checkpoints."""
+        """Atomically rewrite the recovery-point and log-start checkpoints.
+
+        Inside :meth:`deferred_checkpoints` (on the thread that entered it) this only notes
+        that a write is due. Complexity: O(partitions) per call.
+        Durability: temp + fsync + rename + directory fsync before return (or, deferred, when
+        the block ends or the directory is released)."""
+        if self._defer_owner is not None and self._defer_owner == threading.get_ident():
+            self._defer_pending = True
+            return
+        self._write_checkpoints_now()
+
+    @contextlib.contextmanager
+    def deferred_checkpoints(self) -> Iterator[None]:
+        """Within the block, :meth:`write_checkpoints` from this thread writes nothing; the block's
+        end (or the directory's release by its last log's close, inside it) writes them once.
+
+        A broker closing N partitions rewrote both whole-directory files N times (O(N^2) bytes,
+        2N fsyncs); Kafka's LogManager.shutdown checkpoints once after closing every log. A crash
+        inside the block leaves the previous checkpoints and no clean-shutdown marker: the next
+        open recovers from the older recovery points (more scanning, the same result).
+        Nested blocks join the outer one. Thread-safety: other threads write at once, as before.
+        """
+        if self._defer_owner is not None:
+            yield
+            return
+        self._defer_owner = threading.get_ident()
+        self._defer_pending = False
+        try:
+            yield
+        finally:
+            self._defer_owner = None
+        if self._defer_pending and self._lock_fd is not None and not self._inherited:
+            self._defer_pending = False
+            self._write_checkpoints_now()
+
+    def _write_checkpoints_now(self) -> None:
         with self.lock:
             self._check_owned()
             checkpoint.write_offsets(self.io, os.path.join(self.path, RECOVERY_POINT_FILE), self.recovery_points)

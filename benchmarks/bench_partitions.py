@@ -1,0 +1,123 @@
+"""Many-partitions benchmark (issue 18, item 4): a 3-broker in-process cluster, real time.
+
+Prints, in one run: ``create_topic`` wall time for N partitions at RF 3, the CPU the whole
+process burns over an idle window afterwards (process_time / wall, as a fraction of one core),
+``close()`` wall time, and optionally produce throughput spread over the N partitions against
+one partition. Goals (issue 18): 1,000 partitions <= 1 s, 10,000 <= 10 s; idle <= 1% of a core.
+
+Run: .venv/bin/python benchmarks/bench_partitions.py [--partitions 1000] [--idle 10] [--produce N]
+     [--profile PREFIX]   (cProfile of the loop thread: PREFIX.open/.create/.idle/.close)
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import shutil
+import tempfile
+import time
+
+from pylog.cluster import Cluster
+from pylog.errors import LeaderNotAvailableError
+
+
+class _LoopProfile:
+    """cProfile of the scheduler's loop thread (where every broker runs), one file per phase."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.prof: "cProfile.Profile | None" = None
+
+    def install(self) -> None:
+        from pylog.runtime import scheduler
+
+        orig = scheduler.RealScheduler._loop
+        me = self
+
+        def loop(sched: object) -> None:
+            me.prof = cProfile.Profile()
+            me.prof.enable()
+            orig(sched)  # type: ignore[arg-type]
+            me.prof.disable()
+
+        scheduler.RealScheduler._loop = loop  # type: ignore[method-assign]
+
+    def phase(self, c: Cluster, name: str) -> None:
+        def swap() -> None:
+            assert self.prof is not None
+            self.prof.disable()
+            self.prof.dump_stats(f"{self.prefix}.{name}")
+            self.prof = cProfile.Profile()
+            self.prof.enable()
+        c.scheduler.run_sync(swap)
+
+
+def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None") -> None:
+    d = tempfile.mkdtemp(prefix="pylog-bench-parts-")
+    try:
+        t0 = time.perf_counter()
+        c = Cluster(d, brokers=3)
+        t_open = time.perf_counter() - t0
+        if prof:
+            prof.phase(c, "open")
+        t0 = time.perf_counter()
+        note = ""
+        try:
+            c.create_topic("t", partitions=partitions, replication_factor=3, min_insync_replicas=2)
+        except LeaderNotAvailableError:  # create_topic waits 30 s for serving leaders; keep waiting
+            note = " (past create_topic's 30 s wait)"
+            c._wait(lambda: c._serving([("t", p) for p in range(partitions)]), 1_200_000, "no leaders")
+        t_create = time.perf_counter() - t0
+        if prof:
+            prof.phase(c, "create")
+        c0, w0 = time.process_time(), time.perf_counter()
+        time.sleep(idle_s)
+        idle = (time.process_time() - c0) / (time.perf_counter() - w0)
+        if prof:
+            prof.phase(c, "idle")
+        rates = {}
+        if produce:
+            p = c.producer(acks="all", linger_ms=5)
+            v = b"x" * 100
+            for label, parts in (("one partition", [0]), (f"{partitions} partitions", list(range(partitions)))):
+                for f in [p.send("t", v, partition=parts[i % len(parts)]) for i in range(min(produce, 2000))]:
+                    f.result(timeout=120)
+                t0 = time.perf_counter()
+                futs = [p.send("t", v, partition=parts[i % len(parts)]) for i in range(produce)]
+                for f in futs:
+                    f.result(timeout=300)
+                rates[label] = produce / (time.perf_counter() - t0)
+            p.close()
+        t0 = time.perf_counter()
+        if prof and produce:
+            prof.phase(c, "produce")
+        c.close()
+        t_close = time.perf_counter() - t0
+        if prof:
+            assert prof.prof is not None  # the loop thread has stopped it (joined by close)
+            prof.prof.dump_stats(f"{prof.prefix}.close")
+        print(f"partitions={partitions} RF=3: open {t_open:.2f} s, create_topic {t_create:.2f} s{note}, "
+              f"idle CPU {idle * 100:.2f}% of a core over {idle_s:g} s, close {t_close:.2f} s")
+        for label, r in rates.items():
+            print(f"  produce acks=all spread over {label}: {r:,.0f} records/s")
+        if len(rates) == 2:
+            a, b = rates.values()
+            print(f"  ratio spread/one: {b / a:.2f}x")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=1000)
+    ap.add_argument("--idle", type=float, default=10.0)
+    ap.add_argument("--produce", type=int, default=0)
+    ap.add_argument("--profile", default=None)
+    a = ap.parse_args()
+    prof = _LoopProfile(a.profile) if a.profile else None
+    if prof:
+        prof.install()
+    run(a.partitions, a.idle, a.produce, prof)
+
+
+if __name__ == "__main__":
+    main()
