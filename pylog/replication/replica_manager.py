@@ -659,12 +659,12 @@ class ReplicaManager:
         order = self._order
         if self._proposing:
             for tp in sorted(self._proposing, key=lambda tp: order.get(tp, 0)):
-                p = self.partitions.get(tp)
-                if p is None or not p.has_proposal:
+                proposer = self.partitions.get(tp)
+                if proposer is None or not proposer.has_proposal:
                     self._proposing.discard(tp)
                     continue
                 # An unanswered AlterPartition is sent again, unchanged (Kafka retries until answered).
-                again = p.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
+                again = proposer.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
                 if again is not None:
                     out.send(CONTROLLER, again)
         for tp in self._due(self._produce_deadlines, self.delayed_produce, now_ms):
@@ -681,12 +681,12 @@ class ReplicaManager:
             expired.append(tp)
         if expired or self._may_send:
             for tp in sorted(self._may_send.union(expired), key=lambda tp: order.get(tp, 0)):
-                p = self.partitions.get(tp)
-                if p is None or p.role != FOLLOWER:
+                follower = self.partitions.get(tp)
+                if follower is None or follower.role != FOLLOWER:
                     self._may_send.discard(tp)
                     continue
-                cur = self.inflight.get(tp)
-                if cur is not None and now_ms - cur[2] >= timeout:
+                sent = self.inflight.get(tp)
+                if sent is not None and now_ms - sent[2] >= timeout:
                     del self.inflight[tp]
                 self._maybe_send_follower(tp, now_ms, out)
         self._remove_deleted_dirs(now_ms)
@@ -797,8 +797,8 @@ class ReplicaManager:
             for d in parked if tp in self.partitions else ():
                 assert (d.deadline_ms, tp) in self._fetch_deadlines, (tp, d.deadline_ms)
         for tp, waiting in self.delayed_produce.items():
-            for d in waiting if tp in self.partitions else ():
-                assert (d.deadline_ms, tp) in self._produce_deadlines, (tp, d.deadline_ms)
+            for dp in waiting if tp in self.partitions else ():
+                assert (dp.deadline_ms, tp) in self._produce_deadlines, (tp, dp.deadline_ms)
 
 
 __all__ = ["ReplicaManager", "ReplicaManagerConfig", "CONTROLLER", "HW_CHECKPOINT_FILE"]
