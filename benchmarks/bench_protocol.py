@@ -69,14 +69,17 @@ def _client_produce(bootstrap: str, n: int, q: "multiprocessing.Queue[object]") 
     p.flush(30)
     produce, poll = p.produce, p.poll
     t0 = time.perf_counter()
-    for i in range(n):
-        try:
-            produce("b", VALUE, partition=0)
-        except BufferError:
-            poll(0.001)
-            produce("b", VALUE, partition=0)
-        if i % 10_000 == 0:
-            poll(0)
+    left_to_send = n
+    while left_to_send:  # chunks of 10,000 sends, serving delivery reports in between (poll)
+        chunk = min(10_000, left_to_send)
+        left_to_send -= chunk
+        for _ in range(chunk):
+            try:
+                produce("b", VALUE, partition=0)
+            except BufferError:  # librdkafka's queue is full: let it drain
+                poll(0.001)
+                produce("b", VALUE, partition=0)
+        poll(0)
     left = p.flush(120)
     # no per-record delivery callback (its Python call would be measured, not the broker); the
     # caller checks the partition's high watermark instead: every record acknowledged, none lost
@@ -97,7 +100,10 @@ def _client_consume(bootstrap: str, total: int, q: "multiprocessing.Queue[object
     t0 = time.perf_counter()
     deadline = t0 + 300
     while got < total and time.perf_counter() < deadline:
-        for m in co.consume(10_000, 1.0):
+        # ask for at most what is left: consume(n, timeout) returns early only once it has n records,
+        # so a fixed 10,000 would add a whole timeout to the last, shorter batch (as kafka-consumer-perf-test
+        # stops at its --messages count)
+        for m in co.consume(min(10_000, total - got), 1.0):
             if m.error() is None:
                 got += 1
                 last = m.offset()
