@@ -91,6 +91,38 @@ LOG_OVERHEAD: int = lib.PLG_LOG_OVERHEAD
 _STATUS_NAMES = {getattr(lib, n): n for n in (*CORRUPT_STATUS_NAMES, ORDER_STATUS_NAME)}
 
 
+#: ``plg_decode_fetch_run`` stop reasons (plg.h)
+RUN_END: int = lib.PLG_RUN_END
+RUN_SLOW: int = lib.PLG_RUN_SLOW
+RUN_CORRUPT: int = lib.PLG_RUN_CORRUPT
+#: bytes of the smallest v2 record: ``bytes // MIN_RECORD + 1`` records fit in a run of ``bytes``
+MIN_RECORD = 7
+#: struct-format bytes per record of a run: "<gap>x<len>s", two numbers of at most 10 digits, 'x', 's'
+FMT_PER_RECORD = 24
+#: records per ``plg_decode_fetch_run`` call (about 1 MB of scratch); a longer run takes several calls
+MAX_RUN_RECORDS = 16384
+
+
+class FetchRunScratch:
+    """Output arrays of ``plg_decode_fetch_run`` for ``cap`` records and the run struct pointing at them.
+
+    One owner at a time (a decoder keeps one, or takes one from a pool); the
+    arrays live as long as this object. Complexity: O(cap) to allocate.
+    """
+
+    __slots__ = ("cap", "run", "offsets", "timestamps", "key_fmt", "value_fmt")
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.offsets = ffi.new("int64_t[]", cap)
+        self.timestamps = ffi.new("int64_t[]", cap)
+        self.key_fmt = ffi.new("char[]", cap * FMT_PER_RECORD)
+        self.value_fmt = ffi.new("char[]", cap * FMT_PER_RECORD)
+        self.run = ffi.new("plg_fetch_run_t *", {
+            "offsets": self.offsets, "timestamps": self.timestamps, "key_fmt": self.key_fmt,
+            "value_fmt": self.value_fmt, "cap": cap, "fmt_cap": cap * FMT_PER_RECORD})
+
+
 def strerror(rc: int) -> str:
     """The C core's description of status ``rc``."""
     return ffi.string(lib.plg_strerror(rc)).decode()
@@ -147,5 +179,6 @@ __all__ = [
     "crc32c_table",
     "crc32",
     "crc32c_hardware",
+    "FetchRunScratch",
     "PylogError",
 ]

@@ -48,13 +48,7 @@ from pylog.storage.record import (
     scan,
 )
 
-_RUN_END = lib.PLG_RUN_END
-_RUN_SLOW = lib.PLG_RUN_SLOW
-_RUN_CORRUPT = lib.PLG_RUN_CORRUPT
 _new_tuple = tuple.__new__
-_MIN_RECORD = 7  # bytes: the smallest v2 record
-_FMT_PER_RECORD = 24  # "<gap>x<len>s": two numbers of at most 10 digits, and 'x', 's'
-_MAX_SCRATCH = 16384  # records per C call (about 1 MB of scratch); a longer run takes several calls
 
 
 def batch_records(batch: RecordBatch, topic: str, partition: int, record_cls: Any) -> List[Any]:
@@ -167,7 +161,7 @@ class FetchDecoder:
     key, value, timestamp, headers, timestamp_type, leader_epoch).
     """
 
-    __slots__ = ("record_cls", "next_offset", "_cap", "_offsets", "_timestamps", "_key_fmt", "_value_fmt", "_run")
+    __slots__ = ("record_cls", "next_offset", "_cap", "_scratch", "_run")
 
     def __init__(self, record_cls: Any):
         self.record_cls = record_cls
@@ -179,13 +173,8 @@ class FetchDecoder:
     def _grow(self, cap: int) -> None:
         """Scratch for ``cap`` records (reused; grown on demand, at most what one response can hold)."""
         self._cap = cap
-        self._offsets = ffi.new("int64_t[]", cap)
-        self._timestamps = ffi.new("int64_t[]", cap)
-        self._key_fmt = ffi.new("char[]", cap * _FMT_PER_RECORD)
-        self._value_fmt = ffi.new("char[]", cap * _FMT_PER_RECORD)
-        self._run = ffi.new("plg_fetch_run_t *", {
-            "offsets": self._offsets, "timestamps": self._timestamps, "key_fmt": self._key_fmt,
-            "value_fmt": self._value_fmt, "cap": cap, "fmt_cap": cap * _FMT_PER_RECORD})
+        self._scratch = _native.FetchRunScratch(cap)
+        self._run = self._scratch.run
 
     def decode(self, data: Any, pos: int, hw: int, topic: str, partition: int, emit: Callable[[Any], None],
                above_hw: Optional[Callable[[int], None]] = None) -> int:
@@ -210,9 +199,9 @@ class FetchDecoder:
         record_cls = self.record_cls
         last = -1  # offsets must increase from batch to batch, across runs and general batches too
         while at < total:
-            need = min((total - at) // _MIN_RECORD + 1, _MAX_SCRATCH)
+            need = min((total - at) // _native.MIN_RECORD + 1, _native.MAX_RUN_RECORDS)
             if need > self._cap:
-                self._grow(min(max(need, self._cap * 2), _MAX_SCRATCH))
+                self._grow(min(max(need, self._cap * 2), _native.MAX_RUN_RECORDS))
                 run = self._run
             buf = ffi.from_buffer(view[at:])
             run.last_offset = last
@@ -222,14 +211,14 @@ class FetchDecoder:
                 raise CorruptRecordError(f"fetch decode failed: {_native.strerror(rc)}", position=at)
             count = run.count
             if count:
-                first = self._offsets[0]
+                first = self._scratch.offsets[0]
                 offsets: Any = (range(first, first + count) if run.offsets_contiguous
-                                else ffi.unpack(self._offsets, count))
-                timestamps: Any = (self._timestamps[0] if run.timestamps_equal
-                                   else ffi.unpack(self._timestamps, count))
-                values = Struct(ffi.buffer(self._value_fmt, run.value_fmt_len)[:]).unpack_from(view, at)
+                                else ffi.unpack(self._scratch.offsets, count))
+                timestamps: Any = (self._scratch.timestamps[0] if run.timestamps_equal
+                                   else ffi.unpack(self._scratch.timestamps, count))
+                values = Struct(ffi.buffer(self._scratch.value_fmt, run.value_fmt_len)[:]).unpack_from(view, at)
                 keys = (None if run.keys_null
-                        else Struct(ffi.buffer(self._key_fmt, run.key_fmt_len)[:]).unpack_from(view, at))
+                        else Struct(ffi.buffer(self._scratch.key_fmt, run.key_fmt_len)[:]).unpack_from(view, at))
                 emit(RecordRun(record_cls, topic, partition, offsets, keys, values, timestamps,
                                run.timestamp_type, run.leader_epoch))
             if run.next_offset > nxt:
@@ -237,11 +226,11 @@ class FetchDecoder:
             at += run.consumed
             last = run.last_offset
             stop = run.stop
-            if stop == _RUN_END:
+            if stop == _native.RUN_END:
                 break
-            if stop == _RUN_CORRUPT:
+            if stop == _native.RUN_CORRUPT:
                 raise CorruptRecordError(f"invalid batch: {_native.strerror(run.stop_rc)}", position=at)
-            if stop != _RUN_SLOW:
+            if stop != _native.RUN_SLOW:
                 continue  # the scratch was full: the run goes on from here
             batch = self._one_batch(view, at, last)
             if batch is None:

@@ -47,33 +47,18 @@ except ImportError:  # pragma: no cover - only without a build of sendpath.c
     _make_records = None
     _untrack_records = None
 
-_RUN_END = lib.PLG_RUN_END
-_RUN_SLOW = lib.PLG_RUN_SLOW
-_RUN_CORRUPT = lib.PLG_RUN_CORRUPT
 _new_tuple = tuple.__new__
-_MIN_RECORD = 7  # bytes: the smallest v2 record
-_FMT_PER_RECORD = 24  # "<gap>x<len>s": two numbers of at most 10 digits, and 'x', 's'
-_MAX_SCRATCH = 16384  # records per C call; a longer run takes several calls
 
-#: Scratch arrays not in use (each: cap, run struct and the arrays it points to). list.pop/append
-#: are atomic, so concurrent readers each take their own.
-_pool: List[Any] = []
+#: Scratch not in use. list.pop/append are atomic, so concurrent readers each take their own.
+_pool: List[_native.FetchRunScratch] = []
 
 
-def _scratch(need: int) -> Any:
+def _scratch(need: int) -> _native.FetchRunScratch:
     while _pool:
         s = _pool.pop()
-        if s[0] >= need:
+        if s.cap >= need:
             return s
-    cap = max(1024, min(need, _MAX_SCRATCH))
-    offsets = ffi.new("int64_t[]", cap)
-    timestamps = ffi.new("int64_t[]", cap)
-    key_fmt = ffi.new("char[]", cap * _FMT_PER_RECORD)
-    value_fmt = ffi.new("char[]", cap * _FMT_PER_RECORD)
-    run = ffi.new("plg_fetch_run_t *", {
-        "offsets": offsets, "timestamps": timestamps, "key_fmt": key_fmt, "value_fmt": value_fmt,
-        "cap": cap, "fmt_cap": cap * _FMT_PER_RECORD})
-    return (cap, run, offsets, timestamps, key_fmt, value_fmt)
+    return _native.FetchRunScratch(max(1024, min(need, _native.MAX_RUN_RECORDS)))
 
 
 def build_records(values: tuple, keys: Any, offsets: Any, timestamps: Any, timestamp_type: int) -> List[Record]:
@@ -121,9 +106,9 @@ def _decode_chunk(view: memoryview, infos: List[BatchInfo], path: str, position:
     at = 0
     i = 0  # infos[i] is the first batch at or after `at`
     prev_last = -1
-    s = _scratch(min(total // _MIN_RECORD + 1, _MAX_SCRATCH))
+    s = _scratch(min(total // _native.MIN_RECORD + 1, _native.MAX_RUN_RECORDS))
     try:
-        cap, run, offsets_arr, ts_arr, key_fmt, value_fmt = s
+        run, offsets_arr, ts_arr, key_fmt, value_fmt = s.run, s.offsets, s.timestamps, s.key_fmt, s.value_fmt
         while at < total:
             buf = ffi.from_buffer(view[at:total])
             run.last_offset = prev_last
@@ -142,12 +127,12 @@ def _decode_chunk(view: memoryview, infos: List[BatchInfo], path: str, position:
             at += run.consumed
             prev_last = run.last_offset
             stop = run.stop
-            if stop == _RUN_END:
+            if stop == _native.RUN_END:
                 break
-            if stop == _RUN_CORRUPT:
+            if stop == _native.RUN_CORRUPT:
                 raise CorruptRecordError(f"invalid batch: {_native.strerror(run.stop_rc)}", path=path,
                                          position=position + at)
-            if stop != _RUN_SLOW:
+            if stop != _native.RUN_SLOW:
                 continue  # the scratch was full: the run goes on from here
             while i < len(infos) and infos[i].position < at:
                 i += 1
