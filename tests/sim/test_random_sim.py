@@ -142,19 +142,25 @@ def test_same_seed_replays_exactly(tmp_path):
     assert a == b
 
 
+def _soak(tmp_path, default_start: int, default_count: int, **kwargs) -> None:
+    """Run seeds ``PYLOG_SOAK_START`` (default ``default_start``) onwards, ``PYLOG_SOAK_SEEDS`` of them,
+    with ``PYLOG_SIM_DISK_FAIL_RATE``; each seed's directory is removed once it passed."""
+    import shutil
+
+    start = int(os.environ.get("PYLOG_SOAK_START", str(default_start)))
+    count = int(os.environ.get("PYLOG_SOAK_SEEDS", str(default_count)))
+    rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
+    for seed in range(start, start + count):
+        path = tmp_path / f"seed-{seed}"
+        run_seed(str(path), seed, disk_fail_rate=rate, **kwargs)
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(0)  # 10,000 seeds take longer than the suite's per-test limit
 @pytest.mark.skipif(os.environ.get("PYLOG_SOAK") != "1", reason="soak run: set PYLOG_SOAK=1")
 def test_soak_random_simulation(tmp_path):
-    start = int(os.environ.get("PYLOG_SOAK_START", "1000"))
-    count = int(os.environ.get("PYLOG_SOAK_SEEDS", "10000"))
-    rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
-    for seed in range(start, start + count):
-        path = tmp_path / f"seed-{seed}"
-        run_seed(str(path), seed, disk_fail_rate=rate, metadata_fail_rate=_metadata_rate())
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
+    _soak(tmp_path, 1000, 10000, metadata_fail_rate=_metadata_rate())
 
 
 @pytest.mark.soak
@@ -162,15 +168,7 @@ def test_soak_random_simulation(tmp_path):
 @pytest.mark.skipif(os.environ.get("PYLOG_SOAK") != "1", reason="soak run: set PYLOG_SOAK=1")
 def test_soak_random_simulation_clients(tmp_path):
     """Issue 14's mix over 1,000 seeds (see the module docstring for the command)."""
-    import shutil
-
-    start = int(os.environ.get("PYLOG_SOAK_START", "200000"))
-    count = int(os.environ.get("PYLOG_SOAK_SEEDS", "1000"))
-    rate = float(os.environ.get("PYLOG_SIM_DISK_FAIL_RATE", "0"))
-    for seed in range(start, start + count):
-        path = tmp_path / f"seed-{seed}"
-        run_seed(str(path), seed, disk_fail_rate=rate, mix="clients")
-        shutil.rmtree(path, ignore_errors=True)
+    _soak(tmp_path, 200000, 1000, mix="clients")
 
 
 def _caught(tmp_path, seeds, invariant, mix="classic"):
