@@ -29,7 +29,8 @@ import threading
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
 from pylog.client._node import ClientFuture, ClientNode
-from pylog.client.consumer import OffsetAndMetadata, _check_group_instance_id
+from pylog.client.config import check_group_instance_id
+from pylog.client.types import OffsetAndMetadata
 from pylog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -362,7 +363,7 @@ class GroupAdmin:
         group_id = self._check_group(group_id)
         ids = [group_instance_ids] if isinstance(group_instance_ids, str) else list(group_instance_ids)
         for iid in ids:
-            _check_group_instance_id(iid, group_id)
+            check_group_instance_id(iid, group_id)
         for iid in ids:
             def answer(resp: Any, fut: ClientFuture, unknown: bool) -> None:
                 if resp.error is None or (resp.error is UnknownMemberIdError and unknown):

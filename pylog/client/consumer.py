@@ -48,6 +48,15 @@
 Every record returned has an offset below the HW the leader reported with it
 (:meth:`Consumer._check`).
 
+The consumer is a facade over three parts, one concept each, which it
+inherits (Kafka's ``KafkaConsumer`` over ``SubscriptionState``, ``Fetcher``
+and ``ConsumerCoordinator``): :mod:`pylog.client.subscription` (what it
+reads and from where), :mod:`pylog.client.fetcher` (fetch requests and the
+buffer of decoded records) and :mod:`pylog.client.consumer_coordinator`
+(group membership and commits); its options are a validated
+:class:`~pylog.client.config.ConsumerConfig`. This module owns the public
+API, the loop-thread marshalling, waiting, ``poll`` and ``close``.
+
 Durability: what survives a consumer crash is what was committed.
 Thread-safety: one consumer per thread (as Kafka's); the state lives on the
 cluster's scheduler thread and calls are marshalled there, except that a
@@ -56,112 +65,46 @@ under the consumer's buffer lock (one loop round trip less per poll).
 """
 from __future__ import annotations
 
-import inspect
-import itertools
+import logging
 import re
 import threading
+import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Pattern, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Pattern, Sequence, Set, Tuple, Union
 
 from pylog.client._node import ClientFuture, ClientNode
-from pylog.client.assignors import COOPERATIVE, get_assignor, rebalance_protocol
-from pylog.client.assignors import decode_subscription as decode_member_subscription
-from pylog.client.assignors import encode_subscription as encode_member_subscription
-from pylog.errors import (
-    CommitFailedError,
-    CoordinatorNotAvailableError,
-    CorruptRecordError,
-    FencedInstanceIdError,
-    IllegalGenerationError,
-    InconsistentGroupProtocolError,
-    InvalidConfigurationError,
-    InvalidGroupIdError,
-    NoOffsetForPartitionError,
-    OffsetOutOfRangeError,
-    PylogError,
-    RebalanceInProgressError,
-    RequestTimedOutError,
-    SerializationError,
-    UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
-)
-from pylog.client.fetch_decoder import FetchDecoder
+from pylog.client.config import ConsumerConfig, topic_list
+from pylog.client.consumer_coordinator import ConsumerCoordinator, MemberState
+from pylog.client.fetcher import Fetcher
+from pylog.client.subscription import TP, SubscriptionState
 from pylog.client.types import (
+    ConsumerRecord,
     OffsetAndMetadata,
     OffsetAndTimestamp,
     TopicPartition,
     as_commit_offsets,
     as_tp,
     as_tps,
-    check_serializer,
 )
+from pylog.errors import (
+    InvalidConfigurationError,
+    InvalidGroupIdError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    PylogError,
+    RequestTimedOutError,
+    SerializationError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.metrics import metric
 from pylog.replication import group_messages as gm
-from pylog.replication import offsets_topic as ot
-from pylog.replication.messages import NO_LEADER, FetchRequest
-from pylog.storage.record import CREATE_TIME
+from pylog.replication.messages import NO_LEADER
 
-TP = Tuple[str, int]
-#: orders ownership changes of every consumer of the process (tests check no partition has two owners at once)
-_OWNERSHIP_SEQ = itertools.count()
+logger = logging.getLogger(__name__)
 
 
-class ConsumerRecord(NamedTuple):
-    """One record as :meth:`Consumer.poll` returns it (Kafka's ConsumerRecord)."""
 
-    topic: str
-    partition: int
-    offset: int
-    key: Optional[bytes]
-    value: Optional[bytes]
-    timestamp: int
-    headers: Sequence[Tuple[str, Optional[bytes]]]
-    #: 0 CreateTime, 1 LogAppendTime
-    timestamp_type: int = CREATE_TIME
-    #: the leader epoch of the batch that carried the record
-    leader_epoch: int = -1
-
-
-def _need_int(name: str, value: Any, low: int) -> None:
-    """Raise InvalidConfigurationError naming ``name`` unless ``value`` is an int (not bool) >= ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
-
-
-def _topic_list(topics: Any, what: str) -> List[str]:
-    """``topics`` as a list of topic names: a single str is one topic; each name a non-empty str."""
-    if isinstance(topics, str):
-        topics = [topics] if topics else []
-    if isinstance(topics, (bytes, bytearray, dict)) or not hasattr(topics, "__iter__"):
-        raise InvalidConfigurationError(f"{what} must be a collection of topic names or one str, got {topics!r}")
-    out = list(topics)
-    for t in out:
-        if not isinstance(t, str) or not t:
-            raise InvalidConfigurationError(f"{what} must hold non-empty str topic names, got {t!r}")
-    return out
-
-
-_INSTANCE_ID_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
-
-
-def _check_group_instance_id(value: Any, group_id: Optional[str]) -> None:
-    """Kafka's ``JoinGroupRequest.validateGroupInstanceId`` (the topic-name rules: 1..249 chars of
-    ``[a-zA-Z0-9._-]``, not ``.`` or ``..``), and a static member needs a group."""
-    if value is None:
-        return
-    if not isinstance(value, str) or not value:
-        raise InvalidConfigurationError(f"group_instance_id must be a non-empty str or None, got {value!r}")
-    if len(value) > 249 or value in (".", "..") or not _INSTANCE_ID_CHARS.fullmatch(value):
-        raise InvalidConfigurationError(
-            f"group_instance_id {value!r} is not legal: 1..249 characters of [a-zA-Z0-9._-], not '.' or '..'")
-    if group_id is None:
-        raise InvalidConfigurationError(f"group_instance_id {value!r} needs a group_id (static membership of a group)")
-
-
-_RETRIABLE_GROUP_ERRORS = ("NotCoordinatorError", "CoordinatorNotAvailableError", "CoordinatorLoadInProgressError",
-                           "RequestTimedOutError", "NotEnoughReplicasError")
-
-
-class Consumer:
+class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
     """Reads records below the HW from partition leaders; optionally a member of a consumer group.
 
     See the module docstring for the behaviour. Kafka's configuration names,
@@ -217,157 +160,58 @@ class Consumer:
                  key_deserializer: Optional[Callable[[bytes], Any]] = None,
                  value_deserializer: Optional[Callable[[bytes], Any]] = None,
                  **unknown: Any):
-        if unknown:
-            hint = (" (bootstrap_servers: an in-process consumer reads its cluster directly; drop it)"
-                    if "bootstrap_servers" in unknown else "")
-            raise InvalidConfigurationError(
-                f"unknown consumer option(s) {sorted(unknown)}{hint}; known options: {sorted(_CONSUMER_OPTIONS)}")
-        self._key_deserializer = check_serializer("key_deserializer", key_deserializer)
-        self._value_deserializer = check_serializer("value_deserializer", value_deserializer)
-        #: partitions paused by pause(): not fetched, nothing returned for them until resume()
-        self._paused: Set[TP] = set()
-        topics = _topic_list(topics, "topics")
-        if pattern is not None and not isinstance(pattern, (str, re.Pattern)):
-            raise InvalidConfigurationError(f"pattern must be a str or compiled regex, got {pattern!r}")
-        if client_id is not None and not isinstance(client_id, str):
-            raise InvalidConfigurationError(f"client_id must be a str or None, got {client_id!r}")
-        if not isinstance(enable_auto_commit, bool):
-            raise InvalidConfigurationError(f"enable_auto_commit must be a bool, got {enable_auto_commit!r}")
-        _need_int("max_poll_interval_ms", max_poll_interval_ms, 1)
-        if rebalance_timeout_ms is None:
-            rebalance_timeout_ms = max_poll_interval_ms  # Kafka: max.poll.interval.ms is the rebalance timeout
-        for name, value, low in (("auto_commit_interval_ms", auto_commit_interval_ms, 0),
-                                 ("session_timeout_ms", session_timeout_ms, 1),
-                                 ("heartbeat_interval_ms", heartbeat_interval_ms, 1),
-                                 ("rebalance_timeout_ms", rebalance_timeout_ms, 1),
-                                 ("fetch_max_wait_ms", fetch_max_wait_ms, 0),
-                                 ("max_partition_fetch_bytes", max_partition_fetch_bytes, 1),
-                                 ("request_timeout_ms", request_timeout_ms, 1),
-                                 ("retry_backoff_ms", retry_backoff_ms, 0)):
-            _need_int(name, value, low)
-        if consumer_timeout_ms is not None and (
-                isinstance(consumer_timeout_ms, bool) or not isinstance(consumer_timeout_ms, (int, float))
-                or not consumer_timeout_ms >= 0):
-            raise InvalidConfigurationError(
-                f"consumer_timeout_ms must be a non-negative number or None, got {consumer_timeout_ms!r}")
-        if isinstance(partition_assignment_strategy, str):
-            partition_assignment_strategy = (partition_assignment_strategy,)
-        if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise InvalidConfigurationError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', got {auto_offset_reset!r}")
-        if isolation_level not in ("read_uncommitted", "read_committed"):
-            raise InvalidConfigurationError(f"isolation_level must be 'read_uncommitted' or 'read_committed', got {isolation_level!r}")
-        _need_int("max_poll_records", max_poll_records, 1)
-        if group_id is not None and (not isinstance(group_id, str) or not group_id):
-            raise InvalidGroupIdError(f"group_id must be a non-empty str or None, got {group_id!r}")
-        _check_group_instance_id(group_instance_id, group_id)
-        self._assignors = [get_assignor(n) for n in partition_assignment_strategy]
-        if not self._assignors:
-            raise InvalidConfigurationError("partition_assignment_strategy needs at least one assignor")
-        #: KIP-429: keep partitions across a rebalance, give up only those that move
-        self._cooperative = rebalance_protocol(self._assignors) == COOPERATIVE
+        # The keyword options as given: the signature lists ConsumerConfig's fields with its defaults
+        # (tests/unit/test_client_config.py keeps the two equal), so help() and inspect show them.
+        options = dict(locals())
+        del options["self"], options["cluster"], options["unknown"]
+        #: every option, validated (:class:`~pylog.client.config.ConsumerConfig`); copied to attributes below
+        self.config = config = ConsumerConfig.from_options({**options, **unknown})
+        self._key_deserializer = config.key_deserializer_fn
+        self._value_deserializer = config.value_deserializer_fn
         self.cluster = cluster
         self.store = cluster.store
         self.scheduler = cluster.scheduler
-        self.group_id = group_id
+        self.group_id = config.group_id
         #: KIP-345 static membership (None: a dynamic member)
-        self.group_instance_id = group_instance_id
-        #: set once a newer member with the same group_instance_id fenced this one: poll/commit raise it
-        self._fenced: Optional[FencedInstanceIdError] = None
-        self.auto_offset_reset = auto_offset_reset
-        self.enable_auto_commit = enable_auto_commit and group_id is not None
-        self.auto_commit_interval_ms = auto_commit_interval_ms
-        self.isolation_level = isolation_level
-        self.session_timeout_ms = session_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.max_poll_interval_ms = max_poll_interval_ms
-        self._listener = rebalance_listener
-        self._listener_calls: Deque[Tuple[str, List[TP]]] = deque()
-        #: (sequence, time ms, (topic, partition), owned after) for the last 10,000 changes of ownership
-        #: (tests check that no partition has two owners at once); sequence numbers order all consumers
-        self.ownership_log: Deque[Tuple[int, int, TP, bool]] = deque(maxlen=10_000)
-        #: positions at the moment a poll timeout made this member leave; None while polling in time
-        self._poll_expired: Optional[Dict[TP, int]] = None
-        self._expired_detail = ""
-        self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.max_partition_fetch_bytes = max_partition_fetch_bytes
-        self.request_timeout_ms = request_timeout_ms
-        self.max_poll_records = max_poll_records
-        self.retry_backoff_ms = retry_backoff_ms
-        self.consumer_timeout_ms = consumer_timeout_ms
-        # ---- subscription and assignment (loop thread)
-        self._topics: Optional[List[str]] = None
-        self._pattern: Optional[Pattern[str]] = None
-        self._manual = False
-        self._assignment: List[TP] = []
-        self._positions: Dict[TP, int] = {}  # next offset to return
-        self._fetch_pos: Dict[TP, int] = {}  # next offset to fetch
-        self._token: Dict[TP, int] = {}  # bumped on seek/revoke: older fetch responses are ignored
-        self._hw: Dict[TP, int] = {}
-        self._resetting: Set[TP] = set()
-        self._inflight: Set[TP] = set()
-        self._buffer: Deque[List[Any]] = deque()  # [tp, records, next index]
-        self._buffered: Dict[TP, int] = {}
-        self._error: Optional[BaseException] = None
-        self._no_offset: Set[TP] = set()  # auto_offset_reset="none" found no committed offset (until a seek)
-        # ---- group membership (loop thread)
-        self.client_id = client_id or "pylog-consumer"
-        self.member_id = gm.NO_MEMBER
-        self.generation = gm.NO_GENERATION
-        self._coordinator: Optional[int] = None
-        self._finding = False
-        self._state = "unjoined"  # unjoined | joining | syncing | stable
-        self._rejoin = False
-        self._joined_topics: Tuple[str, ...] = ()
-        self._joined_counts: Dict[str, int] = {}
-        self._last_heartbeat = 0
-        self._hb_inflight = False
-        self._next_attempt = 0
+        self.group_instance_id = config.group_instance_id
+        self.auto_offset_reset = config.auto_offset_reset
+        self.enable_auto_commit = config.enable_auto_commit and config.group_id is not None
+        self.auto_commit_interval_ms = config.auto_commit_interval_ms
+        self.isolation_level = config.isolation_level
+        self.session_timeout_ms = config.session_timeout_ms
+        self.heartbeat_interval_ms = config.heartbeat_interval_ms
+        assert config.rebalance_timeout_ms is not None  # ConsumerConfig fills it in
+        self.rebalance_timeout_ms = config.rebalance_timeout_ms
+        self.max_poll_interval_ms = config.max_poll_interval_ms
+        self.fetch_max_wait_ms = config.fetch_max_wait_ms
+        self.max_partition_fetch_bytes = config.max_partition_fetch_bytes
+        self.request_timeout_ms = config.request_timeout_ms
+        self.max_poll_records = config.max_poll_records
+        self.retry_backoff_ms = config.retry_backoff_ms
+        self.consumer_timeout_ms = config.consumer_timeout_ms
+        self.client_id = config.client_id or "pylog-consumer"
+        self._client_id_given = config.client_id is not None
+        self._init_subscription(config.rebalance_listener)
+        self._init_fetcher()
+        self._init_coordinator(config.assignors)
+        self._error: Optional[BaseException] = None  # raised by the next poll (or position)
+        self._next_attempt = 0  # when to retry what failed (coordinator lookup, join, position)
         self._tick_timer: Any = None
-        #: (partitions, generation) of the last SyncGroup answer: the eager sticky assignor's user data
-        self._last_assignment: Optional[Tuple[List[Tuple[str, int]], int]] = None
-        #: (generation, member_id, assignment) after every completed rebalance (tests check ownership)
-        self.assignment_history: List[Tuple[int, str, Tuple[TP, ...]]] = []
-        # ---- commits
         self._commit_callbacks: Deque[Tuple[Callable[..., Any], Dict[TP, int], Optional[BaseException]]] = deque()
-        # Commit ordering (docs/consumer-groups.md, "Commit order"): every commit issued gets the next number;
-        # per partition, the number of the newest commit issued for it. A commit is never sent again once a
-        # newer one of any of its partitions was issued: arriving after it, it would move the offset back.
-        self._commit_seq = 0
-        self._commit_issued: Dict[TP, int] = {}
         self._next_auto_commit = 0
-        # ---- metrics and checks
-        self.records_consumed = 0
-        self.bytes_consumed = 0
-        self.fetch_requests = 0
-        self.rebalances = 0
-        from pylog.metrics import Histogram
-
-        #: seconds from a fetch request to its response (includes the broker's fetch_max_wait_ms long poll)
-        self.fetch_latency = Histogram()
-        self._client_id_given = client_id is not None
-        self.violations: List[Tuple[TP, int, int]] = []
-        self._decoder = FetchDecoder(ConsumerRecord)  # loop thread only
-        #: partitions whose fetched data was corrupt: not fetched again, and poll() raises the
-        #: error (once their good records are handed out) until seek() moves past it
-        self._corrupt: Dict[TP, CorruptRecordError] = {}
-        #: guards _buffer, _buffered and _positions: the loop fills the buffer, a real-time
-        #: poll() takes from it on the caller's thread
-        self._lock = threading.RLock()
-        self._wake = threading.Event()  # set when records are buffered (or an error waits): poll()
         self._changed = threading.Event()  # set when a position is resolved (or an error waits): position()
         self._closed = False
         self._node: ClientNode = self.scheduler.run_sync(
             lambda: ClientNode("consumer", self.scheduler, cluster.transport))
         self._node.on_close.append(self._on_node_closed)
         self.scheduler.run_sync(self._start_tick)
-        self._next_auto_commit = self._now() + auto_commit_interval_ms
+        self._next_auto_commit = self._now() + config.auto_commit_interval_ms
         #: when poll() was last called; None before the first poll, whose time alone starts the poll timer
         #: (pylog joins at construction; Kafka's consumer joins inside its first poll and resets the timer
         #: when the join completes, so an application that builds consumers long before polling keeps them)
         self._last_poll_ms: Optional[int] = None
-        if topics or pattern is not None:
-            self.subscribe(topics or None, pattern=pattern)
+        if config.topics or config.pattern is not None:
+            self.subscribe(list(config.topics) or None, pattern=config.pattern)
 
     # ================================================================ helpers
     def _now(self) -> int:
@@ -395,13 +239,6 @@ class Consumer:
             raise BrokerNotAvailableError("the consumer is closed")
         return self.scheduler.run_sync(fn)
 
-    def _matched_topics(self) -> List[str]:
-        if self._pattern is not None:
-            return sorted(t for t in self.store.topics if self._pattern.fullmatch(t) and not t.startswith("__"))
-        return sorted(self._topics or [])
-
-    def _partition_counts(self, topics: Sequence[str]) -> Dict[str, int]:
-        return {t: self.store.topics[t].partitions for t in topics if t in self.store.topics}
 
     # ========================================================== subscription
     def subscribe(self, topics: Optional[Sequence[str]] = None, *, pattern: Union[None, str, Pattern[str]] = None,
@@ -421,7 +258,7 @@ class Consumer:
         if isinstance(topics, re.Pattern) and pattern is None:
             topics, pattern = None, topics  # subscribe(re.compile(...))
         if topics is not None:
-            topics = _topic_list(topics, "subscribe() topics")
+            topics = topic_list(topics, "subscribe() topics")
         if (topics is None) == (pattern is None):
             raise InvalidConfigurationError("subscribe() needs either a list of topics or pattern=...")
         compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
@@ -460,7 +297,7 @@ class Consumer:
         parts = [(tp.topic, tp.partition) for tp in as_tps(partitions, "assign() partitions")]
 
         def run() -> None:
-            if self._state != "unjoined" and self.member_id:
+            if self._state is not MemberState.UNJOINED and self.member_id:
                 self._leave_group()
             self._revoke_all("revoked")
             self._topics, self._pattern, self._manual = None, None, True
@@ -484,142 +321,8 @@ class Consumer:
         """The partitions this consumer currently reads (sorted TopicPartitions, equal to ``(topic, partition)``)."""
         return sorted(TopicPartition(*tp) for tp in self._call(lambda: list(self._assignment)))
 
-    # ---------------------------------------------------------- assignment
-    def _note_ownership(self, before: Sequence[TP], after: Sequence[TP]) -> None:
-        now, b, a = self._now(), set(before), set(after)
-        self._paused -= b - a  # a partition given up is no longer paused (Kafka drops its state)
-        for tp in sorted(b - a):
-            self.ownership_log.append((next(_OWNERSHIP_SEQ), now, tp, False))
-        for tp in sorted(a - b):
-            self.ownership_log.append((next(_OWNERSHIP_SEQ), now, tp, True))
-
-    def _tell_listener(self, what: str, parts: Sequence[TP]) -> None:
-        """Queue ``on_partitions_<what>(parts)`` for the caller's thread (run in poll/commit/close)."""
-        if self._listener is not None and (parts or what == "assigned"):
-            self._listener_calls.append((what, sorted(parts)))
-
-    def _give_up(self, parts: List[TP]) -> None:
-        """Hand ``parts`` back in an orderly way: auto-commit their positions (when enabled), tell
-        the listener they are revoked, then stop fetching them."""
-        if self.enable_auto_commit:
-            self._commit_internal({tp: self._positions[tp] for tp in parts if tp in self._positions}, None, auto=True)
-        self._tell_listener("revoked", parts)
-        self._revoke(parts)
-
-    def _revoke(self, parts: Sequence[TP]) -> None:
-        """Stop reading ``parts`` (cooperative: only what moves to another member); keep the rest."""
-        gone = set(parts)
-        if not gone:
-            return
-        for tp in gone:
-            self._token[tp] = self._token.get(tp, 0) + 1
-            self._fetch_pos.pop(tp, None)
-            self._resetting.discard(tp)
-        keep = [tp for tp in self._assignment if tp not in gone]
-        self._note_ownership(self._assignment, keep)
-        self._assignment = keep
-        with self._lock:
-            for tp in gone:
-                self._positions.pop(tp, None)
-                self._drop_buffered(tp)
-
-    def _revoke_all(self, why: Optional[str] = None) -> None:
-        """Give up every partition; ``why`` ("revoked" or "lost") tells the rebalance listener."""
-        if why is not None:
-            self._tell_listener(why, self._assignment)
-        for tp in self._assignment:
-            self._token[tp] = self._token.get(tp, 0) + 1
-        self._note_ownership(self._assignment, ())
-        self._assignment = []
-        self._positions.clear()
-        self._fetch_pos.clear()
-        self._resetting.clear()
-        with self._lock:
-            self._buffer.clear()
-            self._buffered.clear()
-
-    def _set_assignment(self, parts: Sequence[TP]) -> None:
-        """Take ``parts``; positions come from committed offsets (with a group) or the reset policy."""
-        new = list(dict.fromkeys(parts))
-        self._note_ownership(self._assignment, new)
-        self._assignment = new
-        for tp in [tp for tp in self._corrupt if tp not in new]:
-            del self._corrupt[tp]
-        todo = [tp for tp in self._assignment if tp not in self._positions]
-        if not todo:
-            return
-        self._resetting.update(todo)
-        if self.group_id is None:
-            for tp in todo:
-                self._reset_offset(tp, self.auto_offset_reset)
-            return
-        self._fetch_committed(todo, self._on_committed_for_positions)
-
-    def _on_committed_for_positions(self, result: Optional[Dict[TP, Optional[OffsetAndMetadata]]],
-                                    error: Optional[BaseException]) -> None:
-        if error is not None or result is None:
-            # retry later (the tick resolves partitions still resetting)
-            self._next_attempt = self._now() + self.retry_backoff_ms
-            return
-        for tp, om in result.items():
-            if tp not in self._resetting or tp not in self._assignment:
-                continue
-            if om is not None and om.offset >= 0:
-                self._set_position(tp, om.offset)
-            else:
-                self._reset_offset(tp, self.auto_offset_reset)
-        self._send_fetches()
-
-    def _set_position(self, tp: TP, offset: int) -> None:
-        self._resetting.discard(tp)
-        self._no_offset.discard(tp)
-        self._corrupt.pop(tp, None)
-        self._token[tp] = self._token.get(tp, 0) + 1
-        with self._lock:
-            self._positions[tp] = offset
-            self._drop_buffered(tp)
-        self._fetch_pos[tp] = offset
-        self._changed.set()
-
-    def _drop_buffered(self, tp: TP) -> None:
-        with self._lock:
-            if self._buffered.pop(tp, 0):
-                self._buffer = deque(c for c in self._buffer if c[0] != tp)
-
-    def _reset_offset(self, tp: TP, policy: str) -> None:
-        """Resolve ``tp``'s position by ``policy``: ask the leader for its earliest or latest offset."""
-        if policy == "none":
-            self._resetting.discard(tp)
-            self._no_offset.add(tp)
-            self._error = NoOffsetForPartitionError(
-                f"no committed offset for {tp[0]}-{tp[1]} (group {self.group_id!r}) and auto_offset_reset='none'")
-            self._signal()
-            return
-        self._resetting.add(tp)
-        st = self.store.partitions.get(tp)
-        if st is None or st.leader == NO_LEADER:
-            return  # the tick retries
-        ts = gm.EARLIEST_TIMESTAMP if policy == "earliest" else gm.LATEST_TIMESTAMP
-        token = self._token.get(tp, 0)
-        req = gm.ListOffsetsRequest(tp[0], tp[1], ts, self._node.next_corr(),
-                                    isolation_level=1 if self.isolation_level == "read_committed" else 0)
-
-        def done(resp: Any) -> None:
-            if self._token.get(tp, 0) != token or tp not in self._resetting:
-                return
-            if resp is None or resp.error is not None:
-                return  # the tick retries
-            self._set_position(tp, resp.offset)
-            self._send_fetches()
-
-        self._node.request(st.leader, req, self.request_timeout_ms, done)
 
     # ================================================================= seek
-    def _need_assigned(self, tp: TP) -> None:
-        if tp not in self._assignment:
-            raise UnknownTopicOrPartitionError(
-                f"{tp[0]}-{tp[1]} is not assigned to this consumer (assigned: {sorted(self._assignment)})")
-
     def seek(self, topic: Any = None, partition: Any = None, offset: Any = None) -> None:
         """The next poll returns the partition's records from ``offset``.
 
@@ -698,8 +401,6 @@ class Consumer:
         if self.scheduler.simulated:
             self.scheduler.wait_until(predicate, int(timeout * 1000))
             return
-        import time
-
         deadline = time.monotonic() + timeout
         while True:
             self._changed.clear()
@@ -709,6 +410,7 @@ class Consumer:
             if left <= 0 or self._closed:
                 return
             self._changed.wait(left)
+
 
     # ================================================================= poll
     def _poll(self, timeout: float = 1.0, max_records: Optional[int] = None) -> List[ConsumerRecord]:
@@ -744,8 +446,6 @@ class Consumer:
         out = self._call(lambda: self._take(limit))
         if out or timeout <= 0:
             return out
-        import time
-
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -758,55 +458,6 @@ class Consumer:
             if self._error is not None or self._closed or self._corrupt or self._fenced is not None:
                 return self._call(lambda: self._take(limit))
 
-    def _take_fast(self, limit: int) -> List[ConsumerRecord]:
-        """Caller's thread: take buffered records; ask the loop for more fetches when a partition runs low."""
-        if self._error is not None or self._closed:
-            return []
-        out = self._take_records(limit)
-        if out:
-            self.scheduler.call_soon(self._send_fetches)
-        return out
-
-    def _take_records(self, limit: int) -> List[ConsumerRecord]:
-        """Hand out up to ``limit`` buffered records and advance the positions.
-
-        The buffer holds lists of records (from the per-batch decoder) and
-        :class:`RecordRun` columns (from the run decoder); a run's records are
-        built here, after the buffer lock is released.
-        """
-        pieces: List[Tuple[Any, int, int]] = []
-        taken = 0
-        with self._lock:
-            buf = self._buffer
-            while buf and taken < limit:
-                chunk = buf[0]
-                tp, recs, i = chunk
-                n = len(recs)
-                j = min(n, i + limit - taken)
-                pieces.append((recs, i, j))
-                taken += j - i
-                self._buffered[tp] -= j - i
-                self._positions[tp] = (recs[j - 1].offset if type(recs) is list else recs.offset_at(j - 1)) + 1
-                if j == n:
-                    buf.popleft()
-                else:
-                    chunk[2] = j
-            if taken:
-                self.records_consumed += taken
-            if not buf:
-                self._wake.clear()
-        if len(pieces) == 1:
-            recs, i, j = pieces[0]
-            if type(recs) is not list:
-                return recs.take(i, j)
-            return recs if i == 0 and j == len(recs) else recs[i:j]
-        out: List[ConsumerRecord] = []
-        for recs, i, j in pieces:
-            if type(recs) is not list:
-                out.extend(recs.take(i, j))
-            else:
-                out.extend(recs if i == 0 and j == len(recs) else recs[i:j])
-        return out
 
     def _take(self, limit: int) -> List[ConsumerRecord]:
         """On the loop: raise a pending error, drive the group, hand out records, send fetches."""
@@ -836,96 +487,6 @@ class Consumer:
         self._send_fetches()
         return out
 
-    def _raise_corrupt(self) -> None:
-        """Raise the error of a corrupt partition whose good records were all handed out (Kafka's
-        consumer does the same on every poll until the application seeks past the bad batch)."""
-        for tp, err in self._corrupt.items():
-            if not self._buffered.get(tp, 0):
-                raise CorruptRecordError(str(err))
-
-    def _send_fetches(self) -> None:
-        if self._closed:
-            return
-        for tp in self._assignment:
-            if tp in self._inflight or tp in self._resetting or tp not in self._fetch_pos or tp in self._corrupt \
-                    or tp in self._paused:
-                continue
-            if self._buffered.get(tp, 0) >= self.max_poll_records:
-                continue
-            st = self.store.partitions.get(tp)
-            if st is None or st.leader == NO_LEADER:
-                continue
-            pos = self._fetch_pos[tp]
-            token = self._token.get(tp, 0)
-            req = FetchRequest(-1, tp[0], tp[1], pos, -1, self._node.next_corr(),
-                               max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms)
-            self._inflight.add(tp)
-            self.fetch_requests += 1
-            sent = self.scheduler.clock.now_ms()
-
-            def on_fetch(resp: Any, tp: TP = tp, pos: int = pos, token: int = token, sent: int = sent) -> None:
-                self._on_fetch(tp, pos, token, resp, sent)
-
-            self._node.request(st.leader, req, self.request_timeout_ms, on_fetch)
-
-    def _on_fetch(self, tp: TP, pos: int, token: int, resp: Any, sent_ms: Optional[int] = None) -> None:
-        self._inflight.discard(tp)
-        if resp is not None and sent_ms is not None:
-            self.fetch_latency.observe((self.scheduler.clock.now_ms() - sent_ms) / 1000.0)
-        if self._closed or resp is None or self._token.get(tp, 0) != token or self._fetch_pos.get(tp) != pos:
-            if resp is None and not self._closed:
-                return  # timed out or the broker went away: the tick sends again
-            self._send_fetches()
-            return
-        if resp.error is OffsetOutOfRangeError:
-            policy = self.auto_offset_reset
-            if policy == "none":
-                self._error = OffsetOutOfRangeError(
-                    f"fetch offset {pos} is out of range for {tp[0]}-{tp[1]} (log start {resp.log_start_offset}, "
-                    f"HW {resp.high_watermark}) and auto_offset_reset='none'")
-                self._signal()
-                return
-            self._positions.pop(tp, None)
-            self._fetch_pos.pop(tp, None)
-            self._reset_offset(tp, policy)
-            return
-        if resp.error is not None:
-            return  # NotLeader etc.: the tick retries after the metadata moves
-        hw = resp.high_watermark
-        self._hw[tp] = hw
-        if resp.records:
-            nxt = pos
-            got = 0
-            chunks: List[List[Any]] = []
-            topic, partition = tp
-
-            def emit(recs: Any) -> None:
-                nonlocal got
-                chunks.append([tp, recs, 0])
-                got += len(recs)
-
-            def above_hw(offset: int) -> None:
-                self.violations.append((tp, offset, hw))
-
-            try:
-                nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, above_hw)
-            except CorruptRecordError as exc:
-                # Keep the records before the damage; stop fetching this partition and let poll()
-                # raise once they are handed out, naming where (the application may seek past it).
-                nxt = self._decoder.next_offset
-                self._corrupt[tp] = CorruptRecordError(
-                    f"{topic}-{partition}: the batch fetched at offset {nxt} is corrupt "
-                    f"({exc}); records before it were delivered; seek past it to go on")
-                self._signal()
-            self.bytes_consumed += len(resp.records)
-            self._fetch_pos[tp] = nxt
-            if got:
-                with self._lock:
-                    self._buffer.extend(chunks)
-                    self._buffered[tp] = self._buffered.get(tp, 0) + got
-                    self._wake.set()
-                self._changed.set()
-        self._send_fetches()
 
     # ================================================================ group
     def _tick(self) -> None:
@@ -948,417 +509,8 @@ class Consumer:
         finally:
             self._tick_timer = self.scheduler.call_later(min(100, self.heartbeat_interval_ms), self._tick)
 
-    def _coordinate(self) -> None:
-        """Drive group membership one step (on the loop): find the coordinator, join, sync, heartbeat."""
-        if self._closed:
-            return
-        if self.group_id is None or self._manual:
-            if self.group_id is None and not self._manual and (self._topics or self._pattern is not None):
-                want = [(t, p) for t, n in self._partition_counts(self._matched_topics()).items() for p in range(n)]
-                if set(want) != set(self._assignment):
-                    self._set_assignment(want)
-            return
-        if self._topics is None and self._pattern is None:
-            return
-        if self._fenced is not None:
-            return  # fatal: another consumer holds our group_instance_id (see _on_fenced)
-        now = self._now()
-        if self._poll_expired is not None:
-            return  # left the group after a poll timeout: the next poll() rejoins
-        if self._last_poll_ms is not None and (self.member_id or self._state != "unjoined") and \
-                now - self._last_poll_ms > self.max_poll_interval_ms:
-            self._on_poll_timeout(now)
-            return
-        if self._state == "stable":
-            topics = tuple(self._matched_topics())
-            if topics != self._joined_topics or self._partition_counts(topics) != self._joined_counts:
-                self._rejoin = True  # the subscription now covers other topics or partitions
-        if self._coordinator is None:
-            if not self._finding and now >= self._next_attempt:
-                self._find_coordinator()
-            return
-        if self._rejoin and self._state in ("unjoined", "stable"):
-            if now >= self._next_attempt:
-                self._join()
-            return
-        # Heartbeats go on while the SyncGroup answer is awaited (Kafka's heartbeat thread runs in
-        # COMPLETING_REBALANCE too): the coordinator expires a member whose session lapses while it
-        # waits there (e.g. for a leader that died), while this member still reads its partitions.
-        if self._state in ("stable", "syncing") and not self._hb_inflight and \
-                now - self._last_heartbeat >= self.heartbeat_interval_ms:
-            self._heartbeat()
-
-    def _on_poll_timeout(self, now: int) -> None:
-        """``poll`` was not called within ``max_poll_interval_ms``: leave the group (Kafka's heartbeat
-        thread does the same), so the coordinator gives the partitions to the other members at once.
-
-        The partitions are dropped here (this consumer fetches on the loop, so it would keep reading
-        them); the listener hears ``on_partitions_lost`` and a commit fails with
-        :class:`CommitFailedError` until the next ``poll`` rejoins.
-        """
-        self._poll_expired = {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
-        self._expired_detail = (f"member {self.member_id!r} of group {self.group_id!r} (generation "
-                                f"{self.generation}) left the group: {now - (self._last_poll_ms or 0)} ms since the last "
-                                f"poll() exceeds max_poll_interval_ms={self.max_poll_interval_ms}")
-        self._leave_group()
-        self._rejoin = False
-        self._revoke_all("lost")
-
-    def _resume_after_poll_timeout(self) -> None:
-        """The first ``poll`` after a poll timeout: rejoin as a new member."""
-        if self._poll_expired is not None:
-            self._poll_expired = None
-            self._rejoin = True
-            self._coordinate()
-
-    def _coordinator_lost(self, why: str = "") -> None:
-        self._coordinator = None
-        self._next_attempt = self._now() + self.retry_backoff_ms
-        if self._state in ("joining", "syncing"):
-            # The rebalance in progress went through that coordinator (a commit or heartbeat
-            # found it gone): start it again with the next one; a late JoinGroup/SyncGroup
-            # answer from the old one is then ignored.
-            self._state = "unjoined"
-            self._rejoin = True
-
-    def _find_coordinator(self) -> None:
-        assert self.group_id is not None
-        cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
-        target = None
-        if cfg is not None:
-            st = self.store.partitions.get((ot.OFFSETS_TOPIC, ot.partition_for_group(self.group_id, cfg.partitions)))
-            if st is not None and st.leader != NO_LEADER:
-                target = st.leader
-        if target is None:
-            target = self.store.controller_id
-        if target is None:
-            self._next_attempt = self._now() + self.retry_backoff_ms
-            return
-        self._finding = True
-
-        def done(resp: Any) -> None:
-            self._finding = False
-            if resp is None or resp.error is not None:
-                self._next_attempt = self._now() + self.retry_backoff_ms
-                return
-            self._coordinator = resp.node_id
-            self._coordinate()
-
-        self._node.request(target, gm.FindCoordinatorRequest(self.group_id, self._node.next_corr()),
-                           self.request_timeout_ms, done)
-
-    def _handle_group_error(self, error: type, message: str = "") -> None:
-        """What a group error means for this member (Kafka's AbstractCoordinator rules)."""
-        name = error.__name__
-        if error is FencedInstanceIdError:
-            self._on_fenced(message)
-            return
-        if name in _RETRIABLE_GROUP_ERRORS:
-            self._coordinator_lost()
-        elif error is UnknownMemberIdError:
-            self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
-        elif error is IllegalGenerationError:
-            self.generation = gm.NO_GENERATION
-        if error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
-            # Fenced: the group may have given these partitions to others already. Eager or cooperative,
-            # they are lost at once (Kafka's onPartitionsLost), not kept and fetched until the JoinGroup.
-            self._revoke_all("lost")
-        self._next_attempt = self._now() + self.retry_backoff_ms
-        if self._state != "unjoined":
-            self._state = "unjoined"
-        self._rejoin = True
-
-    def _on_fenced(self, message: str) -> None:
-        """KIP-345: a newer consumer joined with this one's ``group_instance_id``. Fatal, as in Kafka: the
-        partitions are lost at once, the consumer stops taking part in the group (rejoining would fence
-        the other one in turn), and ``poll``/``commit`` raise :class:`FencedInstanceIdError` until closed."""
-        if self._fenced is not None:
-            return
-        self._fenced = FencedInstanceIdError(
-            f"consumer with group_instance_id {self.group_instance_id!r} (member {self.member_id!r}, group "
-            f"{self.group_id!r}) was fenced by a newer member with the same group instance id: {message}")
-        if self._assignment:
-            self._revoke_all("lost")
-        self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
-        self._state = "unjoined"
-        self._rejoin = False
-        self._signal()
-
-    def _join(self) -> None:
-        """Send JoinGroup. Eager: commit (auto-commit) and give up every partition first.
-        Cooperative: give up only partitions no longer subscribed; the rest are kept (and keep
-        being fetched) and listed as owned in the subscription, with the generation."""
-        assert self.group_id is not None and self._coordinator is not None
-        topics = tuple(self._matched_topics())
-        counts = self._partition_counts(topics)
-        if self._assignment and (self.generation < 0 or not self.member_id):
-            self._revoke_all("lost")  # fenced or left: whatever it held may belong to others now
-        if self._cooperative:
-            gone = [tp for tp in self._assignment if tp[1] >= counts.get(tp[0], 0)]
-            if gone:
-                self._give_up(gone)
-            sub = encode_member_subscription(list(topics), sorted(self._assignment), self.generation)
-        else:
-            if self._assignment and self.enable_auto_commit and self.generation >= 0:
-                self._commit_internal(None, None, auto=True)
-            self._revoke_all("revoked")
-            sub = ot.encode_subscription(list(topics))
-        if not self._cooperative and self._last_assignment is not None:
-            # the eager sticky assignor's user data: the last assignment and its generation (Kafka's
-            # StickyAssignor.subscriptionUserData), kept across revocations and fencing
-            protocols = tuple((a.name, ot.encode_subscription(list(topics), a.subscription_user_data(
-                *self._last_assignment))) for a in self._assignors)
-        else:
-            protocols = tuple((a.name, sub) for a in self._assignors)
-        self._state = "joining"
-        self._rejoin = False
-        self._joined_topics = topics
-        self._joined_counts = counts
-        req = gm.JoinGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id,
-                                  session_timeout_ms=self.session_timeout_ms,
-                                  rebalance_timeout_ms=self.rebalance_timeout_ms, protocol_type="consumer",
-                                  protocols=protocols, client_id=self.client_id,
-                                  group_instance_id=self.group_instance_id)
-        self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_join)
-
-    def _lost_during_rebalance(self) -> None:
-        """A JoinGroup/SyncGroup got no answer: rejoin, through a coordinator looked up again."""
-        self._state = "unjoined"
-        self._rejoin = True
-        self._coordinator_lost()
-
-    def _on_join(self, resp: Any) -> None:
-        if self._closed or self._state != "joining":
-            return
-        if resp is None:
-            self._lost_during_rebalance()
-            return
-        if resp.error is not None:
-            if resp.error is InconsistentGroupProtocolError:
-                self._error = resp.error(resp.message)
-                self._signal()
-            self._handle_group_error(resp.error, resp.message)
-            return
-        self.member_id = resp.member_id
-        self.generation = resp.generation_id
-        assignments: Tuple[Tuple[str, bytes], ...] = ()
-        if resp.leader == resp.member_id:
-            subs = {mid: decode_member_subscription(meta) for mid, meta in resp.members}
-            topics = sorted({t for s in subs.values() for t in s.topics})
-            assignor = get_assignor(resp.protocol_name)
-            plan = assignor.assign_members(self._partition_counts(topics), subs)
-            assignments = tuple((mid, ot.encode_assignment(parts)) for mid, parts in plan.items())
-        self._state = "syncing"
-        self._last_heartbeat = self._now()  # the JoinGroup answer restarted the session on the coordinator
-        req = gm.SyncGroupRequest(self.group_id, self._node.next_corr(), generation_id=self.generation,  # type: ignore[arg-type]
-                                  member_id=self.member_id, assignments=assignments,
-                                  group_instance_id=self.group_instance_id)
-        assert self._coordinator is not None
-        self._node.request(self._coordinator, req, self.rebalance_timeout_ms + 5_000, self._on_sync)
-
-    def _on_sync(self, resp: Any) -> None:
-        if self._closed or self._state != "syncing":
-            return
-        if resp is None:
-            self._lost_during_rebalance()
-            return
-        if resp.error is not None:
-            self._handle_group_error(resp.error, resp.message)
-            return
-        parts = ot.decode_assignment(resp.assignment)
-        self._state = "stable"
-        self._last_heartbeat = self._now()
-        self.rebalances += 1
-        self.assignment_history.append((self.generation, self.member_id, tuple(sorted(parts))))
-        self._last_assignment = (sorted(parts), self.generation)
-        if self._cooperative:
-            # KIP-429: revoke only what this generation took away, then rejoin at once so the
-            # next generation can hand it to its new owner; keep reading everything else.
-            new, old = set(parts), set(self._assignment)
-            revoked = [tp for tp in self._assignment if tp not in new]
-            added = [tp for tp in parts if tp not in old]
-            if revoked:
-                self._give_up(revoked)
-                self._rejoin = True
-            self._tell_listener("assigned", added)
-        else:
-            self._tell_listener("assigned", parts)
-        self._set_assignment(parts)
-        self._changed.set()
-        self._send_fetches()
-
-    def _heartbeat(self) -> None:
-        assert self.group_id is not None and self._coordinator is not None
-        self._hb_inflight = True
-        self._last_heartbeat = self._now()
-        generation, member = self.generation, self.member_id
-        req = gm.HeartbeatRequest(self.group_id, self._node.next_corr(), generation_id=generation, member_id=member,
-                                  group_instance_id=self.group_instance_id)
-
-        def done(resp: Any) -> None:
-            self._hb_inflight = False
-            if self._closed or self._state not in ("stable", "syncing") or self.generation != generation or \
-                    self.member_id != member:  # (a static member's new id keeps the generation)
-                return
-            if resp is None:
-                self._coordinator_lost()
-                return
-            if resp.error is not None:
-                if resp.error is RebalanceInProgressError:
-                    if self._state == "stable":  # while syncing, the SyncGroup answer says so too
-                        self._rejoin = True
-                        self._coordinate()
-                else:
-                    self._handle_group_error(resp.error, resp.message)
-
-        self._node.request(self._coordinator, req, self.request_timeout_ms, done)
-
-    def _leave_group(self, answered: Optional[Callable[[], None]] = None) -> bool:
-        """Leave the group (close, unsubscribe, assign, poll timeout). A static member sends no LeaveGroup
-        (Kafka's rule for ``group.instance.id``): it keeps its slot until its session times out, so a
-        restart within ``session_timeout_ms`` causes no rebalance; it only forgets its member id.
-        Returns whether a LeaveGroup was sent; ``answered()`` runs when it is answered or times out."""
-        sent = False
-        if self.group_id is not None and self.member_id and self._coordinator is not None and \
-                self.group_instance_id is None:
-            req = gm.LeaveGroupRequest(self.group_id, self._node.next_corr(), member_id=self.member_id)
-            self._node.request(self._coordinator, req, self.request_timeout_ms,
-                               (lambda resp: answered()) if answered is not None else (lambda resp: None))
-            sent = True
-        self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
-        self._state = "unjoined"
-        return sent
 
     # =============================================================== commits
-    def _fetch_committed(self, tps: Sequence[TP], callback: Callable[[Optional[Dict[TP, Optional[OffsetAndMetadata]]],
-                                                                       Optional[BaseException]], None]) -> None:
-        """OffsetFetch from the coordinator (looked up first when unknown); ``callback(result, error)``."""
-        if self.group_id is None:
-            callback({tp: None for tp in tps}, None)
-            return
-        if self._coordinator is None:
-            if not self._finding:
-                self._find_coordinator()
-            callback(None, CoordinatorNotAvailableError(f"coordinator of group {self.group_id!r} not known yet"))
-            return
-        req = gm.OffsetFetchRequest(self.group_id, self._node.next_corr(), partitions=tuple(tps))
-
-        def done(resp: Any) -> None:
-            if resp is None:
-                self._coordinator_lost()
-                callback(None, RequestTimedOutError(f"OffsetFetch for group {self.group_id!r} timed out"))
-                return
-            if resp.error is not None:
-                if resp.error.__name__ in _RETRIABLE_GROUP_ERRORS:
-                    self._coordinator_lost()
-                callback(None, resp.error(resp.message))
-                return
-            callback({(t, p): (OffsetAndMetadata(o, m, e) if o >= 0 else None) for t, p, o, e, m in resp.offsets}, None)
-
-        self._node.request(self._coordinator, req, self.request_timeout_ms, done)
-
-    def _commit_internal(self, offsets: Optional[Dict[TP, Any]], future: Optional[ClientFuture], *, auto: bool = False,
-                         deadline: Optional[int] = None, seq: int = 0) -> None:
-        """On the loop: send an OffsetCommit (retrying retriable errors until ``deadline``, unless a newer
-        commit of one of its partitions was issued meanwhile). ``seq``: this commit's number (0: a new one)."""
-        if self.group_id is None:
-            if future is not None:
-                future.set_exception(InvalidGroupIdError("commit needs a group_id (this consumer has none)"))
-            return
-        if self._fenced is not None and not self._manual:
-            if future is not None:
-                future.set_exception(self._fenced)
-            return
-        if self._poll_expired is not None and not self._manual:
-            what = sorted(offsets if offsets is not None else self._poll_expired)
-            if future is not None:
-                future.set_exception(CommitFailedError(
-                    f"commit of {', '.join(f'{t}-{p}' for t, p in what) or 'no partitions'} refused: "
-                    f"{self._expired_detail}; the group may have given them to another member. Call poll() "
-                    f"to rejoin, or raise max_poll_interval_ms / lower max_poll_records"))
-            return
-        if offsets is None:
-            offsets = {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
-        rows = []
-        for tp, v in offsets.items():
-            if isinstance(v, OffsetAndMetadata):
-                rows.append((tp[0], tp[1], v.offset, v.leader_epoch, v.metadata))
-            else:
-                rows.append((tp[0], tp[1], int(v), -1, ""))
-        if not rows:
-            if future is not None:
-                future.set_result({})
-            return
-        deadline = deadline if deadline is not None else self._now() + self.request_timeout_ms
-        plain = {tp: (v.offset if isinstance(v, OffsetAndMetadata) else int(v)) for tp, v in offsets.items()}
-        if not seq:
-            self._commit_seq += 1
-            seq = self._commit_seq
-            for tp in offsets:
-                self._commit_issued[tp] = seq
-
-        def retry(err: BaseException) -> None:
-            if self._closed or self._now() >= deadline or auto:
-                if future is not None:
-                    future.set_exception(err)
-                return
-            newer = sorted(tp for tp in offsets if self._commit_issued.get(tp, 0) > seq)
-            if newer:
-                # Kafka's rule (its consumer never resends a commit once a newer one was sent): this one,
-                # arriving after the newer commit, would move the offsets back.
-                if future is not None:
-                    future.set_exception(type(err)(
-                        f"{err}; not retried: a newer commit of {', '.join(f'{t}-{p}' for t, p in newer)} was "
-                        f"issued since, and this one arriving after it would move the offset back"))
-                return
-            self.scheduler.call_later(self.retry_backoff_ms,
-                                      lambda: self._commit_internal(offsets, future, deadline=deadline, seq=seq))
-
-        if self._coordinator is None:
-            if not self._finding:
-                self._find_coordinator()
-            retry(CoordinatorNotAvailableError(f"coordinator of group {self.group_id!r} not found"))
-            return
-        if self._manual or self._state != "stable" and self.generation < 0:
-            generation, member = gm.NO_GENERATION, gm.NO_MEMBER
-        else:
-            generation, member = self.generation, self.member_id
-        req = gm.OffsetCommitRequest(self.group_id, self._node.next_corr(), generation_id=generation,
-                                     member_id=member, offsets=tuple(rows),
-                                     group_instance_id=self.group_instance_id if member else None)
-
-        def done(resp: Any) -> None:
-            if resp is None:
-                lost = self._node.failure
-                self._coordinator_lost()
-                retry(lost if lost is not None else
-                      RequestTimedOutError(f"OffsetCommit for group {self.group_id!r} timed out"))
-                return
-            if resp.error is not None:
-                err = resp.error(resp.message)
-                if resp.error.__name__ in _RETRIABLE_GROUP_ERRORS:
-                    self._coordinator_lost()
-                    retry(err)
-                    return
-                if resp.error is FencedInstanceIdError:
-                    if member == self.member_id:  # (not about an older member id of this same consumer)
-                        self._handle_group_error(resp.error, resp.message)
-                        err = self._fenced or err
-                elif resp.error in (IllegalGenerationError, UnknownMemberIdError):
-                    if generation == self.generation:  # (not a late answer about an older generation)
-                        self._handle_group_error(resp.error)
-                elif resp.error is RebalanceInProgressError and not self._cooperative:
-                    # (cooperative: the rebalance under way completes on its own; rejoining after
-                    # it would only start another one)
-                    self._rejoin = True
-                if future is not None:
-                    future.set_exception(err)
-                return
-            if future is not None:
-                future.set_result(plain)
-
-        self._node.request(self._coordinator, req, self.request_timeout_ms, done)
-
     def commit(self, offsets: Optional[Dict[TP, Any]] = None, timeout: Optional[float] = None) -> Dict[TP, int]:
         """Commit ``offsets`` (default: the position of every assigned partition) and wait for it.
 
@@ -1430,6 +582,7 @@ class Consumer:
         self._call(attempt)
         return fut.result(timeout + 1)
 
+
     # ================================================================ lag etc.
     def lag(self) -> Dict[TP, int]:
         """Per assigned partition: the last HW seen minus the position (records not yet returned)."""
@@ -1459,8 +612,6 @@ class Consumer:
         The ``client_id`` label is the ``client_id`` given to the consumer (Kafka's client-id tag), else
         its node id; give each consumer of a cluster its own ``client_id`` if it is to render together.
         """
-        from pylog.metrics import metric
-
         def run() -> List[Any]:
             # The client_id the user gave (as Kafka's client-id metric tag), else the node id (unique).
             cid = self.client_id if self._client_id_given else self._node.node_id
@@ -1738,8 +889,6 @@ class Consumer:
     # ============================================================ iteration
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records forever (or until ``consumer_timeout_ms`` passes without one)."""
-        import time
-
         while True:
             start = time.monotonic() if not self.scheduler.simulated else self._now() / 1000
             while True:
@@ -1766,8 +915,6 @@ class Consumer:
         """
         if self._closed:
             return
-        import time
-
         deadline = time.monotonic() + timeout
         vdeadline = self._now() + int(timeout * 1000)  # the same, in virtual time for a simulated cluster
 
@@ -1853,7 +1000,5 @@ class PollResult(List[ConsumerRecord]):
 
 
 #: the keyword options Consumer takes (listed when an unknown one is passed)
-_CONSUMER_OPTIONS = tuple(
-    n for n, prm in inspect.signature(Consumer.__init__).parameters.items() if prm.kind is prm.KEYWORD_ONLY)
-
-__all__ = ["Consumer", "ConsumerRecord", "OffsetAndMetadata", "OffsetAndTimestamp", "PollResult", "TopicPartition"]
+__all__ = ["Consumer", "ConsumerConfig", "ConsumerRecord", "MemberState", "OffsetAndMetadata", "OffsetAndTimestamp",
+           "PollResult", "TopicPartition"]

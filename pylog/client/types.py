@@ -14,9 +14,30 @@ Thread-safety: immutable values and pure functions. Complexity: O(1) per item.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Union
+import logging
+
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pylog.errors import InvalidConfigurationError, InvalidOffsetError, SerializationError
+from pylog.storage.record import CREATE_TIME
+
+logger = logging.getLogger(__name__)
+
+
+class ConsumerRecord(NamedTuple):
+    """One record as :meth:`Consumer.poll <pylog.client.consumer.Consumer.poll>` returns it (Kafka's ConsumerRecord)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    timestamp: int
+    headers: Sequence[Tuple[str, Optional[bytes]]]
+    #: 0 CreateTime, 1 LogAppendTime
+    timestamp_type: int = CREATE_TIME
+    #: the leader epoch of the batch that carried the record
+    leader_epoch: int = -1
 
 
 class TopicPartition(NamedTuple):
@@ -139,5 +160,5 @@ def serialize(fn: Callable[..., Any], data: Any, what: str, topic: str) -> Optio
     return out
 
 
-__all__ = ["TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "as_tp", "as_tps", "as_commit_offset",
+__all__ = ["ConsumerRecord", "TopicPartition", "OffsetAndMetadata", "OffsetAndTimestamp", "as_tp", "as_tps", "as_commit_offset",
            "as_commit_offsets", "check_serializer", "serialize"]

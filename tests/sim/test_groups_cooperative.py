@@ -7,6 +7,7 @@ from typing import Dict, List, Set, Tuple
 import pytest
 
 from pylog.client._node import ClientFuture
+from pylog.client.consumer_coordinator import MemberState
 from pylog.cluster import Cluster
 from pylog.errors import InconsistentGroupProtocolError, PylogError
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
@@ -375,9 +376,9 @@ def test_seed_1058_members_awaiting_a_dead_leaders_sync_keep_their_session(tmp_p
         newcomer = c.consumer("g", [TOPIC], **COOP)  # a rebalance: the leader rejoins...
         for _ in range(2_000):
             c.advance(1)
-            if leader._state == "joining":
+            if leader._state is MemberState.JOINING:
                 break
-        assert leader._state == "joining"
+        assert leader._state is MemberState.JOINING
         c.advance(2)  # ...its JoinGroup reaches the coordinator, and it dies
         leader._crash()
         members = [survivor, newcomer]
