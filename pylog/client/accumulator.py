@@ -13,17 +13,32 @@ index). Completing a batch is O(1) whatever its size: the offset of record
 ``threading.Event`` only when a thread actually waits for it (real time), so
 a batch nobody waits for costs no lock or condition; none exist per record.
 
+A :class:`PartitionState` is one partition's queue (Kafka's
+``RecordAccumulator`` deque): its open batch, the closed ones waiting, those
+in flight and those waiting for a retry, and its idempotent sequence numbers
+with their :class:`SequenceState` (KIP-360).
+
+Owns: batches, futures and per-partition queues (data); what is done with
+them belongs to :mod:`pylog.client.producer` (appending), ``sender`` (sending)
+and ``buffer_pool`` (memory). Complexity: O(1) per record appended and per
+batch completed; a future's result is O(1). Durability: none (memory until
+acknowledged; what ``acks`` promises then, docs/producer.md).
 Thread-safety: a batch's record list is appended to under the producer's
 lock until the batch is closed; after that only the producer's loop thread
 touches it. Completion state is published under the producer's lock.
 """
 from __future__ import annotations
 
+import enum
+import logging
 import threading
-from typing import Any, Callable, List, NamedTuple, Optional
+from collections import deque
+from typing import Any, Callable, Deque, List, NamedTuple, Optional, Tuple
 
 from pylog.errors import InvalidConfigurationError, PylogError, RequestTimedOutError
 from pylog.storage.record import Record
+
+logger = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__  # builds a RecordMetadata without running its Python-level __new__
 
@@ -135,9 +150,7 @@ class ProducerBatch(_BatchBase):
                 try:
                     fn()
                 except Exception:  # a user callback must not break the producer
-                    import logging
-
-                    logging.getLogger("pylog.client").exception("producer callback raised")
+                    logger.exception("producer callback raised")
 
     def wait(self, timeout: Optional[float]) -> bool:
         """Real time: block until the batch is completed; False if ``timeout`` seconds pass first."""
@@ -257,6 +270,50 @@ else:
     bind_future(_result, _exception, _add_done_callback, _repr, RecordMetadata)
 
 
+class SequenceState(enum.Enum):
+    """Whether an idempotent partition may number new batches (KIP-360; Kafka's ``TxnPartitionEntry``).
+
+    ``GAP`` says more than ``UNRESOLVED`` and wins over it until the partition is resolved
+    (``Producer._maybe_resolve``), which returns it to ``OK``.
+    """
+
+    #: every numbered batch's outcome is known (or still pending): new batches take the next sequences
+    OK = "ok"
+    #: a numbered batch failed to the caller with an unknown outcome (it may be in the log)
+    UNRESOLVED = "unresolved"
+    #: the leader refused a numbered batch: it and every later batch of the identity are not in the log
+    GAP = "gap"
+
+
+class PartitionState:
+    """Per partition (Kafka's ``RecordAccumulator`` deque and ``TxnPartitionEntry``): the open batch,
+    closed batches waiting, requests in flight, retries, and the idempotent sequence numbers.
+
+    The C send path reads ``open`` (the batch a record joins); everything else is the producer's,
+    changed under its lock.
+    """
+
+    __slots__ = ("topic", "partition", "open", "queue", "inflight", "retry", "retry_mode", "backoff_until",
+                 "next_seq", "seq_id", "acked_next", "sequences")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic
+        self.partition = partition
+        self.open: Optional[ProducerBatch] = None
+        self.queue: Deque[ProducerBatch] = deque()  # closed, not in flight; retries go first
+        self.inflight: List[ProducerBatch] = []
+        self.retry: List[ProducerBatch] = []  # failed, waiting for the in-flight ones to settle
+        self.retry_mode = False
+        self.backoff_until = 0
+        self.next_seq = 0
+        #: the (producer id, epoch) next_seq counts for; None: the next new batch starts at sequence 0
+        #: under the producer's current identity
+        self.seq_id: Optional[Tuple[int, int]] = None
+        self.acked_next = 0  # the sequence after the last acknowledged batch of seq_id
+        #: KIP-360: whether new batches may take sequences (see SequenceState)
+        self.sequences = SequenceState.OK
+
+
 def failed_future(owner: Any, topic: str, partition: int, error: PylogError) -> FutureRecordMetadata:
     """A future that already failed with ``error`` (a send refused before it was queued)."""
     b = ProducerBatch(owner, topic, partition, 0, 0, -1)
@@ -267,4 +324,4 @@ def failed_future(owner: Any, topic: str, partition: int, error: PylogError) -> 
     return FutureRecordMetadata(b, 0)
 
 
-__all__ = ["RecordMetadata", "ProducerBatch", "FutureRecordMetadata", "failed_future"]
+__all__ = ["RecordMetadata", "ProducerBatch", "FutureRecordMetadata", "PartitionState", "SequenceState", "failed_future"]

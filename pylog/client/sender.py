@@ -1,0 +1,499 @@
+"""The producer's sender (Kafka's ``Sender`` and the idempotence half of ``TransactionManager``).
+
+Owns: everything after a batch is closed - waking the loop once per batch,
+draining the partitions that may send (``max_in_flight``, ``linger_ms``,
+retry mode, backoff), encoding a batch once and sending the same bytes on
+every retry, the answers (success, retry, split of a batch too large, failure
+to the caller), delivery timeouts, and idempotence: the producer id and epoch
+(InitProducerId), the per-partition sequence numbers and their KIP-360
+resolution (:class:`~pylog.client.accumulator.SequenceState`, an epoch bump
+once nothing numbered is pending). The rules are described in the
+:mod:`pylog.client.producer` docstring and docs/producer.md.
+
+It is one of the parts :class:`~pylog.client.producer.Producer` is built
+from (with :class:`~pylog.client.buffer_pool.BufferPool`): the producer
+inherits it, and its methods work on the producer's own attributes; what it
+uses from the other parts is declared under ``TYPE_CHECKING``.
+
+Complexity: O(dirty partitions) per wake-up; one encode and one request per
+batch, O(1) to complete it (O(batches of the partition) on a failure).
+Durability: what ``acks`` promises (docs/producer.md); nothing on the client's disk.
+Thread-safety: the loop thread, except ``_wake``/``_wake_locked``, which any
+thread calls (under the producer's ``_lock``); partition state changes under it.
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from functools import partial
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+
+from pylog.client._node import error_from
+from pylog.client.accumulator import PartitionState, ProducerBatch, SequenceState
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    LeaderNotAvailableError,
+    NotEnoughReplicasError,
+    OutOfOrderSequenceError,
+    PylogError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.metrics import Histogram
+from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, ProduceRequest
+from pylog.storage import compression as codecs
+from pylog.storage.record import encode_batch, encode_values_batch
+
+if TYPE_CHECKING:
+    from pylog.client._node import ClientNode
+
+logger = logging.getLogger(__name__)
+
+#: answers proving the leader did not append the attempt (checked before the append); any other outcome of
+#: an attempt - no answer, a lost connection, NotLeader (which a leader also gives a produce it appended and
+#: then stopped leading), NotEnoughReplicasAfterAppend - means it may be in the log
+_REFUSALS = (OutOfOrderSequenceError, InvalidProducerEpochError, NotEnoughReplicasError, RecordTooLargeError,
+             InvalidRecordError, CorruptRecordError, LeaderNotAvailableError, UnknownTopicOrPartitionError)
+_MAX_EPOCH = 32_766  # a producer epoch is an int16; past this a new producer id is taken
+
+
+def _seq_before(a: int, b: int) -> bool:
+    """Sequence ``a`` comes before ``b`` (sequences wrap from 2**31-1 to 0)."""
+    return a != b and ((b - a) & 0x7FFFFFFF) < 0x40000000
+
+
+def _unnumber(b: ProducerBatch) -> None:
+    """Forget ``b``'s identity and sequence: it is numbered again (and re-encoded) when next drained.
+    Only for a batch no attempt of which may have been appended (``maybe_written`` False)."""
+    assert not b.maybe_written, b
+    b.producer_id, b.producer_epoch, b.sequence, b.data = -1, -1, -1, None
+
+
+def _resend_order(b: ProducerBatch) -> Tuple[bool, int]:
+    """Numbered batches first, by sequence; then the others in the order they were created."""
+    return (b.sequence < 0, b.sequence if b.sequence >= 0 else b.order)
+
+
+def _sequenced_pending(ps: PartitionState) -> bool:
+    """Some numbered batch of ``ps`` is in flight or waiting for its retry (under the lock)."""
+    return bool(ps.inflight) or any(x.sequence >= 0 for x in ps.retry) or any(x.sequence >= 0 for x in ps.queue)
+
+
+class Sender:
+    """Sends closed batches, handles their answers, numbers them (a part of :class:`Producer`)."""
+
+    if TYPE_CHECKING:  # provided by the facade and the other parts
+        scheduler: Any
+        _store: Any
+        acks: int
+        enable_idempotence: bool
+        compression: int
+        compression_level: Optional[int]
+        linger_ms: int
+        max_in_flight: int
+        retry_backoff_ms: int
+        request_timeout_ms: int
+        delivery_timeout_ms: int
+        max_retries: int
+        _lock: Any  # threading.Lock, or the C send path's look-alike
+        _node: ClientNode
+        _closed: bool
+        _flushing: int
+        _parts: Dict[str, List[PartitionState]]
+        _incomplete: Set[ProducerBatch]
+
+        def _close_open(self, ps: PartitionState) -> Optional[ProducerBatch]: ...
+        def _refresh_partitions(self, topic: str) -> None: ...
+        def _closed_error(self) -> PylogError: ...
+
+    def _init_sender(self) -> None:
+        # An insertion-ordered set (dict keys): partitions hash by identity, so iterating a
+        # set would follow heap addresses and a seeded simulation would not replay exactly.
+        self._dirty: Dict[PartitionState, None] = {}
+        self._wake_pending = False
+        # idempotence (loop thread)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._pid_inflight = False
+        self._pid_broker = 0
+        self.epoch_bumps = 0  # KIP-360 epoch bumps (a partition's sequences could not be resolved)
+        # metrics (loop thread)
+        self.records_sent = 0
+        self.bytes_sent = 0
+        self.record_errors = 0
+        self.retries = 0
+        self.batches_sent = 0
+        #: seconds from a batch's first send() to its acknowledgement (the oldest record's send -> ack)
+        self.send_latency = Histogram()
+
+    def _wake_locked(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.scheduler.call_soon(self._run)
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._wake_locked()
+
+    def _on_linger(self, ps: PartitionState) -> None:
+        with self._lock:
+            self._dirty[ps] = None
+        self._run()
+
+    # ---------------------------------------------------------------- sender
+    def _run(self) -> None:
+        """Loop thread: send every batch that is ready and may go (once per wake-up, not per record)."""
+        now = self.scheduler.clock.now_ms()
+        expired: List[ProducerBatch] = []
+        to_send: List[Tuple[PartitionState, ProducerBatch]] = []
+        need_pid = False
+        with self._lock:
+            self._wake_pending = False
+            dirty, self._dirty = self._dirty, {}
+            for ps in dirty:
+                self._drain(ps, now, to_send, expired, dirty)
+            if self.enable_idempotence and self.producer_id < 0 and any(ps.open or ps.queue for ps in dirty):
+                need_pid = True
+        for b in expired:
+            last = b.last_error
+            self._fail(b, RequestTimedOutError(
+                f"{b.topic}-{b.partition}: delivery timed out ({self.delivery_timeout_ms} ms since the batch was "
+                f"created; {len(b.records)} records)"
+                + (f"; last error: {type(last).__name__}: {last}" if last is not None else "")))
+        for ps, b in to_send:
+            self._send_batch(ps, b)
+        if need_pid:
+            self._init_producer_id()
+
+    def _drain(self, ps: PartitionState, now: int, to_send: List[Tuple[PartitionState, ProducerBatch]],
+               expired: List[ProducerBatch], dirty: Dict[PartitionState, None]) -> None:
+        """Pick ``ps``'s batches that may be sent now (under the lock)."""
+        while ps.queue and now >= ps.queue[0].deadline_ms and ps.queue[0].sequence < 0:
+            expired.append(ps.queue.popleft())
+        if ps.open is not None and now >= ps.open.deadline_ms:
+            expired.append(self._close_open(ps))  # type: ignore[arg-type]
+        if self._closed and self._node.closed:
+            return
+        if ps.backoff_until > now:
+            self.scheduler.call_later(ps.backoff_until - now, self._on_linger, ps)
+            return
+        idem = self.enable_idempotence
+        if idem and ps.sequences is not SequenceState.OK:
+            self._maybe_resolve(ps)
+        if idem and self.producer_id < 0:
+            self._dirty[ps] = None  # sent once the producer id arrives
+            return
+        while True:
+            if ps.retry_mode:
+                if ps.inflight or ps.retry:
+                    break
+            elif len(ps.inflight) >= self.max_in_flight:
+                break
+            if ps.queue:
+                b = ps.queue[0]
+            elif ps.open is not None and (self.linger_ms == 0 or self._flushing or self._closed
+                                          or now - ps.open.created_ms >= self.linger_ms):
+                b = ps.open
+            else:
+                break  # an open batch still lingering: its timer (set when it opened) comes back
+            if idem and b.sequence < 0:
+                if ps.sequences is not SequenceState.OK:
+                    break  # KIP-360: no new sequence while earlier ones are unresolved (_maybe_resolve)
+                cur = (self.producer_id, self.producer_epoch)
+                if ps.seq_id != cur:
+                    if _sequenced_pending(ps):
+                        break  # a new identity starts once the old one's batches are settled
+                    ps.seq_id, ps.next_seq, ps.acked_next = cur, 0, 0
+            if b is ps.open:
+                self._close_open(ps)
+            else:
+                ps.queue.popleft()
+            if idem and b.sequence < 0:
+                b.producer_id, b.producer_epoch, b.sequence = self.producer_id, self.producer_epoch, ps.next_seq
+                ps.next_seq = (ps.next_seq + len(b.records)) & 0x7FFFFFFF
+            ps.inflight.append(b)
+            to_send.append((ps, b))
+
+    def _send_batch(self, ps: PartitionState, b: ProducerBatch) -> None:
+        """Loop thread: encode (first time) and send one batch to the partition's leader."""
+        topic, p = b.topic, b.partition
+        if self._node.closed:
+            self._fail(b, self._closed_error())
+            return
+        cfg = self._store.topics.get(topic)
+        if cfg is None or p >= cfg.partitions:  # deleted (or re-created smaller) while the batch waited
+            self._settle(ps, b)
+            self._fail(b, UnknownTopicOrPartitionError(
+                f"topic {topic!r} does not exist (deleted?)" if cfg is None else
+                f"topic {topic!r} has no partition {p} now (deleted and re-created with {cfg.partitions}); "
+                "make a new producer for the re-created topic"))
+            return
+        if cfg.partitions > len(self._parts.get(topic, ())):
+            self._refresh_partitions(topic)
+        now = self.scheduler.clock.now_ms()
+        if b.data is None:
+            try:
+                if b.plain and self.compression == codecs.NONE:
+                    b.data = encode_values_batch(b.records, now, b.producer_id, b.producer_epoch, b.sequence)
+                else:
+                    b.data = encode_batch(b.records, now_ms=now, compression=self.compression,
+                                          compression_level=self.compression_level,
+                                          producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                                          base_sequence=b.sequence, plain=b.plain)
+            except PylogError as exc:
+                self._sequence_failed(ps, b, written=False)
+                self._settle(ps, b)
+                self._fail(b, exc)
+                return
+            b.timestamp = now
+        st = self._store.partitions.get((topic, p))
+        b.attempts += 1
+        if st is None or st.leader == NO_LEADER:
+            self._on_failure(ps, b, LeaderNotAvailableError(f"{topic}-{p} has no leader"))
+            return
+        leader = st.leader
+        node = self._node
+        req = ProduceRequest(topic, p, b.data, self.acks, self.request_timeout_ms, node.next_corr())
+        self.batches_sent += 1
+        if self.acks == 0:
+            node.transport.send(node.node_id, leader, req)
+            self._on_success(ps, b, -1, b.timestamp)
+            return
+        node.request(leader, req, self.request_timeout_ms + 100, partial(self._on_response, ps, b, leader), now)
+
+    def _on_response(self, ps: PartitionState, b: ProducerBatch, leader: int, resp: Any) -> None:
+        if resp is None:
+            lost = self._node.failure
+            self._on_failure(ps, b, lost if lost is not None else RequestTimedOutError(
+                f"{b.topic}-{b.partition}: no response from broker {leader} within {self.request_timeout_ms} ms"))
+        elif resp.error is None:
+            self._on_success(ps, b, resp.base_offset, b.timestamp)
+        else:
+            self._on_failure(ps, b, error_from(resp))
+
+    def _settle(self, ps: PartitionState, b: ProducerBatch) -> None:
+        """``b`` was answered. ``inflight`` is a window in send order: a failed batch leaves it at
+        once, an acknowledged one only when every older one has left too (responses count in
+        order, as on one Kafka connection), so at most ``max_in_flight`` batches are ever written
+        past the oldest unacknowledged one - the leader keeps the last 5 to recognise its retry.
+        Once nothing is in flight, queued retries go first, in order."""
+        with self._lock:
+            if not b.done and b in ps.inflight:
+                ps.inflight.remove(b)
+            inflight = ps.inflight
+            while inflight and inflight[0].done:
+                del inflight[0]
+            if not inflight and ps.retry:
+                ps.retry.sort(key=_resend_order)
+                ps.queue.extendleft(reversed(ps.retry))
+                if ps.queue[0].sequence < 0 and any(x.sequence >= 0 for x in ps.queue):
+                    # A renumbered batch must not block numbered ones behind it (they go first, in sequence
+                    # order: only they can resolve the partition; the others wait for that anyway).
+                    ps.queue = deque(sorted(ps.queue, key=_resend_order))
+                ps.retry = []
+            if ps.retry_mode and not ps.retry and not inflight and not any(x.sequence >= 0 for x in ps.queue):
+                ps.retry_mode = False
+            self._dirty[ps] = None
+            self._wake_locked()
+
+    def _on_success(self, ps: PartitionState, b: ProducerBatch, base_offset: int, timestamp: int) -> None:
+        self.send_latency.observe((self.scheduler.clock.now_ms() - b.created_ms) / 1000.0)
+        self.records_sent += len(b.records)
+        self.bytes_sent += len(b.data or b"")
+        b.data = None  # the encoded copy is only kept for retries
+        self._incomplete.discard(b)
+        if b.sequence >= 0 and (b.producer_id, b.producer_epoch) == ps.seq_id:
+            end = (b.sequence + len(b.records)) & 0x7FFFFFFF
+            if _seq_before(ps.acked_next, end):
+                ps.acked_next = end
+        b.complete(base_offset, timestamp, None)
+        if b.parent is not None:
+            self._child_done(b)
+        self._settle(ps, b)
+
+    def _on_failure(self, ps: PartitionState, b: ProducerBatch, err: PylogError) -> None:
+        """``b``'s attempt failed with ``err``: retry it (same bytes: same producer id, epoch and sequence), or
+        fail it to the caller. With idempotence (KIP-360, as Kafka's producer):
+
+        * ``OutOfOrderSequenceError`` while an older batch of ``b``'s identity is still pending: retriable
+          (that batch goes first). Otherwise the leader refused ``b``: neither it nor any later batch of
+          that identity is in the log, so they are renumbered under a new identity (``gap``) and retried.
+        * a sequenced batch that fails for good after an unknown outcome (timeouts, a lost connection,
+          retries or delivery timeout exhausted) may be in the log: the partition is *unresolved* - no new
+          batch takes a sequence, the batches already numbered keep being retried under their own
+          identity, and :meth:`_maybe_resolve` decides once none is pending. Never renumbered.
+        """
+        now = self.scheduler.clock.now_ms()
+        if isinstance(err, RecordTooLargeError) and len(b.records) > 1 and not self._node.closed \
+                and now < b.deadline_ms:
+            self._split(ps, b, err)
+            return
+        retriable = err.retriable
+        idem = self.enable_idempotence and b.sequence >= 0
+        if idem:
+            if not isinstance(err, _REFUSALS):
+                b.maybe_written = True
+            with self._lock:
+                ident = (b.producer_id, b.producer_epoch)
+                if isinstance(err, OutOfOrderSequenceError) and b.maybe_written:
+                    # An earlier attempt may be in the log: the leader may only have lost track of it (after
+                    # a restart it remembers each producer's last batch only). Its outcome stays unknown:
+                    # never renumbered; it fails to the caller (below) unless an older batch is pending.
+                    pending = ps.retry + list(ps.queue) + ps.inflight
+                    retriable = any(x is not b and not x.done and (x.producer_id, x.producer_epoch) == ident
+                                    and 0 <= x.sequence and _seq_before(x.sequence, b.sequence) for x in pending)
+                elif isinstance(err, OutOfOrderSequenceError):
+                    pending = ps.retry + list(ps.queue) + ps.inflight
+                    if any(x is not b and not x.done and (x.producer_id, x.producer_epoch) == ident
+                           and 0 <= x.sequence and _seq_before(x.sequence, b.sequence) for x in pending):
+                        retriable = True
+                    else:
+                        # Refused, every attempt of b: the leader has a gap before b, so b is not in the log,
+                        # nor is any later batch of this identity that was only ever refused: those are
+                        # renumbered under the next identity (the others fail to the caller, unknown).
+                        if ident == ps.seq_id:
+                            ps.sequences = SequenceState.GAP
+                        for x in [b] + ps.retry + list(ps.queue):
+                            if x.sequence >= 0 and not x.maybe_written and (x.producer_id, x.producer_epoch) == ident:
+                                _unnumber(x)
+                        retriable = True
+                elif ps.sequences is SequenceState.GAP and ident == ps.seq_id and not b.maybe_written:
+                    _unnumber(b)  # after the gap, a batch only ever refused is renumbered
+                elif ps.sequences is SequenceState.GAP and ident == ps.seq_id:
+                    retriable = False  # unknown outcome and cannot be resent under its sequence: fails
+        if retriable and not self._node.closed and now < b.deadline_ms and b.attempts <= self.max_retries:
+            self.retries += 1
+            b.last_error = err
+            with self._lock:
+                ps.retry_mode = True
+                ps.retry.append(b)
+                ps.backoff_until = max(ps.backoff_until, now + self.retry_backoff_ms)
+            self._settle(ps, b)
+            return
+        if idem and b.sequence >= 0:
+            # b fails for good while numbered: refused (a non-retriable answer: not written) or unknown.
+            self._sequence_failed(ps, b, written=None if retriable or b.maybe_written else False)
+        self._settle(ps, b)
+        self._fail(b, err if not retriable or not self._node.closed else self._closed_error())
+
+    def _split(self, ps: PartitionState, b: ProducerBatch, err: PylogError) -> None:
+        """The leader refused ``b`` as larger than the topic's ``max_message_bytes`` (Kafka's
+        MESSAGE_TOO_LARGE): split it in two and resend the halves, in order, before anything else of the
+        partition (Kafka's ``splitAndReenqueue``; a half still too large is split again). With idempotence
+        the halves take ``b``'s own sequences (``b`` was refused, so its range is free at the leader).
+        ``b`` keeps its futures and its share of buffer_memory; it completes once both halves have."""
+        half = len(b.records) // 2
+        children = []
+        for start, recs in ((0, b.records[:half]), (half, b.records[half:])):
+            ch = ProducerBatch(self, b.topic, b.partition, b.created_ms, b.deadline_ms, b.order)
+            ch.open = False
+            ch.records.extend(recs)
+            ch.plain = b.plain
+            ch.parent, ch.parent_start = b, start
+            ch.attempts = b.attempts
+            ch.last_error = err
+            if b.sequence >= 0:
+                ch.producer_id, ch.producer_epoch = b.producer_id, b.producer_epoch
+                ch.sequence = (b.sequence + start) & 0x7FFFFFFF
+            children.append(ch)
+        with self._lock:
+            b.children = children
+            b.plain = False  # result() takes the Python path, which follows the records to the halves
+            b.data = None
+            ps.retry_mode = True
+            ps.retry.extend(children)
+        self.retries += 1
+        self._settle(ps, b)
+
+    def _child_done(self, ch: ProducerBatch) -> None:
+        """A half of a split batch completed: complete the batch it came from once all its halves have
+        (its futures then read each record's outcome from its half)."""
+        parent = ch.parent
+        while parent is not None and not parent.done and parent.children is not None \
+                and all(x.done for x in parent.children):
+            first = parent.children[0]
+            self._incomplete.discard(parent)
+            parent.complete(first.base_offset, first.timestamp, None)
+            parent = parent.parent
+
+    def _sequence_failed(self, ps: PartitionState, b: ProducerBatch, written: Optional[bool]) -> None:
+        """A numbered batch fails to the caller. ``written=False``: certainly not in the log (later
+        sequences of its identity cannot be either: ``gap``); None: unknown (``unresolved``)."""
+        if b.sequence < 0:
+            return
+        with self._lock:
+            if (b.producer_id, b.producer_epoch) != ps.seq_id:
+                return  # an identity this partition has already left behind
+            if written is False:
+                ps.sequences = SequenceState.GAP
+                ident = ps.seq_id
+                for x in ps.retry + list(ps.queue):
+                    if x.sequence >= 0 and not x.maybe_written and (x.producer_id, x.producer_epoch) == ident:
+                        _unnumber(x)
+            elif ps.sequences is SequenceState.OK:  # (a gap stays a gap: it says more)
+                ps.sequences = SequenceState.UNRESOLVED
+            self._dirty[ps] = None
+
+    def _maybe_resolve(self, ps: PartitionState) -> None:
+        """KIP-360 (Kafka's ``maybeResolveSequences`` / ``bumpIdempotentEpochAndResetIdIfNeeded``), under the
+        lock: once no numbered batch of ``ps`` is pending, either the last acknowledged batch was the last
+        one numbered (the unresolved ones before it are in the log: nothing to do), or the leader may hold
+        a gap: the producer's epoch is bumped (a new producer id when the epoch is exhausted) and ``ps``
+        numbers its next batches from 0 under the new identity; the leader fences the old epoch."""
+        if _sequenced_pending(ps):
+            return
+        if ps.sequences is SequenceState.GAP or ps.acked_next != ps.next_seq:
+            if ps.seq_id is not None and ps.seq_id == (self.producer_id, self.producer_epoch):
+                self.epoch_bumps += 1
+                if self.producer_epoch >= _MAX_EPOCH:
+                    self.producer_id = -1  # exhausted: InitProducerId gives a new id (Kafka's resetIdempotentProducerId)
+                else:
+                    self.producer_epoch += 1
+                for parts in self._parts.values():
+                    self._dirty.update(dict.fromkeys(parts))
+                self._wake_locked()
+            ps.seq_id = None  # the next new batch starts at sequence 0 under the current identity
+        ps.sequences = SequenceState.OK
+
+    def _fail(self, b: ProducerBatch, err: BaseException) -> None:
+        self.record_errors += len(b.records)
+        self._incomplete.discard(b)
+        b.complete(-1, -1, err)
+        if b.parent is not None:
+            self._child_done(b)
+
+    # --------------------------------------------------------- producer ids
+    def _init_producer_id(self) -> None:
+        """Loop thread: ask a broker for a producer id (InitProducerId); retried with backoff."""
+        if self._pid_inflight or self.producer_id >= 0 or self._node.closed:
+            return
+        brokers = list(self._store.brokers)
+        if self._store.controller_id is not None and self._pid_broker == 0:
+            target = self._store.controller_id
+        else:
+            target = brokers[self._pid_broker % len(brokers)]
+        self._pid_inflight = True
+        req = InitProducerIdRequest(self._node.next_corr())
+
+        def on_reply(resp: Any) -> None:
+            self._pid_inflight = False
+            if resp is not None and resp.error is None:
+                with self._lock:
+                    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+                    for parts in self._parts.values():
+                        self._dirty.update(dict.fromkeys(parts))
+                self._run()
+                return
+            self._pid_broker += 1
+            if not self._node.closed:
+                self.scheduler.call_later(self.retry_backoff_ms, self._init_producer_id)
+                self._wake()  # waiting batches still expire at their delivery timeout
+
+        self._node.request(target, req, self.request_timeout_ms, on_reply)
+
+
+
+__all__ = ["Sender"]
