@@ -21,6 +21,7 @@ public client classes marshal calls there with ``scheduler.run_sync``.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Hashable, Optional, Tuple
@@ -28,6 +29,8 @@ from typing import Any, Callable, Deque, Dict, Hashable, Optional, Tuple
 from pylog.errors import NetworkError, PylogError, RequestTimedOutError
 from pylog.runtime.scheduler import Scheduler, Timer
 from pylog.runtime.transport.base import Transport
+
+logger = logging.getLogger(__name__)
 
 Callback = Callable[[Optional[Any]], None]  # None means "no answer": timed out, or the connection was lost
 

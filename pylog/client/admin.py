@@ -25,6 +25,7 @@ virtual time meanwhile).
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
@@ -48,6 +49,8 @@ from pylog.errors import (
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER
+
+logger = logging.getLogger(__name__)
 
 TP = Tuple[str, int]
 

@@ -38,8 +38,11 @@ worst case for round robin and for sticky. Thread-safety: pure functions.
 """
 from __future__ import annotations
 
+import logging
 import struct
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+
+logger = logging.getLogger(__name__)
 
 TP = Tuple[str, int]
 

@@ -17,9 +17,12 @@ Complexity: murmur2 is O(len(key)). Thread-safety: :func:`murmur2` is pure;
 """
 from __future__ import annotations
 
+import logging
 import random
 import struct
 from typing import Dict, Optional
+
+logger = logging.getLogger(__name__)
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
