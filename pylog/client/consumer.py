@@ -94,11 +94,9 @@ from pylog.errors import (
     PylogError,
     RequestTimedOutError,
     SerializationError,
-    UnknownTopicOrPartitionError,
 )
 from pylog.metrics import metric
 from pylog.replication import group_messages as gm
-from pylog.replication.messages import NO_LEADER
 
 logger = logging.getLogger(__name__)
 
@@ -770,64 +768,6 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
         """The partition numbers of ``topic`` (None when it does not exist), as kafka-python's."""
         cfg = self.store.topics.get(topic)
         return None if cfg is None else set(range(cfg.partitions))
-
-    def _check_partitions_exist(self, tps: Sequence[TopicPartition], what: str) -> None:
-        for tp in tps:
-            cfg = self.store.topics.get(tp.topic)
-            if cfg is None or tp.partition >= cfg.partitions:
-                raise UnknownTopicOrPartitionError(
-                    f"{what}(): {tp.topic}-{tp.partition} does not exist"
-                    + ("" if cfg is None else f" (topic {tp.topic!r} has {cfg.partitions} partitions)"))
-
-    def _list_offsets(self, queries: Dict[TopicPartition, int], timeout: float, what: str) -> Dict[TopicPartition, Any]:
-        """Kafka's ListOffsets for each partition from its leader (timestamp -2 earliest, -1 latest,
-        else a time); NotLeader and timeouts are retried every ``retry_backoff_ms`` until ``timeout``."""
-        self._check_partitions_exist(list(queries), what)
-        if not queries:
-            return {}
-        fut = ClientFuture(self.scheduler)
-        results: Dict[TopicPartition, Any] = {}
-        deadline = self._now() + int(timeout * 1000)
-        level = 1 if self.isolation_level == "read_committed" else 0
-
-        def attempt(tp: TopicPartition) -> None:
-            if fut.done():
-                return
-            st = self.store.partitions.get(tuple(tp))
-            if st is None or st.leader == NO_LEADER:
-                again(tp, f"{tp.topic}-{tp.partition} has no leader")
-                return
-            req = gm.ListOffsetsRequest(tp.topic, tp.partition, queries[tp], self._node.next_corr(),
-                                        isolation_level=level)
-
-            def done(resp: Any) -> None:
-                if fut.done():
-                    return
-                if resp is None or resp.error is not None:
-                    if resp is not None and resp.error is InvalidConfigurationError:
-                        fut.set_exception(InvalidConfigurationError(resp.message))
-                        return
-                    again(tp, "no answer" if resp is None else f"{resp.error.__name__}: {resp.message}")
-                    return
-                results[tp] = resp
-                if len(results) == len(queries):
-                    fut.set_result(dict(results))
-
-            self._node.request(st.leader, req, self.request_timeout_ms, done)
-
-        def again(tp: TopicPartition, why: str) -> None:
-            if self._closed or self._now() >= deadline:
-                fut.set_exception(RequestTimedOutError(
-                    f"{what}(): no offsets for {tp.topic}-{tp.partition} within {timeout} s ({why})"))
-                return
-            self.scheduler.call_later(self.retry_backoff_ms, lambda: attempt(tp))
-
-        def start() -> None:
-            for tp in queries:
-                attempt(tp)
-
-        self._call(start)
-        return fut.result(timeout + 1)
 
     def _offsets_timeout(self, what: str, timeout_ms: Any) -> float:
         return self.request_timeout_ms / 1000 if timeout_ms is None else self._timeout_ms_arg(what, timeout_ms)

@@ -5,7 +5,8 @@ leader, with the broker's long poll), the buffer of decoded records waiting
 for ``poll`` (lists of records, or :class:`~pylog.client.fetch_decoder.RecordRun`
 columns, built into records only when handed out), the partitions whose
 fetched data was corrupt, the ListOffsets requests that resolve a position
-by ``auto_offset_reset``, and the fetch counters and latency histogram.
+by ``auto_offset_reset`` or answer ``beginning_offsets``/``end_offsets``/``offsets_for_times``
+(``_list_offsets``), and the fetch counters and latency histogram.
 
 It is one of the three parts :class:`~pylog.client.consumer.Consumer` is
 built from (with :class:`~pylog.client.subscription.SubscriptionState` and
@@ -24,12 +25,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
+from pylog.client._node import ClientFuture
 from pylog.client.fetch_decoder import FetchDecoder
 from pylog.client.subscription import TP
-from pylog.client.types import ConsumerRecord
-from pylog.errors import CorruptRecordError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from pylog.client.types import ConsumerRecord, TopicPartition
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidConfigurationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from pylog.metrics import Histogram
 from pylog.replication import group_messages as gm
 from pylog.replication.messages import NO_LEADER, FetchRequest
@@ -53,6 +62,7 @@ class Fetcher:
         max_partition_fetch_bytes: int
         fetch_max_wait_ms: int
         request_timeout_ms: int
+        retry_backoff_ms: int
         _node: ClientNode
         _closed: bool
         _error: Optional[BaseException]
@@ -66,7 +76,9 @@ class Fetcher:
         _no_offset: Set[TP]
         _paused: Set[TP]
 
+        def _now(self) -> int: ...
         def _signal(self) -> None: ...
+        def _call(self, fn: Callable[[], Any]) -> Any: ...
         def _set_position(self, tp: TP, offset: int) -> None: ...
 
     def _init_fetcher(self) -> None:
@@ -267,6 +279,63 @@ class Fetcher:
                 self._changed.set()
         self._send_fetches()
 
+    def _check_partitions_exist(self, tps: Sequence[TopicPartition], what: str) -> None:
+        for tp in tps:
+            cfg = self.store.topics.get(tp.topic)
+            if cfg is None or tp.partition >= cfg.partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"{what}(): {tp.topic}-{tp.partition} does not exist"
+                    + ("" if cfg is None else f" (topic {tp.topic!r} has {cfg.partitions} partitions)"))
+
+    def _list_offsets(self, queries: Dict[TopicPartition, int], timeout: float, what: str) -> Dict[TopicPartition, Any]:
+        """Kafka's ListOffsets for each partition from its leader (timestamp -2 earliest, -1 latest,
+        else a time); NotLeader and timeouts are retried every ``retry_backoff_ms`` until ``timeout``."""
+        self._check_partitions_exist(list(queries), what)
+        if not queries:
+            return {}
+        fut = ClientFuture(self.scheduler)
+        results: Dict[TopicPartition, Any] = {}
+        deadline = self._now() + int(timeout * 1000)
+        level = 1 if self.isolation_level == "read_committed" else 0
+
+        def attempt(tp: TopicPartition) -> None:
+            if fut.done():
+                return
+            st = self.store.partitions.get(tuple(tp))
+            if st is None or st.leader == NO_LEADER:
+                again(tp, f"{tp.topic}-{tp.partition} has no leader")
+                return
+            req = gm.ListOffsetsRequest(tp.topic, tp.partition, queries[tp], self._node.next_corr(),
+                                        isolation_level=level)
+
+            def done(resp: Any) -> None:
+                if fut.done():
+                    return
+                if resp is None or resp.error is not None:
+                    if resp is not None and resp.error is InvalidConfigurationError:
+                        fut.set_exception(InvalidConfigurationError(resp.message))
+                        return
+                    again(tp, "no answer" if resp is None else f"{resp.error.__name__}: {resp.message}")
+                    return
+                results[tp] = resp
+                if len(results) == len(queries):
+                    fut.set_result(dict(results))
+
+            self._node.request(st.leader, req, self.request_timeout_ms, done)
+
+        def again(tp: TopicPartition, why: str) -> None:
+            if self._closed or self._now() >= deadline:
+                fut.set_exception(RequestTimedOutError(
+                    f"{what}(): no offsets for {tp.topic}-{tp.partition} within {timeout} s ({why})"))
+                return
+            self.scheduler.call_later(self.retry_backoff_ms, lambda: attempt(tp))
+
+        def start() -> None:
+            for tp in queries:
+                attempt(tp)
+
+        self._call(start)
+        return fut.result(timeout + 1)
 
 
 __all__ = ["Fetcher"]
