@@ -36,7 +36,7 @@ import re
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.client.admin import GroupDescription, GroupListing, admin_for
-from pylog.client.consumer import Consumer
+from pylog.client.consumer import Consumer, ConsumerConfig
 from pylog.client.producer import Producer
 from pylog.metrics import Metric, metric
 from pylog.errors import (
@@ -981,28 +981,9 @@ def _validate_cluster_args(log_config: object, loss: object, min_latency_ms: obj
         raise InvalidConfigurationError(f"min_latency_ms ({min_latency_ms}) > max_latency_ms ({max_latency_ms})")
 
 
-class _OptionsChecked(Exception):
-    """Raised by :class:`_ValidationProbe` once Consumer.__init__ has checked every option."""
-
-
-class _ValidationProbe:
-    """Stands in for the cluster while ``Consumer.__init__`` checks its options.
-
-    The constructor validates every argument before it reads anything from
-    the cluster; the first attribute it reads here stops it, so nothing is
-    started, registered or created.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        raise _OptionsChecked(name)
-
-
 def _validate_consumer_options(group_id: Optional[str], topics: Sequence[str], kwargs: Dict[str, Any]) -> None:
     """Raise what ``Consumer(...)`` would raise for these options, with no side effect."""
-    try:
-        Consumer(_ValidationProbe(), group_id=group_id, topics=topics, **kwargs)
-    except _OptionsChecked:
-        pass
+    ConsumerConfig.from_options({"group_id": group_id, "topics": topics, **kwargs})
     pattern = kwargs.get("pattern")
     if isinstance(pattern, str):
         re.compile(pattern)  # subscribe() compiles it: a bad regex raises re.error there too
