@@ -16,6 +16,8 @@ and the next request goes on a new one. Responses come back on the
 connection their request went out on, so a request on a dropped connection
 is never answered later.
 
+Owns: one client's transport endpoint, its correlation ids, pending requests and
+timeouts. Complexity: O(1) per request and per response. Durability: none.
 Thread-safety: every method runs on the cluster's scheduler thread; the
 public client classes marshal calls there with ``scheduler.run_sync``.
 """

@@ -35,6 +35,7 @@ it lists supports it (Kafka's rule).
 
 Complexity: O(partitions + members) for range per topic, O(partitions x members)
 worst case for round robin and for sticky. Thread-safety: pure functions.
+Durability: none (the group coordinator stores the plans in ``__consumer_offsets``).
 """
 from __future__ import annotations
 

@@ -57,6 +57,8 @@ buffer of decoded records) and :mod:`pylog.client.consumer_coordinator`
 :class:`~pylog.client.config.ConsumerConfig`. This module owns the public
 API, the loop-thread marshalling, waiting, ``poll`` and ``close``.
 
+Complexity: ``poll`` is O(records returned) plus one columnar decode per
+fetched batch; a rebalance is O(partitions) per member.
 Durability: what survives a consumer crash is what was committed.
 Thread-safety: one consumer per thread (as Kafka's); the state lives on the
 cluster's scheduler thread and calls are marshalled there, except that a

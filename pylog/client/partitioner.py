@@ -12,6 +12,7 @@
   at random among the other partitions. Batches fill up instead of one record
   going to each partition in turn.
 
+Durability: none (pure functions and in-memory choice).
 Complexity: murmur2 is O(len(key)). Thread-safety: :func:`murmur2` is pure;
 :class:`StickyPartitioner` is called under the producer's lock.
 """

@@ -48,6 +48,8 @@ idempotence); the batches and per-partition queues are
 and the append path (``send``: partitioning, the open batch, the C or Python
 fast path), ``flush`` and ``close``.
 
+Complexity: ``send`` is O(1) (plus murmur2 of a new key); a batch costs one
+encode, one request and O(1) completion.
 Thread-safety: ``send``, ``flush``, ``close`` and ``metrics`` may be called
 from any thread; everything else runs on the cluster's scheduler loop.
 Durability: what ``acks`` promises (docs/producer.md): 0 nothing, 1 the

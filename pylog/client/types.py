@@ -10,7 +10,9 @@ with ``.topic`` and ``.partition`` (e.g. confluent-kafka's); wherever it takes
 an offset to commit, any object with ``.offset`` (and optionally
 ``.metadata``, ``.leader_epoch``).
 
+Owns: the value types and argument normalisers every client shares.
 Thread-safety: immutable values and pure functions. Complexity: O(1) per item.
+Durability: none (values in memory).
 """
 from __future__ import annotations
 
