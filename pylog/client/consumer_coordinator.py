@@ -12,7 +12,8 @@ It is one of the three parts :class:`~pylog.client.consumer.Consumer` is
 built from (with :class:`~pylog.client.subscription.SubscriptionState` and
 :class:`~pylog.client.fetcher.Fetcher`): the consumer inherits it, and its
 methods work on the consumer's own attributes. What it uses from the other
-parts is declared under ``TYPE_CHECKING``. The protocol itself (Kafka's
+parts is declared under ``TYPE_CHECKING``, what the facade provides in
+:class:`~pylog.client.consumer_base.ConsumerBase`. The protocol itself (Kafka's
 AbstractCoordinator rules, eager and cooperative rebalances, static
 membership) is described in the :mod:`pylog.client.consumer` docstring and
 docs/consumer-groups.md.
@@ -27,13 +28,13 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 from pylog.client._node import ClientFuture
 from pylog.client.assignors import COOPERATIVE, Assignor, get_assignor, rebalance_protocol
 from pylog.client.assignors import decode_subscription as decode_member_subscription
 from pylog.client.assignors import encode_subscription as encode_member_subscription
+from pylog.client.consumer_base import ConsumerBase
 from pylog.client.subscription import TP
 from pylog.client.types import OffsetAndMetadata
 from pylog.errors import (
@@ -50,9 +51,6 @@ from pylog.errors import (
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER
-
-if TYPE_CHECKING:
-    from pylog.client._node import ClientNode
 
 logger = logging.getLogger(__name__)
 
@@ -73,36 +71,16 @@ class MemberState(enum.Enum):
     STABLE = "stable"
 
 
-class ConsumerCoordinator:
+class ConsumerCoordinator(ConsumerBase):
     """Group membership and offset commits of one consumer (a part of :class:`Consumer`)."""
 
-    if TYPE_CHECKING:  # provided by the facade and the other parts
-        store: Any
-        scheduler: Any
-        group_id: Optional[str]
-        group_instance_id: Optional[str]
-        client_id: str
-        enable_auto_commit: bool
-        session_timeout_ms: int
-        heartbeat_interval_ms: int
-        rebalance_timeout_ms: int
-        max_poll_interval_ms: int
-        request_timeout_ms: int
-        retry_backoff_ms: int
-        _node: ClientNode
-        _closed: bool
-        _error: Optional[BaseException]
-        _changed: threading.Event
-        _next_attempt: int
-        _last_poll_ms: Optional[int]
+    if TYPE_CHECKING:  # provided by the other parts (the facade's own: ConsumerBase)
         _topics: Optional[List[str]]
         _pattern: Optional[Pattern[str]]
         _manual: bool
         _assignment: List[TP]
         _positions: Dict[TP, int]
 
-        def _now(self) -> int: ...
-        def _signal(self) -> None: ...
         def _matched_topics(self) -> List[str]: ...
         def _partition_counts(self, topics: Sequence[str]) -> Dict[str, int]: ...
         def _tell_listener(self, what: str, parts: Sequence[TP]) -> None: ...

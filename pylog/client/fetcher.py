@@ -12,7 +12,8 @@ It is one of the three parts :class:`~pylog.client.consumer.Consumer` is
 built from (with :class:`~pylog.client.subscription.SubscriptionState` and
 :class:`~pylog.client.consumer_coordinator.ConsumerCoordinator`): the
 consumer inherits it, and its methods work on the consumer's own attributes.
-What it uses from the other parts is declared under ``TYPE_CHECKING``.
+What it uses from the other parts is declared under ``TYPE_CHECKING``, what the
+facade provides in :class:`~pylog.client.consumer_base.ConsumerBase`.
 
 Complexity: one columnar decode per fetched batch; handing out records is
 O(records returned). Durability: none (fetched records live in memory until
@@ -25,10 +26,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.client._node import ClientFuture
 from pylog.client.fetch_decoder import FetchDecoder
+from pylog.client.consumer_base import ConsumerBase
 from pylog.client.subscription import TP
 from pylog.client.types import ConsumerRecord, TopicPartition
 from pylog.errors import (
@@ -43,30 +45,13 @@ from pylog.metrics import Histogram
 from pylog.replication import group_messages as gm
 from pylog.replication.messages import NO_LEADER, FetchRequest
 
-if TYPE_CHECKING:
-    from pylog.client._node import ClientNode
-
 logger = logging.getLogger(__name__)
 
 
-class Fetcher:
+class Fetcher(ConsumerBase):
     """Fetches, decodes and buffers records for ``poll`` (a part of :class:`Consumer`)."""
 
-    if TYPE_CHECKING:  # provided by the facade and the other parts
-        store: Any
-        scheduler: Any
-        group_id: Optional[str]
-        auto_offset_reset: str
-        isolation_level: str
-        max_poll_records: int
-        max_partition_fetch_bytes: int
-        fetch_max_wait_ms: int
-        request_timeout_ms: int
-        retry_backoff_ms: int
-        _node: ClientNode
-        _closed: bool
-        _error: Optional[BaseException]
-        _changed: threading.Event
+    if TYPE_CHECKING:  # provided by the other parts (the facade's own: ConsumerBase)
         _assignment: List[TP]
         _positions: Dict[TP, int]
         _fetch_pos: Dict[TP, int]
@@ -76,9 +61,6 @@ class Fetcher:
         _no_offset: Set[TP]
         _paused: Set[TP]
 
-        def _now(self) -> int: ...
-        def _signal(self) -> None: ...
-        def _call(self, fn: Callable[[], Any]) -> Any: ...
         def _set_position(self, tp: TP, offset: int) -> None: ...
 
     def _init_fetcher(self) -> None:

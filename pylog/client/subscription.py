@@ -12,7 +12,8 @@ built from (with :class:`~pylog.client.fetcher.Fetcher` and
 :class:`~pylog.client.consumer_coordinator.ConsumerCoordinator`): the
 consumer inherits it, and its methods work on the consumer's own attributes.
 What it uses from the other parts is declared under ``TYPE_CHECKING`` in the
-class body, so the seam is written down and checked by mypy.
+class body, what the facade provides in :class:`~pylog.client.consumer_base.ConsumerBase`,
+so the seam is written down and checked by mypy.
 
 Complexity: O(partitions changed) per assignment change; O(1) per position.
 Durability: none; positions survive a crash only as committed offsets.
@@ -27,6 +28,7 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Pattern, Sequence, Set, Tuple
 
+from pylog.client.consumer_base import ConsumerBase
 from pylog.client.types import OffsetAndMetadata
 from pylog.errors import UnknownTopicOrPartitionError
 
@@ -37,20 +39,13 @@ TP = Tuple[str, int]
 _OWNERSHIP_SEQ = itertools.count()
 
 
-class SubscriptionState:
+class SubscriptionState(ConsumerBase):
     """What the consumer reads: subscription, assignment, positions (a part of :class:`Consumer`)."""
 
-    if TYPE_CHECKING:  # provided by the facade and the other parts
-        store: Any
-        group_id: Optional[str]
-        auto_offset_reset: str
-        retry_backoff_ms: int
+    if TYPE_CHECKING:  # provided by the other parts (the facade's own: ConsumerBase)
         _lock: threading.RLock
-        _changed: threading.Event
         _corrupt: Dict[TP, Any]
-        _next_attempt: int
 
-        def _now(self) -> int: ...
         def _drop_buffered(self, tp: TP) -> None: ...
         def _drop_all_buffered(self) -> None: ...
         def _reset_offset(self, tp: TP, policy: str) -> None: ...
