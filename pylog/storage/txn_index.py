@@ -299,6 +299,20 @@ class TransactionIndex:
                 pass  # close() errors mean nothing more for a file we never fsync here
         self._closed = True
 
+    def rename_to(self, path: str) -> None:
+        """Rename the file (if any) to ``path`` (Kafka's ``renameTo``: ``.deleted``, ``.cleaned``, ``.swap``);
+        the index uses the new name from now on, even when the rename failed. Not durable until the
+        caller fsyncs the directory (the segment's rename does that)."""
+        self._check_open()
+        new = os.fspath(path)
+        try:
+            if self._fd is not None or self._io.exists(self.path):
+                self._io.replace(self.path, new)
+        except OSError as exc:
+            raise self._error(exc, f"rename to {new}") from exc
+        finally:
+            self.path = new
+
     def delete_if_exists(self) -> bool:
         """Close and delete the file; True when there was one."""
         self.close()
