@@ -34,8 +34,9 @@ byte position of the bad entry; the log's recovery then rebuilds the index from
 the segment's markers (not wired yet: see docs/transactions.md).
 
 Durability: :meth:`TransactionIndex.append` only writes (page cache);
-:meth:`TransactionIndex.flush` fsyncs the file, and its directory when the file
-was created since the last flush. After a crash the file may lack the entries
+:meth:`TransactionIndex.flush` fsyncs the file, and its directory the first
+time an object flushes (the file's name may not be durable yet: created by
+this object, or by an earlier one that was closed without a flush). After a crash the file may lack the entries
 written after the last flush; the log's recovery rebuilds it from the segment,
 which is what Kafka's ``LogLoader`` does for every segment it recovers.
 
@@ -129,7 +130,7 @@ class TransactionIndex:
         self._io = file_io if file_io is not None else FileIO()
         self._fd: Optional[int] = None
         self._entries: Optional[List[AbortedTxn]] = None  # None: not read yet
-        self._created_unsynced = False
+        self._name_synced = False  # this object has fsynced the directory since it saw the file
         self._closed = False
 
     # ---- internals -------------------------------------------------------
@@ -228,12 +229,9 @@ class TransactionIndex:
         data = txn.encode()
         if self._fd is None:
             try:
-                existed = self._io.exists(self.path)
                 self._fd = self._io.open(self.path, create=True)
             except OSError as exc:
                 raise self._error(exc, "create") from exc
-            if not existed:
-                self._created_unsynced = True
         size = len(entries) * ENTRY_SIZE
         try:
             self._io.pwrite(self._fd, data, size)
@@ -277,15 +275,16 @@ class TransactionIndex:
         self._entries = []
 
     def flush(self) -> None:
-        """Fsync the file (and its directory if the file is new); nothing to do without a file."""
+        """Fsync the file, and its directory on this object's first flush (the file may have been created
+        unsynced by this object or by an earlier one); nothing to do without a file."""
         self._check_open()
         if self._fd is None:
             return
         try:
             self._io.fsync(self._fd)
-            if self._created_unsynced:
+            if not self._name_synced:  # the file may be new (here or in an earlier object that crashed)
                 self._io.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
-                self._created_unsynced = False
+                self._name_synced = True
         except OSError as exc:
             raise self._error(exc, "flush") from exc
 
@@ -312,6 +311,7 @@ class TransactionIndex:
             raise self._error(exc, f"rename to {new}") from exc
         finally:
             self.path = new
+            self._name_synced = False
 
     def delete_if_exists(self) -> bool:
         """Close and delete the file; True when there was one."""
