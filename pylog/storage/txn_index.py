@@ -299,9 +299,12 @@ class TransactionIndex:
         self._closed = True
 
     def rename_to(self, path: str) -> None:
-        """Rename the file (if any) to ``path`` (Kafka's ``renameTo``: ``.deleted``, ``.cleaned``, ``.swap``);
-        the index uses the new name from now on, even when the rename failed. Not durable until the
-        caller fsyncs the directory (the segment's rename does that)."""
+        """Rename the file (if any) to ``path`` (Kafka's ``renameTo``: ``.deleted``, ``.cleaned``, ``.swap``).
+
+        All-or-nothing: when the rename fails the index keeps its old name
+        (Kafka's switches to the new name either way). Not durable until the
+        caller fsyncs the directory (the segment's rename does that).
+        """
         self._check_open()
         new = os.fspath(path)
         try:
@@ -309,9 +312,8 @@ class TransactionIndex:
                 self._io.replace(self.path, new)
         except OSError as exc:
             raise self._error(exc, f"rename to {new}") from exc
-        finally:
-            self.path = new
-            self._name_synced = False
+        self.path = new
+        self._name_synced = False
 
     def delete_if_exists(self) -> bool:
         """Close and delete the file; True when there was one."""
