@@ -538,3 +538,70 @@ def test_unload_forgets_and_answers_not_coordinator() -> None:
     assert d.c.describe(TID) is None
     with pytest.raises(NotCoordinatorError):
         d.c.end_txn(TID, 1000, 0, True, 0)
+
+
+# ---- every allowed transition is taken, and only those ------------------------------------------
+
+class Recording(Driver):
+    """A driver that records each (state before, state after) completed transition."""
+
+    def __init__(self, **kw: object):
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.seen: set = set()
+        orig = self.c.on_log_append
+
+        def wrapped(tid: str, error: Optional[PylogError], now_ms: int) -> TxnOutcome:
+            before = self.c.describe(tid)
+            r = orig(tid, error, now_ms)
+            after = self.c.describe(tid)
+            if before is not None and after is not None and error is None and before.pending is not None:
+                self.seen.add((before.state, after.state))
+            return r
+        self.c.on_log_append = wrapped  # type: ignore[method-assign]
+
+
+def test_every_allowed_transition_is_taken_and_no_other() -> None:
+    d = Recording()
+    p = ok(d.init())                                       # Empty -> Empty (new id)
+    p = ok(d.init())                                       # Empty -> Empty
+    ok(d.add(p.producer_id, p.producer_epoch, TP_A))       # Empty -> Ongoing
+    ok(d.add(p.producer_id, p.producer_epoch, TP_B))       # Ongoing -> Ongoing
+    e = ok(d.end(p.producer_id, p.producer_epoch, True)).producer_epoch  # Ongoing -> PrepareCommit -> CompleteCommit
+    ok(d.add(p.producer_id, e, TP_A))                      # CompleteCommit -> Ongoing
+    e = ok(d.end(p.producer_id, e, False)).producer_epoch  # Ongoing -> PrepareAbort -> CompleteAbort
+    ok(d.add(p.producer_id, e, TP_A))                      # CompleteAbort -> Ongoing
+    assert type(d.init().error) is ConcurrentTransactionsError  # Ongoing -> PrepareAbort (fence) -> CompleteAbort
+    p = ok(d.init())                                       # CompleteAbort -> Empty
+    ok(d.add(p.producer_id, p.producer_epoch, TP_A))
+    e = ok(d.end(p.producer_id, p.producer_epoch, True)).producer_epoch
+    ok(d.init())                                           # CompleteCommit -> Empty
+    allowed = {(prev, new) for new, prevs in VALID_PREVIOUS.items() for prev in prevs
+               if S.DEAD not in (prev, new) and S.PREPARE_EPOCH_FENCE not in (prev, new)}
+    assert d.seen == allowed
+
+
+PENDING = {
+    "init": lambda d, p: d.c.init_producer_id(TID, 60_000, d.now),
+    "add": lambda d, p: d.c.add_partitions(TID, p.producer_id, p.producer_epoch, [TP_C], d.now),
+    "commit": lambda d, p: d.c.end_txn(TID, p.producer_id, p.producer_epoch, True, d.now),
+    "abort": lambda d, p: d.c.end_txn(TID, p.producer_id, p.producer_epoch, False, d.now),
+    "fence": lambda d, p: d.c.init_producer_id(TID, 60_000, d.now),
+}
+
+
+@pytest.mark.parametrize("kind", list(PENDING))
+def test_every_request_is_concurrent_while_an_append_is_pending(kind: str) -> None:
+    d = Driver()
+    p = ok(d.init())
+    if kind != "init":
+        ok(d.add(p.producer_id, p.producer_epoch, TP_A))
+    out = PENDING[kind](d, p)
+    assert out.append is not None and not out.reply
+    m = d.m
+    cur = m.producer_epoch
+    for req in (d.c.init_producer_id(TID, 60_000, d.now),
+                d.c.add_partitions(TID, p.producer_id, cur, [TP_B], d.now),
+                d.c.end_txn(TID, p.producer_id, cur, True, d.now),
+                d.c.end_txn(TID, p.producer_id, cur, False, d.now)):
+        assert req.reply and type(req.error) is ConcurrentTransactionsError, (kind, req.error)
+    assert d.m == m
