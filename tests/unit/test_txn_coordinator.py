@@ -557,7 +557,7 @@ class Recording(Driver):
             if before is not None and after is not None and error is None and before.pending is not None:
                 self.seen.add((before.state, after.state))
             return r
-        self.c.on_log_append = wrapped  # type: ignore[method-assign]
+        self.c.on_log_append = wrapped  # type: ignore[method-assign,assignment]
 
 
 def test_every_allowed_transition_is_taken_and_no_other() -> None:
