@@ -511,12 +511,16 @@ def test_failover_completes_a_transaction_left_in_prepare(commit: bool) -> None:
     assert {(m.topic, m.partition) for m in mk} == {TP_A, TP_B}
     assert all(m.committed == commit and m.coordinator_epoch == CEPOCH + 1 and m.producer_id == p.producer_id
                and m.producer_epoch == r.producer_epoch for m in mk)
+    retry = c2.end_txn(TID, p.producer_id, p.producer_epoch, commit, 0)  # the client's retry of its EndTxn
+    assert type(retry.error) is ConcurrentTransactionsError
     c2.on_marker_written(TID, "out", 0, 0)
     fin = c2.on_marker_written(TID, "out", 1, 0)
     assert fin.append is not None and fin.append.coordinator_epoch == CEPOCH + 1
     c2.on_log_append(TID, None, 0)
     c2._check()
     assert c2.describe(TID).state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT)  # type: ignore[union-attr]
+    again = c2.end_txn(TID, p.producer_id, p.producer_epoch, commit, 0)
+    assert again.error is None and again.producer_epoch == r.producer_epoch
 
 
 def test_load_last_value_wins_tombstones_and_unknown_keys() -> None:
