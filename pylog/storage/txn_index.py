@@ -79,7 +79,7 @@ class AbortedTxn:
         """The 34-byte entry.
 
         >>> AbortedTxn(7, 10, 20, 10).encode().hex()
-        '00000000000000000007000000000000000a000000000000001400000000000000000a'
+        '00000000000000000007000000000000000a0000000000000014000000000000000a'
         """
         return _ENTRY.pack(CURRENT_VERSION, self.producer_id, self.first_offset, self.last_offset,
                            self.last_stable_offset)
