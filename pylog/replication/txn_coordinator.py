@@ -114,6 +114,21 @@ VALID_PREVIOUS: Dict[TransactionState, FrozenSet[TransactionState]] = {
 }
 
 
+def _int(name: str, v: object, lo: int, hi: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise InvalidRequestError(f"{name} must be an int in {lo}..{hi}, got {v!r}")
+    return v
+
+
+def _partitions(partitions: Iterable[TopicPartition]) -> List[TopicPartition]:
+    out = []
+    for tp in partitions:
+        if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and tp[0]):
+            raise InvalidRequestError(f"a partition is a (topic, partition) pair, got {tp!r}")
+        out.append((tp[0], _int(f"partition of {tp[0]!r}", tp[1], 0, 2**31 - 1)))
+    return out
+
+
 def is_epoch_exhausted(epoch: int) -> bool:
     """Kafka's ``isEpochExhausted``: epochs from Short.MaxValue - 1 on are not handed out."""
     return epoch >= MAX_EPOCH - 1
@@ -291,6 +306,12 @@ class TransactionCoordinator:
         Raises :class:`InvalidRequestError` / :class:`NotCoordinatorError` for the request as such.
         """
         self._owned(transactional_id)
+        _int("transaction timeout", transaction_timeout_ms, -(2**31), 2**31 - 1)
+        if expected is not None:
+            if not (isinstance(expected, tuple) and len(expected) == 2):
+                raise InvalidRequestError(f"expected must be a (producer id, epoch) pair, got {expected!r}")
+            _int("expected producer id", expected[0], -1, 2**63 - 1)
+            _int("expected producer epoch", expected[1], -1, MAX_EPOCH)
         if not 0 < transaction_timeout_ms <= self.max_timeout_ms:
             return TxnOutcome(transactional_id, reply=True, error=InvalidTransactionTimeoutError(
                 f"transaction timeout {transaction_timeout_ms} ms of {transactional_id!r} is not in "
@@ -375,7 +396,9 @@ class TransactionCoordinator:
         :class:`ConcurrentTransactionsError`, :class:`InvalidTxnStateError`.
         """
         self._owned(transactional_id)
-        parts = frozenset((str(t), int(p)) for t, p in partitions)
+        parts = frozenset(_partitions(partitions))
+        _int("producer id", producer_id, 0, 2**63 - 1)
+        _int("producer epoch", producer_epoch, 0, MAX_EPOCH)
         try:
             m = self._check_producer(transactional_id, producer_id, producer_epoch)
         except PylogError as exc:
@@ -398,6 +421,8 @@ class TransactionCoordinator:
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
                     now_ms: int) -> TxnOutcome:
         """AddOffsetsToTxn: the ``__consumer_offsets`` partition of ``group_id`` joins the transaction."""
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidRequestError(f"group id must be a non-empty string, got {group_id!r}")
         p = partition_for_group(group_id, self.offsets_partitions)
         return self.add_partitions(transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, p)], now_ms)
 
@@ -410,7 +435,9 @@ class TransactionCoordinator:
         are given for every partition, as Kafka's ``handleVerifyPartitionsInTransaction``.
         """
         self._owned(transactional_id)
-        parts = [(str(t), int(p)) for t, p in partitions]
+        parts = _partitions(partitions)
+        _int("producer id", producer_id, 0, 2**63 - 1)
+        _int("producer epoch", producer_epoch, 0, MAX_EPOCH)
         try:
             m = self._check_producer(transactional_id, producer_id, producer_epoch)
             if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -433,6 +460,10 @@ class TransactionCoordinator:
         or the other result is completing or completed).
         """
         self._owned(transactional_id)
+        _int("producer id", producer_id, 0, 2**63 - 1)
+        _int("producer epoch", producer_epoch, 0, MAX_EPOCH)
+        if not isinstance(commit, bool):
+            raise InvalidRequestError(f"commit must be a bool, got {commit!r}")
         m = self._txns.get(transactional_id)
         if m is None:
             return TxnOutcome(transactional_id, reply=True, error=InvalidProducerIdMappingError(
@@ -567,7 +598,7 @@ class TransactionCoordinator:
 
         ``records`` are the partition's (key, value) pairs in offset order; the
         last value per transactional id wins, a null value removes it, a key of
-        an unknown version is skipped. Transactions left in PrepareCommit/PrepareAbort
+        an unknown version or of an id that belongs to another partition is skipped. Transactions left in PrepareCommit/PrepareAbort
         are completed: their markers come out (with the new coordinator epoch).
         Raises :class:`CorruptRecordError` naming the record's index for bytes that do not decode.
         """
@@ -581,6 +612,8 @@ class TransactionCoordinator:
                 v = decode_value(value)
             except CorruptRecordError as exc:
                 raise CorruptRecordError(f"__transaction_state-{partition} record {i}: {exc}") from None
+            if self.partition_for(tid) != partition:
+                continue  # not this partition's id (a record of another partition count): clients never ask here
             if v is None:
                 loaded.pop(tid, None)
             else:

@@ -609,3 +609,30 @@ def test_every_request_is_concurrent_while_an_append_is_pending(kind: str) -> No
                 d.c.end_txn(TID, p.producer_id, cur, False, d.now)):
         assert req.reply and type(req.error) is ConcurrentTransactionsError, (kind, req.error)
     assert d.m == m
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.add_partitions(TID, 1, 0, [("out", -1)], 0),
+    lambda c: c.add_partitions(TID, 1, 0, [("", 0)], 0),
+    lambda c: c.add_partitions(TID, 1, 0, ["out-0"], 0),
+    lambda c: c.add_partitions(TID, "1", 0, [TP_A], 0),
+    lambda c: c.end_txn(TID, 1, 40000, True, 0),
+    lambda c: c.end_txn(TID, 1, 0, "yes", 0),
+    lambda c: c.init_producer_id(TID, "60000", 0),
+    lambda c: c.init_producer_id(TID, 60000, 0, expected=(1,)),
+    lambda c: c.verify_partitions(TID, -5, 0, [TP_A]),
+    lambda c: c.add_offsets(TID, 1, 0, 7, 0),
+])
+def test_bad_arguments_raise_invalid_request(call: Callable[[TransactionCoordinator], object]) -> None:
+    d = Driver()
+    with pytest.raises(InvalidRequestError):
+        call(d.c)
+
+
+def test_load_skips_ids_of_other_partitions() -> None:
+    c = TransactionCoordinator(lambda: 1, partitions=50)
+    other = next(t for t in ("a", "b", "c", "d") if c.partition_for(t) != c.partition_for("x"))
+    v = TxnLogValue(7, 0, 1000, S.EMPTY)
+    c.load(c.partition_for("x"), 1, [(encode_key("x"), encode_value(v)), (encode_key(other), encode_value(v))], 0)
+    assert c.transactional_ids() == ["x"]
+    c._check()
