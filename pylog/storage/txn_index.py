@@ -147,22 +147,24 @@ class TransactionIndex:
         self._check_open()
         if self._entries is not None:
             return self._entries
-        if not self._io.exists(self.path):
-            self._entries = []
-            return self._entries
-        try:
-            fd = self._io.open(self.path, create=False)
-        except OSError as exc:
-            raise self._error(exc, "open") from exc
+        fd = self._fd
+        if fd is None:
+            if not self._io.exists(self.path):
+                self._entries = []
+                return self._entries
+            try:
+                fd = self._io.open(self.path, create=False)
+            except OSError as exc:
+                raise self._error(exc, "open") from exc
         try:
             data = self._io.pread(fd, self._io.size(fd), 0)
             entries = decode_entries(data, self.path, self.start_offset)
-        except OSError as exc:
-            self._io.close(fd)
+        except (OSError, CorruptIndexError) as exc:
+            if fd != self._fd:
+                self._io.close(fd)
+            if isinstance(exc, CorruptIndexError):
+                raise
             raise self._error(exc, "read") from exc
-        except CorruptIndexError:
-            self._io.close(fd)
-            raise
         self._fd = fd
         self._entries = entries
         return entries
@@ -261,17 +263,24 @@ class TransactionIndex:
         del entries[keep:]
 
     def reset(self) -> None:
-        """Remove every entry (Kafka's ``reset``): truncate the file, if any, to 0 bytes."""
+        """Remove every entry (Kafka's ``reset``): truncate the file, if any, to 0 bytes.
+
+        Works on a damaged file too (the file is not read): recovery resets an
+        index before rebuilding it from the segment.
+        """
         self._check_open()
-        if self._entries is None and not self._io.exists(self.path):
-            self._entries = []
-            return
-        self._load()
-        if self._fd is not None:
+        if self._fd is None:
+            if not self._io.exists(self.path):
+                self._entries = []
+                return
             try:
-                self._io.truncate(self._fd, 0)
+                self._fd = self._io.open(self.path, create=False)
             except OSError as exc:
-                raise self._error(exc, "reset") from exc
+                raise self._error(exc, "open") from exc
+        try:
+            self._io.truncate(self._fd, 0)
+        except OSError as exc:
+            raise self._error(exc, "reset") from exc
         self._entries = []
 
     def flush(self) -> None:

@@ -105,6 +105,7 @@ STEPS = [
     Step("append_unflushed", _with(3, flushed=False), _append_flush, E[:3], E[:4], composite=True),
     Step("truncate_after_read", _with(4, loaded=False), _truncate, E[:4], E[:2]),
     Step("reset", _with(4), _reset, E[:4], []),
+    Step("reset_unread", _with(4, loaded=False), _reset, E[:4], []),
     Step("rename_twice", _with(3), _rename, E[:3], E[:3]),
     Step("reopen_sanity", _with(3), _reopen, E[:3], E[:3]),
 ]

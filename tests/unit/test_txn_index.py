@@ -176,3 +176,27 @@ def test_unflushed_new_file_is_lost_on_crash(path: str) -> None:
     TransactionIndex(path, 0, file_io=disk).append(TXNS[0])
     disk.crash()
     assert not os.path.exists(path)
+
+
+def test_reset_works_on_a_damaged_file(path: str) -> None:
+    _write(path, GOOD + b"\x01\x02\x03")
+    idx = TransactionIndex(path, 0)
+    idx.reset()
+    assert os.path.getsize(path) == 0 and idx.all_aborted() == []
+    idx.append(TXNS[0])
+    idx.sanity_check()
+    assert TransactionIndex(path, 0).all_aborted() == TXNS[:1]
+
+
+def test_sanity_check_and_reset_reuse_the_open_descriptor(path: str) -> None:
+    disk = SimulatedDiskIO()
+    idx = TransactionIndex(path, 0, file_io=disk)
+    for t in TXNS:
+        idx.append(t)
+    for _ in range(3):
+        idx.sanity_check()
+    idx.reset()
+    idx.append(TXNS[0])
+    assert len(disk._fd_paths) == 1  # one descriptor for the index, however often it re-reads
+    idx.close()
+    assert disk._fd_paths == {}
