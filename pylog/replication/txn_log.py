@@ -30,6 +30,9 @@ and v1 from 1 on (``TransactionVersion.transactionLogValueVersion``); both are
 read. An Empty transaction is written with a null partition list. The partition
 list is written grouped by topic; we sort topics and partitions so the bytes
 are deterministic (Kafka's order is a hash set's, which a reader must not rely on).
+Reading is stricter than Kafka's generated reader where the bytes are
+malformed: tags must ascend, a known tag's size must be its type's, and no
+bytes may follow the message.
 
 Complexity: O(bytes) per record. Durability: none (pure functions).
 Thread-safety: pure functions; safe anywhere.

@@ -160,3 +160,11 @@ def test_arbitrary_bytes_decode_or_raise_corrupt_record(data: bytes) -> None:
         decode_key(data)
     except CorruptRecordError:
         pass
+
+
+def test_unknown_tagged_fields_in_value_and_partitions_are_skipped() -> None:
+    """As Kafka's TransactionLogTest: tags 100 ("foo") and 101 (4000) in the value and in a partitions element."""
+    unknown = H("02" "64" "04" "03666f6f" "65" "04" "00000fa0")  # 2 tags: 100 -> compact "foo", 101 -> int32 4000
+    data = H("0001" "00000000000003e8" "0002" "0000ea60" "01" "02" "02" "61" "02" "00000000") + unknown + \
+        H("0000000000000005" "0000000000000004") + unknown
+    assert decode_value(data) == TxnLogValue(1000, 2, 60000, TransactionState.ONGOING, frozenset({("a", 0)}), 5, 4)
