@@ -359,3 +359,67 @@ def native_error(
     if name == ORDER_STATUS_NAME:
         return InvalidOffsetError(f"{what}: {reason}")
     return NativeError(f"{what}: {reason} (status {rc})")
+
+
+# ---- transactions (issue 17) ------------------------------------------------
+# What a transactional producer does with each error, as Kafka's TransactionManager does:
+# *retriable*: retry the same request after a back-off; *abortable*: the current transaction
+# must be aborted (abort_transaction()), then the producer may go on; *fatal*: the producer
+# can only be closed (a new one, re-initialized, may take over the transactional id).
+
+
+class ProducerFencedError(PylogError):
+    """Another producer initialized the same transactional id with a newer epoch (or an EndTxn
+    came from an earlier transaction's epoch): this producer is a zombie. Fatal: close it."""
+
+    kafka_name = "PRODUCER_FENCED"
+
+
+class InvalidTxnStateError(PylogError):
+    """The request does not fit the transaction's state (e.g. EndTxn(commit) while the
+    coordinator is completing an abort, or EndTxn with no transaction open). Fatal."""
+
+    kafka_name = "INVALID_TXN_STATE"
+
+
+class TransactionAbortableError(PylogError):
+    """KIP-890: the transaction cannot go on (e.g. data for a partition that was never added
+    to it); abortable: abort the transaction and start a new one."""
+
+    kafka_name = "TRANSACTION_ABORTABLE"
+
+
+class ConcurrentTransactionsError(PylogError):
+    """The coordinator is still completing the previous transaction of this transactional id
+    (or fencing it for a new InitProducerId). Retriable: back off and retry."""
+
+    kafka_name = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(PylogError):
+    """A transaction marker came with a coordinator epoch older than the one the partition has
+    already seen: it was sent by a coordinator that has since been replaced. Fatal for that
+    (stale) coordinator's marker write; clients never see it."""
+
+    kafka_name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class InvalidTransactionTimeoutError(PylogError, ValueError):
+    """``transaction_timeout_ms`` is not in ``1..transaction_max_timeout_ms``. Fatal (fix the configuration)."""
+
+    kafka_name = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class InvalidProducerIdMappingError(PylogError):
+    """The producer id in the request is not the one the coordinator holds for this transactional
+    id. Abortable when the producer can bump its epoch (KIP-360), else fatal (Kafka's
+    ``abortableErrorIfPossible``)."""
+
+    kafka_name = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidRequestError(PylogError, ValueError):
+    """A request that is malformed as such (e.g. an empty transactional id). Fatal."""
+
+    kafka_name = "INVALID_REQUEST"
