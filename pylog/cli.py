@@ -35,10 +35,17 @@ from pylog.storage.compression import NAMES as CODEC_NAMES
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.log import LEADER_EPOCH_CHECKPOINT, Log
-from pylog.storage.logdir import CLEAN_SHUTDOWN_FILE, LOCK_FILE, RECOVERY_POINT_FILE, parse_partition_dir
+from pylog.storage.logdir import (
+    CLEAN_SHUTDOWN_FILE,
+    HW_CHECKPOINT_FILE,
+    LOCK_FILE,
+    RECOVERY_POINT_FILE,
+    list_log_dirs,
+    parse_partition_dir,
+    partition_dirs,
+)
 from pylog.storage.record import Record, RecordBatch, scan
 
-HW_CHECKPOINT_FILE = "replication-offset-checkpoint"  # replication.replica_manager's name (not imported: layering)
 METADATA_FILE = "cluster-metadata.json"
 
 
@@ -403,23 +410,11 @@ def cmd_dump_log(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- directory walking
 
 
-def _log_dirs(root: str) -> List[str]:
-    """The log directories under ``root``: its ``broker-*`` subdirectories, or ``root`` itself."""
-    brokers = sorted(
-        os.path.join(root, n) for n in os.listdir(root) if n.startswith("broker-") and os.path.isdir(os.path.join(root, n))
-    )
-    return brokers or [root]
-
-
 def _partition_dirs(log_dir: str) -> List[str]:
+    """The partitions of a log directory, or ``[log_dir]`` when it is one partition's directory."""
     if parse_partition_dir(log_dir) is not None and any(n.endswith(".log") for n in os.listdir(log_dir)):
         return [log_dir]
-    out = []
-    for n in sorted(os.listdir(log_dir)):
-        p = os.path.join(log_dir, n)
-        if os.path.isdir(p) and parse_partition_dir(p) is not None:
-            out.append(p)
-    return out
+    return partition_dirs(log_dir)
 
 
 def _segment_logs(part_dir: str) -> List[str]:
@@ -541,7 +536,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not os.path.isdir(root):
         _error(f"{root}: not a directory")
         return 1
-    parts = [p for d in _log_dirs(root) for p in _partition_dirs(d)]
+    parts = [p for _, d in list_log_dirs(root) for p in _partition_dirs(d)]
     total = sum(os.path.getsize(s) for p in parts for s in _segment_logs(p))
     progress = Progress(total, args.progress or sys.stderr.isatty())
     totals = {"partitions": len(parts), "segments": 0, "batches": 0, "records": 0, "bytes": 0}
@@ -679,9 +674,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged file
             _error(f"{meta_path}: cannot read cluster metadata: {type(exc).__name__}: {exc}")
             return 1
-    dirs = _log_dirs(root)
-    for d in dirs:
-        prefix = f"Broker: {os.path.basename(d)[len('broker-'):]} " if d != root else ""
+    dirs = list_log_dirs(root)
+    for broker, d in dirs:
+        prefix = f"Broker: {broker} " if broker is not None else ""
         for p in _partition_dirs(d):
             tp = parse_partition_dir(p)
             if tp is not None:
@@ -721,12 +716,11 @@ def _leaders(root: str) -> Dict[Tuple[str, int], int]:
         return {}
 
 
-def _replica_views(dirs: List[str]) -> Dict[Tuple[str, int], List[Tuple[Optional[int], str, Optional[int]]]]:
+def _replica_views(dirs: List[Tuple[Optional[int], str]]
+                   ) -> Dict[Tuple[str, int], List[Tuple[Optional[int], str, Optional[int]]]]:
     """``{tp: [(broker id or None, partition dir, checkpointed HW or None)]}`` over the log dirs."""
     out: Dict[Tuple[str, int], List[Tuple[Optional[int], str, Optional[int]]]] = {}
-    for d in dirs:
-        name = os.path.basename(d)
-        broker = int(name[len("broker-"):]) if name.startswith("broker-") and name[len("broker-"):].isdigit() else None
+    for broker, d in dirs:
         hws = _read_offsets_quiet(os.path.join(d, HW_CHECKPOINT_FILE))
         for p in _partition_dirs(d):
             tp = parse_partition_dir(p)
@@ -744,7 +738,7 @@ def _pick_replica(views: List[Tuple[Optional[int], str, Optional[int]]], leader:
     return p, hw
 
 
-def _group_lag_lines(root: str, dirs: List[str]) -> Iterator[str]:
+def _group_lag_lines(root: str, dirs: List[Tuple[Optional[int], str]]) -> Iterator[str]:
     """One line per committed (group, topic, partition): committed offset, log end (the HW) and lag.
 
     Committed offsets are replayed from ``__consumer_offsets`` as a coordinator

@@ -70,10 +70,9 @@ from pylog.replication.partition import FOLLOWER, LEADER, Partition
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log, LogConfig
-from pylog.storage.logdir import LogDir
+from pylog.storage.logdir import HW_CHECKPOINT_FILE, LogDir
 
 CONTROLLER = "controller"
-HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 TP = Tuple[str, int]
 
 
