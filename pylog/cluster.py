@@ -63,10 +63,10 @@ from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.storage import adopt
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import LogConfig, validate_topic
-from pylog.storage.logdir import check_not_locked
+from pylog.storage.logdir import CLUSTER_METADATA_FILE, check_not_locked
 
 
-METADATA_FILE = "cluster-metadata.json"
+METADATA_FILE = CLUSTER_METADATA_FILE
 
 
 class PartitionInfo(NamedTuple):

@@ -10,10 +10,8 @@ import sys
 from typing import List, Optional
 
 from pylog.errors import PylogError
+from pylog.storage.logdir import CLUSTER_METADATA_FILE as METADATA_FILE  # the name the verbs use
 from pylog.storage.logdir import parse_partition_dir, partition_dirs
-
-
-METADATA_FILE = "cluster-metadata.json"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -69,7 +67,7 @@ def segment_logs(part_dir: str) -> List[str]:
 
 def is_queue_dir(path: str) -> bool:
     """A directory made by ``pylog.open`` / ``Cluster`` (rather than one broker's log directory)."""
-    return os.path.isfile(os.path.join(path, "cluster-metadata.json"))
+    return os.path.isfile(os.path.join(path, METADATA_FILE))
 
 
 def open_queue(path: str) -> Optional[object]:

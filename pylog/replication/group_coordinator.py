@@ -187,6 +187,8 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
                     g.empty_since_ms = meta.current_state_timestamp
             self.groups[gid] = g
         self.loaded[partition] = leader_epoch
+        log.info("broker %d: coordinator of %s-%d at leader epoch %d: %d groups loaded", self.broker_id,
+                 ot.OFFSETS_TOPIC, partition, leader_epoch, sum(g.partition == partition for g in self.groups.values()))
         return out
 
     def unload(self, partition: int) -> Outbox:

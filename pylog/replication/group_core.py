@@ -154,6 +154,7 @@ class CoordinatorCore:
         del self.groups[g.group_id]
         self._delay_until.pop(g.group_id, None)
         self.expired_groups += 1
+        log.info("group %r: removed (Empty, no offsets left)", g.group_id)
         if g.generation > 0:
             self._append(g.partition, [Record(None, key=ot.encode_group_metadata_key(g.group_id))], out,
                          lambda r, o, n: None)

@@ -195,7 +195,7 @@ class GroupMembership(CoordinatorCore):
                                                              message=f"group {g.group_id!r} is rebalancing: {reason}"))
                     m.sync = None
         delay = self.initial_rebalance_delay_ms if g.state == EMPTY else 0
-        g.transition_to(PREPARING_REBALANCE)
+        g.transition_to(PREPARING_REBALANCE, reason)
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
         g.rebalance_deadline_ms = now_ms + max(timeout, delay)
         self._delay_until[g.group_id] = now_ms + delay
@@ -353,6 +353,7 @@ class GroupMembership(CoordinatorCore):
 
     def _remove_member(self, g: Group, member_id: str, now_ms: int, out: Outbox, why: str) -> None:
         m = g.members.pop(member_id)
+        log.info("group %r: member %s removed: %s", g.group_id, member_id, why)
         if m.group_instance_id is not None and g.static_members.get(m.group_instance_id) == member_id:
             del g.static_members[m.group_instance_id]
         for pending, resp in ((m.join, gm.JoinGroupResponse), (m.sync, gm.SyncGroupResponse)):

@@ -205,6 +205,7 @@ class GroupOffsets(CoordinatorCore):
                 g.written_by.pop(tp, None)
             self.expired_offsets += len(expired)
             if expired:
+                log.info("group %r: %d offsets expired (KIP-211)", g.group_id, len(expired))
                 self._append(g.partition, [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p))
                                            for t, p in sorted(expired)], out, lambda r, o, n: None)
             self._maybe_dead(g, now_ms, out)

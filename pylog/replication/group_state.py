@@ -62,6 +62,8 @@ TRANSITIONS: Mapping[GroupState, FrozenSet[GroupState]] = {
 
 @dataclass
 class Member:
+    """One member of a group, with its pending JoinGroup/SyncGroup (answered when the round completes)."""
+
     member_id: str
     client_id: str
     client_host: str
@@ -83,9 +85,10 @@ class Member:
         return b""
 
 
-
 @dataclass
 class Group:
+    """One consumer group as its coordinator holds it: state, generation, members, committed offsets."""
+
     group_id: str
     partition: int
     state: GroupState = EMPTY

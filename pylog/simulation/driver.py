@@ -14,6 +14,7 @@ Thread-safety: none; a simulation runs on the calling thread only.
 from __future__ import annotations
 
 import errno
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
@@ -25,6 +26,8 @@ from pylog.simulation.bugs import Bug, bug_named
 from pylog.simulation.config import STEP_MS, SimConfig
 from pylog.simulation.invariants import Invariants, Violation
 from pylog.simulation.trace import Trace, sample
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -105,6 +108,7 @@ class Simulation:
                     break
                 self.inv.step = step
                 what = self._act()
+                log.debug("seed %d step %d t=%d ms: %s", cfg.seed, step, self._now(), what or "-")
                 self._sample()
                 self._advance(self.rng.choice(STEP_MS))
                 self.inv.action = what + " +time"

@@ -14,6 +14,7 @@ Thread-safety: none; one simulation thread.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
@@ -23,6 +24,8 @@ from pylog.simulation.config import TP, SimConfig
 
 if TYPE_CHECKING:
     from pylog.cluster import Cluster
+
+log = logging.getLogger(__name__)
 
 #: (name, what it asserts), in the order they are checked and reported.
 INVARIANTS: List[Tuple[str, str]] = [
@@ -91,6 +94,8 @@ class Invariants:
 
     def _violate(self, name: str, message: str) -> None:
         v = Violation(name, self.cfg.seed, self.step, self.now_ms(), self.action, message)
+        if name not in self.violations:
+            log.info("%s", v)
         if self.stop_on_violation:
             raise SimulationViolation(v)
         self.violations.setdefault(name, v)

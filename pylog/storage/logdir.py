@@ -44,6 +44,8 @@ LOCK_FILE = ".lock"
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 #: a cluster directory holds one log directory per broker, ``broker-<id>``
 BROKER_DIR_PREFIX = "broker-"
+#: a cluster (or queue) directory's controller metadata, beside the broker directories (written by replication)
+CLUSTER_METADATA_FILE = "cluster-metadata.json"
 
 TopicPartition = Tuple[str, int]
 
