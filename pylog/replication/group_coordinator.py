@@ -238,12 +238,7 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
                                                 leader=g.leader or "", members=members, member_metadata=metadata))
 
     def _on_delete(self, src: object, req: gm.DeleteGroupsRequest, now_ms: int, out: Outbox) -> None:
-        err = self._not_here(req.group_id)
-        g = self.groups.get(req.group_id)
-        if err is None and g is None:
-            err = (GroupIdNotFoundError, f"group {req.group_id!r} does not exist")
-        if err is None and g is not None and g.state == DEAD:
-            err = self._being_deleted(g)
+        g, err = self._existing_group(req.group_id)
         if err is None and g is not None and g.members:
             err = (NonEmptyGroupError, f"group {req.group_id!r} has {len(g.members)} members")
         if err is not None:

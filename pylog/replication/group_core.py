@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from pylog.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
+    GroupIdNotFoundError,
     IllegalGenerationError,
     NotCoordinatorError,
     NotEnoughReplicasAfterAppendError,
@@ -124,6 +125,17 @@ class CoordinatorCore:
             return (IllegalGenerationError, f"group {group_id!r}: generation {generation} of member {member_id!r} "
                     f"is not the current generation {g.generation}")
         return None
+
+    def _existing_group(self, group_id: str) -> Tuple[Optional[Group], Optional[Tuple[type, str]]]:
+        """The group an admin request (DeleteGroups, OffsetDelete) names, and the error to answer with, if any:
+        not the coordinator, no such group, or the group is being deleted."""
+        err = self._not_here(group_id)
+        g = self.groups.get(group_id)
+        if err is None and g is None:
+            err = (GroupIdNotFoundError, f"group {group_id!r} does not exist")
+        if err is None and g is not None and g.state == DEAD:
+            err = self._being_deleted(g)
+        return g, err
 
     @staticmethod
     def _being_deleted(g: Group) -> Tuple[type, str]:

@@ -24,7 +24,7 @@ from pylog.errors import (
 )
 from pylog.replication import group_messages as gm
 from pylog.replication.group_core import CoordinatorCore
-from pylog.replication.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, Group, Member, PREPARING_REBALANCE, STABLE
+from pylog.replication.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, Group, Member
 from pylog.replication.messages import Outbox, ProduceResponse
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ import logging
 from typing import Callable, Iterable, List, Optional, Tuple
 
 from pylog.errors import (
-    GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     NonEmptyGroupError,
     RebalanceInProgressError,
@@ -24,7 +23,7 @@ from pylog.errors import (
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.group_core import CoordinatorCore
-from pylog.replication.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, Group, STABLE, commit_done, commit_started
+from pylog.replication.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE, Group, commit_done, commit_started
 from pylog.replication.messages import Outbox, ProduceResponse
 from pylog.storage.record import Record
 
@@ -106,12 +105,7 @@ class GroupOffsets(CoordinatorCore):
         def fail(error: type, message: str) -> None:
             out.send(src, gm.OffsetDeleteResponse(req.correlation_id, error=error, message=message))
 
-        err = self._not_here(req.group_id)
-        g = self.groups.get(req.group_id)
-        if err is None and g is None:
-            err = (GroupIdNotFoundError, f"group {req.group_id!r} does not exist")
-        if err is None and g is not None and g.state == DEAD:
-            err = self._being_deleted(g)
+        g, err = self._existing_group(req.group_id)
         if err is not None:
             return fail(*err)
         assert g is not None
