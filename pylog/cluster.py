@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import random
 import re
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from pylog.client.admin import GroupDescription, GroupListing, admin_for
 from pylog.client.consumer import Consumer, ConsumerConfig
@@ -63,10 +63,10 @@ from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.storage import adopt
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import LogConfig, validate_topic
-from pylog.storage.logdir import check_not_locked
+from pylog.storage.logdir import CLUSTER_METADATA_FILE, check_not_locked
 
 
-METADATA_FILE = "cluster-metadata.json"
+METADATA_FILE = CLUSTER_METADATA_FILE
 
 
 class PartitionInfo(NamedTuple):
@@ -109,6 +109,7 @@ class Cluster:
         default_replication_factor: Optional[int] = None,
         socket_request_max_bytes: int = 100 * 1024 * 1024,
         connections_max_idle_ms: int = 600_000,
+        partition_factory: Optional[Callable[..., Any]] = None,
     ):
         #: Kafka's ``auto.create.topics.enable`` / ``num.partitions`` for the wire-protocol listener
         self.auto_create_topics = bool(auto_create_topics)
@@ -153,6 +154,8 @@ class Cluster:
                 f"default_replication_factor must be in 1..{brokers} (brokers), got {default_replication_factor!r}")
         if not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1:
             raise InvalidConfigurationError(f"num_partitions must be a positive int, got {num_partitions!r}")
+        #: test-only: builds each replica's Partition (ReplicaManagerConfig.partition_factory; the simulator's bugs)
+        self._partition_factory = partition_factory
         try:
             self._init_rest(brokers, replica_lag_time_max_ms, session_timeout_ms, heartbeat_interval_ms,
                             request_timeout_ms, log_config)
@@ -178,7 +181,8 @@ class Cluster:
         lag = replica_lag_time_max_ms if replica_lag_time_max_ms is not None else (30_000 if not self.simulated else 10_000)
         session = session_timeout_ms if session_timeout_ms is not None else 3_000
         heartbeat = heartbeat_interval_ms if heartbeat_interval_ms is not None else max(1, session // 6)
-        self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms)
+        self.config = ReplicaManagerConfig(replica_lag_time_max_ms=lag, request_timeout_ms=request_timeout_ms,
+                                           partition_factory=self._partition_factory)
         # A simulation's metadata file is on a SimDisk too: its writes can be made to fail
         # (``store.io.fail_write_after``, the simulator's metadata-write fault).
         meta_io: FileIO = SimDisk() if self.simulated else FileIO()

@@ -70,10 +70,9 @@ from pylog.replication.partition import FOLLOWER, LEADER, Partition
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log, LogConfig
-from pylog.storage.logdir import LogDir
+from pylog.storage.logdir import HW_CHECKPOINT_FILE, LogDir
 
 CONTROLLER = "controller"
-HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 TP = Tuple[str, int]
 
 
@@ -92,6 +91,9 @@ class ReplicaManagerConfig:
     #: before it is removed (Kafka's ``file.delete.delay.ms``, 60 s there; 1 s here: an embedded
     #: broker has no reader that needs the grace period)
     file_delete_delay_ms: int = 1_000
+    #: builds each :class:`Partition` (None: ``Partition``); a test-only seam through which the simulator
+    #: injects a known replication bug as a strategy (``pylog.simulation.bugs``), never a class patch
+    partition_factory: Optional[Callable[..., Partition]] = None
 
 
 @dataclass
@@ -212,7 +214,7 @@ class ReplicaManager:
                 # Consumer-aware retention: protect everything until the maintenance
                 # task has computed the named groups' floor (a roll may run retention first).
                 log.retention_protect_from = log.log_start_offset
-            p = Partition(
+            p = (self.config.partition_factory or Partition)(
                 self.broker_id, log, high_watermark=self._hw_at_start.get(tp, 0),
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             )

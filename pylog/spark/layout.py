@@ -39,12 +39,10 @@ from pylog.errors import (
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log
-from pylog.storage.logdir import parse_partition_dir
+from pylog.storage.logdir import HW_CHECKPOINT_FILE, list_log_dirs, parse_partition_dir, partition_dirs
 
-HW_CHECKPOINT = "replication-offset-checkpoint"
 EARLIEST = -2
 LATEST = -1
-_BROKER_RE = re.compile(r"^broker-(\d+)$")
 
 TopicPartition = Tuple[str, int]
 
@@ -73,35 +71,19 @@ class PartitionState:
 
 
 def is_cluster_dir(path: str) -> bool:
-    """True when ``path`` holds ``broker-<id>`` log directories."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        raise InvalidConfigurationError(f"log directory {path} does not exist") from None
-    return any(_is_broker_dir(path, n) for n in names)
-
-
-def _is_broker_dir(path: str, name: str) -> bool:
-    """``broker-<id>`` holding no segment files (a partition ``broker``-<id> of a topic "broker" holds them)."""
-    full = os.path.join(path, name)
-    if not _BROKER_RE.match(name) or not os.path.isdir(full):
-        return False
-    return not any(n.endswith(".log") for n in os.listdir(full))
+    """True when ``path`` holds ``broker-<id>`` log directories (:func:`pylog.storage.logdir.list_log_dirs`)."""
+    return _log_dirs(path)[0][0] is not None
 
 
 def _log_dirs(path: str) -> List[Tuple[Optional[int], str]]:
-    if is_cluster_dir(path):
-        out: List[Tuple[Optional[int], str]] = []
-        for n in sorted(os.listdir(path)):
-            m = _BROKER_RE.match(n)
-            if m and _is_broker_dir(path, n):
-                out.append((int(m.group(1)), os.path.join(path, n)))
-        return out
-    return [(None, path)]
+    try:
+        return list_log_dirs(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise InvalidConfigurationError(f"log directory {path} does not exist") from None
 
 
 def _read_hws(log_dir: str) -> Optional[Dict[TopicPartition, int]]:
-    p = os.path.join(log_dir, HW_CHECKPOINT)
+    p = os.path.join(log_dir, HW_CHECKPOINT_FILE)
     if not os.path.exists(p):
         return None
     try:
@@ -114,11 +96,9 @@ def list_topic_partitions(path: str) -> Dict[TopicPartition, List[Tuple[Optional
     """Every ``(topic, partition)`` found, with the (broker, partition dir) of each replica."""
     found: Dict[TopicPartition, List[Tuple[Optional[int], str]]] = {}
     for broker, ld in _log_dirs(path):
-        for n in sorted(os.listdir(ld)):
-            full = os.path.join(ld, n)
-            tp = parse_partition_dir(n)
-            if tp is None or not os.path.isdir(full) or n.endswith((".delete", "-delete")):
-                continue
+        for full in partition_dirs(ld):
+            tp = parse_partition_dir(full)
+            assert tp is not None  # partition_dirs lists only <topic>-<partition> names
             found.setdefault(tp, []).append((broker, full))
     return found
 

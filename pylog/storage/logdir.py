@@ -29,7 +29,7 @@ import contextlib
 import fcntl
 import os
 import threading
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from pylog.errors import CorruptCheckpointError, KafkaStorageError, LogDirLockedError
 from pylog.storage import checkpoint
@@ -40,6 +40,12 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
+#: per partition, the high watermark a broker last checkpointed (Kafka's name; written by replication)
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+#: a cluster directory holds one log directory per broker, ``broker-<id>``
+BROKER_DIR_PREFIX = "broker-"
+#: a cluster (or queue) directory's controller metadata, beside the broker directories (written by replication)
+CLUSTER_METADATA_FILE = "cluster-metadata.json"
 
 TopicPartition = Tuple[str, int]
 
@@ -336,3 +342,60 @@ def _parse_partition_dir(name: str) -> Optional[TopicPartition]:
 def parse_partition_dir(path: str) -> Optional[TopicPartition]:
     """``(topic, partition)`` from a directory named ``<topic>-<partition>``, else None."""
     return _parse_partition_dir(os.path.basename(os.path.normpath(path)))
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def broker_id_of(path: str, name: str) -> Optional[int]:
+    """The broker id when ``path/name`` is a broker's log directory of a cluster directory, else None.
+
+    A broker directory is named ``broker-<id>`` and holds no segment file: a
+    partition folder ``broker-<n>`` of a topic named ``broker`` (which holds
+    ``.log`` segments) is a partition, not a broker.
+
+    Complexity: one ``listdir`` of ``path/name``. Thread-safety: stateless.
+    """
+    if not name.startswith(BROKER_DIR_PREFIX) or not name[len(BROKER_DIR_PREFIX):].isdigit():
+        return None
+    full = os.path.join(path, name)
+    if not os.path.isdir(full) or any(n.endswith(".log") for n in os.listdir(full)):
+        return None
+    return int(name[len(BROKER_DIR_PREFIX):])
+
+
+def list_log_dirs(root: str) -> List[Tuple[Optional[int], str]]:
+    """The log directories under ``root`` as ``(broker id, path)``, in name order.
+
+    A cluster directory (one holding ``broker-<id>`` directories, see
+    :func:`broker_id_of`) gives one entry per broker; any other directory is a
+    log directory itself: ``[(None, root)]``. The CLI and the Spark source both
+    discover directories with this one rule.
+
+    Raises FileNotFoundError/NotADirectoryError when ``root`` is not a directory
+    (callers name the path in their own error).
+
+    Complexity: one ``listdir`` of ``root`` plus one per ``broker-*`` entry.
+    Thread-safety: stateless.
+    """
+    brokers: List[Tuple[Optional[int], str]] = []
+    for n in sorted(os.listdir(root)):
+        b = broker_id_of(root, n)
+        if b is not None:
+            brokers.append((b, os.path.join(root, n)))
+    return brokers or [(None, root)]
+
+
+def partition_dirs(log_dir: str) -> List[str]:
+    """The partition directories (``<topic>-<partition>``) of one log directory, in name order.
+
+    Directories of deleted partitions (``<topic>-<p>.<uuid>-delete``) and files are left out.
+
+    Complexity: one ``listdir`` and one ``stat`` per entry. Thread-safety: stateless.
+    """
+    out = []
+    for n in sorted(os.listdir(log_dir)):
+        p = os.path.join(log_dir, n)
+        if _parse_partition_dir(n) is not None and os.path.isdir(p):
+            out.append(p)
+    return out

@@ -274,3 +274,25 @@ def test_repair_refuses_while_a_writer_holds_the_directory(tmp_path):
         assert open(os.path.join(str(tmp_path), "recovery-point-offset-checkpoint"), "rb").read() == rp
     finally:
         writer.communicate(b"", timeout=60)
+
+
+def test_log_dir_with_a_topic_named_broker_is_not_a_cluster(tmp_path):
+    """verify and describe find every partition of a log dir holding ``broker-0`` (topic "broker").
+
+    The CLI once took any ``broker-*`` folder for a broker's log directory: it
+    then saw only the ``broker-0`` partition and missed ``orders-0`` (the Spark
+    source, with another rule, saw both). One rule now: storage.logdir.list_log_dirs.
+    """
+    for tp, n in (("broker-0", 2), ("orders-0", 3)):
+        log = Log.open(os.path.join(str(tmp_path), tp))
+        log.append([Record(b"%d" % i) for i in range(n)])
+        log.close()
+    r = run("describe", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "Broker: " not in out
+    assert "Topic: broker Partition: 0 LogStartOffset: 0 LogEndOffset: 2 " in out
+    assert "Topic: orders Partition: 0 LogStartOffset: 0 LogEndOffset: 3 " in out
+    r = run("verify", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert b"partitions: 2 " in r.stdout, r.stdout

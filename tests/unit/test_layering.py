@@ -34,7 +34,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("pylog.protocol",),
     ("pylog.cluster", "pylog.shared", "pylog.local_queue", "pylog.simulation", "pylog.testing",
      "pylog.__init__"),
-    ("pylog.spark", "pylog.cli", "pylog.cli_topics", "pylog.__main__"),
+    ("pylog.spark", "pylog.cli", "pylog.__main__"),
 ]
 
 

@@ -139,3 +139,35 @@ def test_partitions_opened_and_flushed_from_threads(tmp_path) -> None:
     lines = _read(tmp_path / RECOVERY_POINT_FILE).splitlines()
     assert lines[:2] == ["0", "60"]
     assert sorted(lines[2:]) == sorted(f"p{t} {k} 1" for t in range(4) for k in range(15))
+
+
+# --------------------------------------------------------------------------- discovery (list_log_dirs)
+
+
+def test_discovery_one_rule_for_cluster_and_log_dirs(tmp_path) -> None:
+    """A partition ``broker-0`` of a topic named ``broker`` is a partition, not a broker's log dir.
+
+    The CLI's old rule (any ``broker-*`` folder is a broker) read this log
+    directory as a cluster of one broker and missed ``orders-0``; the Spark
+    source's rule (``broker-<id>`` holding no segment) did not. Both use
+    :func:`list_log_dirs` now.
+    """
+    from pylog.storage.logdir import list_log_dirs, partition_dirs
+
+    for tp in ("broker-0", "orders-0"):
+        log = pylog.Log.open(str(tmp_path / tp))
+        log.append([b"a"])
+        log.close()
+    os.mkdir(tmp_path / "broker-x")  # not broker-<id>: an ordinary folder
+    os.mkdir(tmp_path / "orders-1.0a1b-delete")  # a deleted partition
+    assert list_log_dirs(str(tmp_path)) == [(None, str(tmp_path))]
+    assert partition_dirs(str(tmp_path)) == [str(tmp_path / "broker-0"), str(tmp_path / "orders-0")]
+
+    cluster = tmp_path / "cluster"
+    for b in (1, 0, 10):
+        os.makedirs(cluster / f"broker-{b}" / "orders-0")
+    os.mkdir(cluster / "broker-2x")
+    assert list_log_dirs(str(cluster)) == [(0, str(cluster / "broker-0")), (1, str(cluster / "broker-1")),
+                                           (10, str(cluster / "broker-10"))]
+    with pytest.raises(FileNotFoundError):
+        list_log_dirs(str(tmp_path / "missing"))

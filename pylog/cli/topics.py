@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any, Dict, List, Optional
 
+from pylog.cli.common import error
 from pylog.errors import PylogError
 
 _INTERNAL = ("__consumer_offsets", "__transaction_state")
@@ -58,16 +58,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return t
 
 
-def _error(msg: str) -> None:
-    print(f"ERROR: {msg}", file=sys.stderr, flush=True)
-
-
 def _configs(pairs: List[str]) -> Optional[Dict[str, str]]:
     out: Dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            _error(f"--config {pair!r}: expected KEY=VALUE")
+            error(f"--config {pair!r}: expected KEY=VALUE")
             return None
         out[key.strip()] = value
     return out
@@ -127,24 +123,24 @@ def cmd_topics(args: argparse.Namespace) -> int:
     """Run one ``pylog topics`` action; returns the exit status."""
     needs_topic = args.create or args.delete or args.alter
     if needs_topic and not args.topic:
-        _error("--create, --delete and --alter need --topic")
+        error("--create, --delete and --alter need --topic")
         return 2
     configs = _configs(args.config)
     if configs is None:
         return 2
     if args.alter and args.partitions is None and not configs and not args.delete_config:
-        _error("--alter needs --partitions N and/or --config K=V / --delete-config K")
+        error("--alter needs --partitions N and/or --config K=V / --delete-config K")
         return 2
     if (configs or args.delete_config) and not (args.create or args.alter):
-        _error("--config and --delete-config go with --create or --alter")
+        error("--config and --delete-config go with --create or --alter")
         return 2
     if args.delete_config and not args.alter:
-        _error("--delete-config goes with --alter")
+        error("--delete-config goes with --alter")
         return 2
     try:
         q = _open(args.dir, create=args.create)
     except (OSError, PylogError) as exc:
-        _error(f"{args.dir}: {exc}")
+        error(f"{args.dir}: {exc}")
         return 1
     try:
         if args.list:
@@ -179,7 +175,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 print(f"Altered the configs of topic {args.topic}: "
                       + ", ".join(f"{k}={'(default)' if v is None else v}" for k, v in changes.items()))
     except (OSError, PylogError) as exc:
-        _error(f"{args.dir}: {exc}")
+        error(f"{args.dir}: {exc}")
         return 1
     finally:
         q.close()

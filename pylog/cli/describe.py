@@ -1,0 +1,246 @@
+"""``pylog describe DIR``: offsets, sizes and epochs per partition, the cluster's leaders and ISRs, and
+each consumer group's committed offsets and lag (read-only; takes no lock).
+
+Thread-safety: a command-line entry point; one thread.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from pylog.cli.common import METADATA_FILE, error, partition_dirs_of
+from pylog.errors import CorruptRecordError, PylogError
+from pylog.storage import checkpoint
+from pylog.storage.fileio import FileIO
+from pylog.storage.log import LEADER_EPOCH_CHECKPOINT, Log
+from pylog.storage.logdir import HW_CHECKPOINT_FILE, RECOVERY_POINT_FILE, list_log_dirs, parse_partition_dir
+
+
+def _read_offsets_quiet(path: str) -> Dict[Tuple[str, int], int]:
+    try:
+        return checkpoint.read_offsets(FileIO(), path)
+    except (OSError, PylogError):
+        return {}
+
+
+def _is_internal(topic: str) -> bool:
+    """Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``): names starting with ``__``."""
+    return topic.startswith("__")
+
+
+def _topic_filter(args: argparse.Namespace) -> Any:
+    """``describe``'s choice of topics: ``--topic`` (repeatable) if given, else all but the internal ones
+    unless ``--include-internal``. A topic named with ``--topic`` is shown even if internal."""
+    wanted = set(args.topic or ())
+    include_internal = bool(args.include_internal)
+
+    def keep(topic: str) -> bool:
+        if wanted:
+            return topic in wanted
+        return include_internal or not _is_internal(topic)
+
+    return keep
+
+
+def _describe_log_dir(log_dir: str, prefix: str = "", keep: Any = None, hidden: Optional[Dict[str, int]] = None
+                      ) -> Iterator[str]:
+    rps = _read_offsets_quiet(os.path.join(log_dir, RECOVERY_POINT_FILE))
+    hws = _read_offsets_quiet(os.path.join(log_dir, HW_CHECKPOINT_FILE))
+    for p in partition_dirs_of(log_dir):
+        tp = parse_partition_dir(p)
+        assert tp is not None
+        if keep is not None and not keep(tp[0]):
+            if hidden is not None:
+                hidden[tp[0]] = hidden.get(tp[0], 0) + 1
+            continue
+        try:
+            log = Log.open(p, read_only=True)
+        except (OSError, PylogError) as exc:
+            yield f"{prefix}Topic: {tp[0]} Partition: {tp[1]} ERROR: {exc}"
+            continue
+        try:
+            try:
+                epochs = checkpoint.read_epochs(FileIO(), os.path.join(p, LEADER_EPOCH_CHECKPOINT))
+                epoch = str(epochs[-1][0]) if epochs else "-1"
+            except (OSError, PylogError):
+                epoch = "unreadable"
+            rp = rps.get(tp)
+            hw = hws.get(tp)
+            yield (
+                f"{prefix}Topic: {tp[0]} Partition: {tp[1]} LogStartOffset: {log.log_start_offset} "
+                f"LogEndOffset: {log.log_end_offset} Size: {log.size_in_bytes} Segments: {len(log.segments)} "
+                f"LeaderEpoch: {epoch} RecoveryPoint: {'-' if rp is None else rp} "
+                f"HighWatermark: {'-' if hw is None else hw}"
+            )
+        finally:
+            log.close()
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    """``pylog describe DIR``: see docs/cli.md. Internal topics are summarised in one line unless
+    ``--include-internal`` (or ``--topic __consumer_offsets``) asks for them."""
+    root = args.dir
+    if not os.path.isdir(root):
+        error(f"{root}: not a directory")
+        return 1
+    keep = _topic_filter(args)
+    hidden: Dict[str, int] = {}
+    seen_topics = set()
+    meta_path = os.path.join(root, METADATA_FILE)
+    if os.path.exists(meta_path):
+        try:
+            with open(meta_path, "rb") as f:
+                meta = json.loads(f.read().decode("utf-8"))
+            print(f"Cluster: {root} brokers: {meta.get('brokers')} controllerEpoch: {meta.get('controller_epoch')}")
+            for st in sorted(meta.get("partitions", []), key=lambda s: (s["topic"], s["partition"])):
+                seen_topics.add(st["topic"])
+                if not keep(st["topic"]):
+                    continue
+                print(
+                    f"Topic: {st['topic']} Partition: {st['partition']} Leader: {st['leader']} "
+                    f"LeaderEpoch: {st['leader_epoch']} Replicas: {','.join(map(str, st['replicas']))} "
+                    f"Isr: {','.join(map(str, st['isr']))}"
+                )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged file
+            error(f"{meta_path}: cannot read cluster metadata: {type(exc).__name__}: {exc}")
+            return 1
+    dirs = list_log_dirs(root)
+    for broker, d in dirs:
+        prefix = f"Broker: {broker} " if broker is not None else ""
+        for p in partition_dirs_of(d):
+            tp = parse_partition_dir(p)
+            if tp is not None:
+                seen_topics.add(tp[0])
+        for line in _describe_log_dir(d, prefix, keep, hidden):
+            print(line)
+    missing = sorted(set(args.topic or ()) - seen_topics)
+    if missing:
+        error(f"{root}: no such topic: {', '.join(missing)}")
+        return 1
+    try:
+        for line in _group_lag_lines(root, dirs):
+            if not args.topic or _lag_line_topic(line) in args.topic:
+                print(line)
+    except (OSError, PylogError) as exc:
+        error(f"{root}: cannot read consumer group offsets: {exc}")
+        return 1
+    if hidden:
+        summary = ", ".join(f"{t} ({n} partition replicas)" for t, n in sorted(hidden.items()) if _is_internal(t))
+        if summary:
+            print(f"Internal topics not shown: {summary}; --include-internal shows them", file=sys.stderr)
+    return 0
+
+
+def _lag_line_topic(line: str) -> str:
+    """The topic of a ``Group: G Topic: T Partition: P ...`` line."""
+    return line.split(" Topic: ", 1)[1].split(" Partition: ", 1)[0]
+
+
+def _leaders(root: str) -> Dict[Tuple[str, int], int]:
+    """``{(topic, partition): leader}`` from a cluster dir's metadata ({} when absent or unreadable)."""
+    try:
+        with open(os.path.join(root, METADATA_FILE), "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+        return {(st["topic"], st["partition"]): st["leader"] for st in meta.get("partitions", [])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _replica_views(dirs: List[Tuple[Optional[int], str]]
+                   ) -> Dict[Tuple[str, int], List[Tuple[Optional[int], str, Optional[int]]]]:
+    """``{tp: [(broker id or None, partition dir, checkpointed HW or None)]}`` over the log dirs."""
+    out: Dict[Tuple[str, int], List[Tuple[Optional[int], str, Optional[int]]]] = {}
+    for broker, d in dirs:
+        hws = _read_offsets_quiet(os.path.join(d, HW_CHECKPOINT_FILE))
+        for p in partition_dirs_of(d):
+            tp = parse_partition_dir(p)
+            assert tp is not None
+            out.setdefault(tp, []).append((broker, p, hws.get(tp)))
+    return out
+
+
+def _pick_replica(views: List[Tuple[Optional[int], str, Optional[int]]], leader: Optional[int]) -> Tuple[str, Optional[int]]:
+    """The leader's copy of a partition when known, else the copy with the highest checkpointed HW."""
+    for broker, p, hw in views:
+        if leader is not None and broker == leader:
+            return p, hw
+    broker, p, hw = max(views, key=lambda v: (v[2] if v[2] is not None else -1, v[1]))
+    return p, hw
+
+
+def _group_lag_lines(root: str, dirs: List[Tuple[Optional[int], str]]) -> Iterator[str]:
+    """One line per committed (group, topic, partition): committed offset, log end (the HW) and lag.
+
+    Committed offsets are replayed from ``__consumer_offsets`` as a coordinator
+    loading the partition does (the latest commit per key wins; a null value, a
+    tombstone, deletes it), from the leader's copy of each offsets partition.
+    The log end is the leader's checkpointed high watermark (Kafka's
+    LOG-END-OFFSET for a read_uncommitted consumer), else its log end offset.
+    """
+    from pylog.replication.offsets_topic import OFFSETS_TOPIC, OffsetCommitKey, decode_key, decode_offset_commit_value
+
+    views = _replica_views(dirs)
+    leaders = _leaders(root)
+    commits: Dict[Tuple[str, str, int], int] = {}
+    for tp in sorted(t for t in views if t[0] == OFFSETS_TOPIC):
+        path, hw = _pick_replica(views[tp], leaders.get(tp))
+        log = Log.open(path, read_only=True)
+        try:
+            end = log.log_end_offset if hw is None else min(hw, log.log_end_offset)
+            offset = log.log_start_offset
+            while offset < end:
+                got = False
+                for rec in log.read(offset, max_offset=end):
+                    got = True
+                    offset = rec.offset + 1
+                    if rec.key is None:
+                        continue
+                    try:
+                        key = decode_key(rec.key)
+                        if not isinstance(key, OffsetCommitKey):
+                            continue
+                        gtp = (key.group, key.topic, key.partition)
+                        if rec.value is None:
+                            commits.pop(gtp, None)
+                        else:
+                            commits[gtp] = decode_offset_commit_value(rec.value).offset
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(f"{path} offset {rec.offset}: {exc}") from None
+                if not got:
+                    break
+        finally:
+            log.close()
+    for (group, topic, partition), committed in sorted(commits.items()):
+        tp_views = views.get((topic, partition))
+        if not tp_views:
+            yield (f"Group: {group} Topic: {topic} Partition: {partition} CommittedOffset: {committed} "
+                   f"LogEndOffset: - Lag: -")
+            continue
+        path, hw = _pick_replica(tp_views, leaders.get((topic, partition)))
+        if hw is None:
+            log = Log.open(path, read_only=True)
+            try:
+                hw = log.log_end_offset
+            finally:
+                log.close()
+        yield (f"Group: {group} Topic: {topic} Partition: {partition} CommittedOffset: {committed} "
+               f"LogEndOffset: {hw} Lag: {max(0, hw - committed)}")
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``describe`` verb on the ``pylog`` command's subparsers."""
+    s = sub.add_parser("describe", help="offsets, sizes and epochs of each partition (read-only)",
+                       description="Per partition: log start/end, size, segments, leader epoch, recovery point, HW; "
+                                   "leader, replicas and ISR for a cluster dir; then each consumer group's committed "
+                                   "offset, log end and lag per partition (from __consumer_offsets).")
+    s.add_argument("dir", metavar="DIR")
+    s.add_argument("--topic", action="append", metavar="TOPIC",
+                   help="only this topic (repeatable); its consumer groups' lag lines too")
+    internal = s.add_mutually_exclusive_group()
+    internal.add_argument("--include-internal", action="store_true",
+                          help="also show internal topics (__consumer_offsets, ...), hidden by default")
+    internal.add_argument("--exclude-internal", action="store_true",
+                          help="hide internal topics (kafka-topics.sh's flag; the default here)")
