@@ -98,6 +98,7 @@ from pylog.client.types import (
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER, FetchRequest
+from pylog.runtime.cluster_context import ClusterContext
 from pylog.storage.record import CREATE_TIME
 
 TP = Tuple[str, int]
@@ -203,7 +204,7 @@ class Consumer:
     fetched batch.
     """
 
-    def __init__(self, cluster: Any, *, group_id: Optional[str] = None, topics: Sequence[str] = (),
+    def __init__(self, cluster: ClusterContext, *, group_id: Optional[str] = None, topics: Sequence[str] = (),
                  pattern: Union[None, str, Pattern[str]] = None, client_id: Optional[str] = None,
                  auto_offset_reset: str = "earliest", enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, isolation_level: str = "read_uncommitted",
@@ -266,7 +267,7 @@ class Consumer:
         #: KIP-429: keep partitions across a rebalance, give up only those that move
         self._cooperative = rebalance_protocol(self._assignors) == COOPERATIVE
         self.cluster = cluster
-        self.store = cluster.store
+        self.store = cluster.metadata
         self.scheduler = cluster.scheduler
         self.group_id = group_id
         #: KIP-345 static membership (None: a dynamic member)
@@ -1642,7 +1643,7 @@ class Consumer:
         def attempt(tp: TopicPartition) -> None:
             if fut.done():
                 return
-            st = self.store.partitions.get(tuple(tp))
+            st = self.store.partitions.get((tp.topic, tp.partition))
             if st is None or st.leader == NO_LEADER:
                 again(tp, f"{tp.topic}-{tp.partition} has no leader")
                 return

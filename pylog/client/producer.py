@@ -72,6 +72,7 @@ from pylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, ProduceRequest
+from pylog.runtime.cluster_context import ClusterContext
 from pylog.storage import compression as codecs
 from pylog.storage.record import Record, encode_batch, encode_values_batch
 
@@ -199,7 +200,7 @@ class Producer:
     encode, one request and O(1) completion. Thread-safety: see the module docstring.
     """
 
-    def __init__(self, cluster: Any, *, acks: Any = "all", batch_size: int = 16384, linger_ms: int = 0,
+    def __init__(self, cluster: ClusterContext, *, acks: Any = "all", batch_size: int = 16384, linger_ms: int = 0,
                  compression_type: Optional[str] = None, max_in_flight: int = 5, retry_backoff_ms: int = 100,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
@@ -258,7 +259,7 @@ class Producer:
         self.cluster = cluster
         self.scheduler = cluster.scheduler
         self._realtime = not self.scheduler.simulated
-        self._store = cluster.store
+        self._store = cluster.metadata
         self._lock = _Lock()  # like threading.Lock; the C send path takes it without a method call
         # Senders blocked for buffer_memory, first come first served (Kafka's BufferPool waiters; under _lock).
         self._room_queue: Deque[_RoomWaiter] = deque()

@@ -47,6 +47,7 @@ from typing import Any, Callable, Counter, Deque, Dict, List, Optional, Tuple
 from pylog.errors import InvalidConfigurationError
 from pylog.protocol import codec
 from pylog.protocol.api import REGISTRY, RequestContext
+from pylog.runtime.cluster_context import ServedCluster
 
 log = logging.getLogger("pylog.protocol")
 
@@ -96,7 +97,7 @@ class Connection:
 class KafkaServer:
     """Listeners for every broker of ``cluster`` on ``host`` (real-time clusters only)."""
 
-    def __init__(self, cluster: Any, listen: str, *, socket_request_max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    def __init__(self, cluster: ServedCluster, listen: str, *, socket_request_max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  connections_max_idle_ms: int = DEFAULT_MAX_IDLE_MS):
         from pylog.protocol import handlers  # noqa: F401 - fills REGISTRY
 

@@ -32,7 +32,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("pylog.runtime",),
     ("pylog.client",),
     ("pylog.protocol",),
-    ("pylog.cluster", "pylog.shared", "pylog.local_queue", "pylog.simulation", "pylog.testing",
+    ("pylog.facade", "pylog.cluster", "pylog.shared", "pylog.local_queue", "pylog.simulation", "pylog.testing",
      "pylog.__init__"),
     ("pylog.spark", "pylog.cli", "pylog.cli_topics", "pylog.__main__"),
 ]
