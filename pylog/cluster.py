@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import random
 import re
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from pylog.client.consumer import Consumer
 from pylog.facade import ClusterFacade
@@ -55,7 +55,7 @@ from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_
 from pylog.replication.partition import FOLLOWER, LEADER, Partition, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
 from pylog.runtime.broker import Broker, SimDisk
-from pylog.runtime.cluster_context import MetadataView
+from pylog.runtime.cluster_context import MetadataView, PartitionInfo
 from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.base import Transport
@@ -66,21 +66,11 @@ from pylog.storage.fileio import FileIO
 from pylog.storage.log import LogConfig, validate_topic
 from pylog.storage.logdir import check_not_locked
 
+if TYPE_CHECKING:  # imported when listen=... asks for it (the listener pulls in the Kafka schemas)
+    from pylog.protocol.server import KafkaServer
+
 
 METADATA_FILE = "cluster-metadata.json"
-
-
-class PartitionInfo(NamedTuple):
-    """One row of :meth:`Cluster.describe`."""
-
-    topic: str
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: Tuple[int, ...]
-    isr: Tuple[int, ...]
-    high_watermark: int
-    log_end_offsets: Dict[int, int]
 
 
 class Cluster(ClusterFacade):
@@ -123,7 +113,7 @@ class Cluster(ClusterFacade):
         #: Kafka's ``default.replication.factor`` for topics Kafka clients create (None: min(3, brokers))
         self.default_replication_factor = default_replication_factor
         #: the Kafka-protocol listener (``listen="HOST:PORT"``), or None (docs/kafka-protocol.md)
-        self.kafka_server: Any = None
+        self.kafka_server: Optional[KafkaServer] = None
         # Kafka's broker configs of the same names (None: Kafka's defaults: 7 days / 10 min, 1 day / 10 min);
         # see docs/consumer-groups.md (offset expiry) and docs/producer.md (producer id expiry).
         self._expiry_config: Dict[str, int] = {k: v for k, v in (
@@ -835,7 +825,7 @@ class Cluster(ClusterFacade):
         if checker is not None:
             checker()
         if self.kafka_server is not None:
-            self.kafka_server._call_io(self.kafka_server._check)
+            self.kafka_server._check()
 
         def run() -> None:
             self.store._check()

@@ -56,9 +56,10 @@ import os
 import random
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from pylog.cluster import Cluster, PartitionInfo
+from pylog.cluster import Cluster
+from pylog.runtime.cluster_context import PartitionInfo
 from pylog.errors import (
     BrokerNotAvailableError,
     InvalidConfigurationError,
@@ -68,7 +69,8 @@ from pylog.errors import (
 )
 from pylog.facade import ClusterFacade
 from pylog.replication.controller import MetadataStore
-from pylog.runtime.cluster_context import MetadataView
+from pylog.metrics import Metric
+from pylog.runtime.cluster_context import MetadataView, TopicAdmin, members
 from pylog.runtime.scheduler import RealScheduler, Timer
 from pylog.runtime.transport.unix import (
     BrokerServer,
@@ -86,9 +88,8 @@ OWNER_LOCK_FILE = ".owner.lock"
 OWNER_INFO_FILE = "pylog.owner"
 #: how often the owner compares its metadata with what it last sent its clients
 META_INTERVAL_MS = 50
-#: admin calls a client may ask the owner to run: public methods of :class:`pylog.Cluster`
-_CALLS = frozenset({"create_topic", "describe", "ensure_offsets_topic", "metrics", "delete_topic",
-                    "create_partitions", "alter_topic_config", "topic_config", "list_topics"})
+#: admin calls a client may ask the owner to run: the TopicAdmin interface, which Cluster implements
+_CALLS = members(TopicAdmin)
 
 Snapshot = Tuple[Tuple[int, ...], Optional[int], int, Dict[str, Any], Dict[Tuple[str, int], Any]]
 
@@ -558,17 +559,21 @@ class SharedCluster(ClusterFacade):
         """Sleep ``ms`` milliseconds (real time, as a real :class:`Cluster`)."""
         time.sleep(ms / 1000.0)
 
+    # Topic admin (the TopicAdmin interface): run by the owner, as :class:`pylog.Cluster`'s methods of the
+    # same names; every process's metadata mirror has the change when the call returns in the caller.
     def create_topic(self, name: str, partitions: int = 1, replication_factor: Optional[int] = None,
-                     min_insync_replicas: int = 1, **kwargs: Any) -> None:
+                     min_insync_replicas: int = 1, *, unclean_leader_election: bool = False,
+                     start_index: Optional[int] = None, shift: Optional[int] = None,
+                     config: Optional[Dict[str, object]] = None, exist_ok: bool = False) -> None:
         """Create a topic (run by the owner); returns once its leader serves it and this process's store has it."""
-        self._call("create_topic", name, partitions, replication_factor, min_insync_replicas, **kwargs)
+        self._call("create_topic", name, partitions, replication_factor, min_insync_replicas,
+                   unclean_leader_election=unclean_leader_election, start_index=start_index, shift=shift,
+                   config=config, exist_ok=exist_ok)
 
     def describe(self, topic: str) -> List[PartitionInfo]:
         """Per partition: leader, epoch, replicas, ISR, high watermark, log end offsets (asked of the owner)."""
         return self._call("describe", topic)
 
-    # Topic admin: run by the owner (as :class:`pylog.Cluster`'s methods of the same names); every
-    # process's metadata mirror has the change when the call returns in the caller.
     def list_topics(self, include_internal: bool = False) -> List[str]:
         """As :meth:`pylog.Cluster.list_topics`."""
         return self._call("list_topics", include_internal)
@@ -581,15 +586,15 @@ class SharedCluster(ClusterFacade):
         """As :meth:`pylog.Cluster.create_partitions`."""
         self._call("create_partitions", name, total_count)
 
-    def alter_topic_config(self, name: str, configs: Dict[str, Any]) -> None:
+    def alter_topic_config(self, name: str, configs: Dict[str, object]) -> None:
         """As :meth:`pylog.Cluster.alter_topic_config`."""
         self._call("alter_topic_config", name, dict(configs))
 
-    def topic_config(self, name: str, *, kafka_names: bool = False) -> Dict[str, Any]:
+    def topic_config(self, name: str, *, kafka_names: bool = False) -> Dict[str, object]:
         """As :meth:`pylog.Cluster.topic_config`."""
         return self._call("topic_config", name, kafka_names=kafka_names)
 
-    def metrics(self, *, include_clients: bool = True) -> List[Any]:
+    def metrics(self, *, include_clients: bool = True) -> List[Metric]:
         """The owner's cluster samples (:meth:`pylog.Cluster.metrics`) plus, with ``include_clients``,
         this process's producers' and consumers' samples."""
         out = list(self._call("metrics", include_clients=False))

@@ -456,8 +456,12 @@ class KafkaServer:
             pass
 
     def _check(self) -> None:
-        """Invariants (tests call it): listeners are brokers' and on their recorded ports; open
-        connections are registered for what they wait on; a muted connection holds a whole frame."""
+        """Invariants (tests call it; they are checked on the I/O thread, which owns the state):
+        listeners are brokers' and on their recorded ports; open connections are registered for
+        what they wait on; a muted connection holds a whole frame."""
+        self._call_io(self._check_io_state)
+
+    def _check_io_state(self) -> None:
         assert set(self.listeners) <= set(self.ports)
         for b, s in self.listeners.items():
             assert s.getsockname()[1] == self.ports[b]

@@ -12,7 +12,7 @@ its type fails there.
 from __future__ import annotations
 
 import pathlib
-from typing import List, Set, Type
+from typing import List
 
 import pytest
 
@@ -20,18 +20,8 @@ import pylog
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
 from pylog.cluster import Cluster
-from pylog.runtime.cluster_context import ClusterContext, MetadataView, ServedCluster
-from pylog.shared import SharedCluster
-
-
-def members(protocol: Type[object]) -> Set[str]:
-    """The public names a Protocol declares (its own and its protocol bases')."""
-    out: Set[str] = set()
-    for cls in protocol.__mro__:
-        if cls is object or cls.__name__ in ("Protocol", "Generic"):
-            continue
-        out |= {n for n in vars(cls) if not n.startswith("_")}
-    return out
+from pylog.runtime.cluster_context import ClusterContext, MetadataView, ServedCluster, TopicAdmin, members
+from pylog.shared import _CALLS, SharedCluster
 
 
 def round_trip(cluster: ClusterContext, topic: str, expect: int = 1) -> List[bytes]:
@@ -56,6 +46,21 @@ def round_trip(cluster: ClusterContext, topic: str, expect: int = 1) -> List[byt
         c.close()
 
 
+def admin(cluster: TopicAdmin, topic: str) -> List[str]:
+    """Topic admin through nothing but the interface (mypy checks both facades are a TopicAdmin)."""
+    cluster.create_topic(topic, partitions=1, config={"retention.ms": 60_000})
+    cluster.create_partitions(topic, 2)
+    assert [p.partition for p in cluster.describe(topic)] == [0, 1]
+    assert cluster.topic_config(topic)["retention_ms"] == 60_000
+    cluster.alter_topic_config(topic, {"retention.ms": None})
+    assert cluster.topic_config(topic)["retention_ms"] != 60_000
+    assert any(m.name == "pylog_cluster_partitions" for m in cluster.metrics(include_clients=False))
+    names = cluster.list_topics()
+    cluster.delete_topic(topic)
+    assert topic not in cluster.list_topics()
+    return names
+
+
 def served(cluster: ServedCluster) -> List[int]:
     """What the Kafka listener reads of a cluster, typed (mypy checks Cluster is a ServedCluster)."""
     assert cluster.config.replica_lag_time_max_ms > 0 and cluster.num_partitions >= 1
@@ -66,9 +71,12 @@ def served(cluster: ServedCluster) -> List[int]:
 def test_the_interfaces_declare_what_the_clients_use() -> None:
     assert members(MetadataView) == {"brokers", "controller_id", "topics", "partitions"}
     assert members(ClusterContext) == {"scheduler", "transport", "metadata"}
-    assert members(ServedCluster) - members(ClusterContext) == {
+    assert members(TopicAdmin) == {"create_topic", "delete_topic", "create_partitions", "alter_topic_config",
+                                   "topic_config", "list_topics", "describe", "metrics", "ensure_offsets_topic"}
+    assert members(ServedCluster) - members(ClusterContext) - members(TopicAdmin) == {
         "brokers", "path", "config", "auto_create_topics", "num_partitions", "default_replication_factor",
-        "create_topic", "delete_topic", "create_partitions", "has_offsets_topic", "ensure_offsets_topic"}
+        "has_offsets_topic"}
+    assert _CALLS == members(TopicAdmin)  # what a shared queue's client may ask its owner to run
 
 
 def test_a_simulated_cluster_implements_both_interfaces(tmp_path: pathlib.Path) -> None:
@@ -79,6 +87,7 @@ def test_a_simulated_cluster_implements_both_interfaces(tmp_path: pathlib.Path) 
         assert served(cluster) == [0, 1]
         cluster.create_topic("t", replication_factor=2)
         assert round_trip(cluster, "t") == [b"through the interface"]
+        assert admin(cluster, "admin") == ["admin", "t"]
         assert not cluster.has_offsets_topic()
         cluster.ensure_offsets_topic()
         assert cluster.has_offsets_topic()
@@ -99,9 +108,13 @@ def test_the_shared_queue_implements_the_client_interface_in_both_roles(tmp_path
         try:
             assert (owner.role, client.role) == ("owner", "client")
             for q in (owner, client):
-                for name in sorted(members(ClusterContext)):
+                for name in sorted(members(ClusterContext) | members(TopicAdmin)):
                     assert hasattr(q, name), name
-                assert isinstance(q, ClusterContext) and isinstance(q.metadata, MetadataView)
+                assert isinstance(q, ClusterContext) and isinstance(q, TopicAdmin)
+                assert isinstance(q.metadata, MetadataView)
+                assert not isinstance(q, ServedCluster)  # its brokers may be in another process
+            assert admin(client, "by-client") == ["by-client"]  # run by the owner
+            assert admin(owner, "by-owner") == ["by-owner"]
             owner.create_topic("jobs")
             assert round_trip(owner, "jobs") == [b"through the interface"]
             assert round_trip(client, "jobs", expect=2) == [b"through the interface"] * 2
