@@ -19,6 +19,7 @@ to under ``_clients_lock`` and read on the loop thread.
 """
 from __future__ import annotations
 
+import abc
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -37,7 +38,7 @@ Client = Union[Producer, Consumer, GroupAdmin]
 _F = TypeVar("_F", bound="ClusterFacade")
 
 
-class ClusterFacade:
+class ClusterFacade(abc.ABC):
     """The client half of the cluster API, shared by ``Cluster`` and ``SharedCluster`` (module docstring)."""
 
     scheduler: Scheduler
@@ -53,16 +54,21 @@ class ClusterFacade:
 
     # ------------------------------------------------ provided by the facade
     @property
+    @abc.abstractmethod
     def metadata(self) -> MetadataView:
         """The cluster metadata the clients read (:class:`~pylog.runtime.cluster_context.MetadataView`)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` unless it exists; blocks until it is served."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _ensure_open(self) -> None:
-        raise NotImplementedError
+        """Raise :class:`~pylog.errors.BrokerNotAvailableError` once the facade is closed."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the clients (and, for the facade that runs them, the brokers)."""
 
     def _before_group_consumer(self, group_id: str, topics: Sequence[str], kwargs: Dict[str, Any]) -> None:
         """Runs before a consumer with a ``group_id`` is made: the group's offsets topic must exist."""
@@ -188,9 +194,6 @@ class ClusterFacade:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def close(self) -> None:
-        raise NotImplementedError
 
 
 __all__ = ["ClusterFacade", "Client"]
