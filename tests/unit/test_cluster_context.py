@@ -103,6 +103,7 @@ def test_a_real_time_cluster_implements_both_interfaces(tmp_path: pathlib.Path) 
 
 def test_the_shared_queue_implements_the_client_interface_in_both_roles(tmp_path: pathlib.Path) -> None:
     owner = pylog.open(tmp_path)
+    assert isinstance(owner, SharedCluster)  # the default: shared by processes
     try:
         client = SharedCluster(tmp_path)  # the directory is owned (by this process): a client of it
         try:
