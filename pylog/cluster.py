@@ -33,11 +33,10 @@ from __future__ import annotations
 import os
 import random
 import re
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from pylog.client.admin import GroupDescription, GroupListing, admin_for
-from pylog.client.consumer import Consumer, ConsumerConfig
-from pylog.client.producer import Producer
+from pylog.client.consumer import ConsumerConfig
+from pylog.facade import ClusterFacade
 from pylog.metrics import Metric, metric
 from pylog.errors import (
     BrokerNotAvailableError,
@@ -52,9 +51,11 @@ from pylog.errors import (
 from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig, offsets_topic_replication
 from pylog.replication.topic_configs import TOPIC_FIELDS, kafka_name, normalize_topic_configs
 from pylog.replication.messages import NO_LEADER, PartitionState
+from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
 from pylog.replication.partition import FOLLOWER, LEADER, Partition, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
 from pylog.runtime.broker import Broker, SimDisk
+from pylog.runtime.cluster_context import MetadataView, PartitionInfo
 from pylog.runtime.log_maintenance import run_maintenance
 from pylog.runtime.scheduler import RealScheduler, Scheduler, SimScheduler
 from pylog.runtime.transport.base import Transport
@@ -65,25 +66,21 @@ from pylog.storage.fileio import FileIO
 from pylog.storage.log import LogConfig, validate_topic
 from pylog.storage.logdir import CLUSTER_METADATA_FILE, check_not_locked
 
+if TYPE_CHECKING:  # imported when listen=... asks for it (the listener pulls in the Kafka schemas)
+    from pylog.protocol.server import KafkaServer
+
 
 METADATA_FILE = CLUSTER_METADATA_FILE
 
 
-class PartitionInfo(NamedTuple):
-    """One row of :meth:`Cluster.describe`."""
+class Cluster(ClusterFacade):
+    """In-process Kafka-style cluster of ``brokers`` brokers under ``path``.
 
-    topic: str
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: Tuple[int, ...]
-    isr: Tuple[int, ...]
-    high_watermark: int
-    log_end_offsets: Dict[int, int]
-
-
-class Cluster:
-    """In-process Kafka-style cluster of ``brokers`` brokers under ``path``."""
+    Implements :class:`~pylog.runtime.cluster_context.ClusterContext` (for its
+    producers and consumers) and :class:`~pylog.runtime.cluster_context.ServedCluster`
+    (for its Kafka listener); the client calls come from
+    :class:`~pylog.facade.ClusterFacade`.
+    """
 
     def __init__(
         self,
@@ -117,7 +114,7 @@ class Cluster:
         #: Kafka's ``default.replication.factor`` for topics Kafka clients create (None: min(3, brokers))
         self.default_replication_factor = default_replication_factor
         #: the Kafka-protocol listener (``listen="HOST:PORT"``), or None (docs/kafka-protocol.md)
-        self.kafka_server: Any = None
+        self.kafka_server: Optional[KafkaServer] = None
         # Kafka's broker configs of the same names (None: Kafka's defaults: 7 days / 10 min, 1 day / 10 min);
         # see docs/consumer-groups.md (offset expiry) and docs/producer.md (producer id expiry).
         self._expiry_config: Dict[str, int] = {k: v for k, v in (
@@ -145,6 +142,8 @@ class Cluster:
             self.transport = DirectTransport(self.scheduler)
         self.brokers: Dict[int, Broker] = {}
         self._closed = False
+        self._init_clients()
+        self._request_timeout_ms = request_timeout_ms
         #: topics registered from partition folders found without cluster metadata (pylog/storage/adopt.py)
         self.adopted_topics: List[str] = []
         if listen is not None and self.simulated:
@@ -203,7 +202,6 @@ class Cluster:
                                      config=self.config, log_config=log_config, heartbeat_interval_ms=heartbeat,
                                      session_timeout_ms=session, tick_ms=50, expiry_config=self._expiry_config,
                                      stall_grace=not self.simulated)
-        self._clients: List[Any] = []
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
 
         def start_brokers() -> None:
@@ -337,8 +335,9 @@ class Cluster:
             raise BrokerNotAvailableError(f"cluster at {self.path} is closed")
 
     @property
-    def now_ms(self) -> int:
-        return self.scheduler.clock.now_ms()
+    def metadata(self) -> MetadataView:
+        """The controller's metadata, read-only (the ``ClusterContext`` view of :attr:`store`)."""
+        return self.store
 
     @property
     def bootstrap_servers(self) -> str:
@@ -388,7 +387,7 @@ class Cluster:
             cid, c = self.store.controller_id, self._controller()
             if cid is None or c is None:  # lost since the wait above: the same error as the wait's
                 raise LeaderNotAvailableError("no active controller")
-            self.brokers[cid]._send(c.create_topic(cfg, start_index=start_index, shift=shift))
+            self.brokers[cid].send(c.create_topic(cfg, start_index=start_index, shift=shift))
 
         try:
             self.scheduler.run_sync(run)
@@ -409,7 +408,7 @@ class Cluster:
             cid, c = self.store.controller_id, self._controller()
             if cid is None or c is None:
                 raise LeaderNotAvailableError("no active controller")
-            self.brokers[cid]._send(call(c))
+            self.brokers[cid].send(call(c))
 
         return self.scheduler.run_sync(run)
 
@@ -536,47 +535,27 @@ class Cluster:
                 return False
         return True
 
-    def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
-        self._ensure_open()
-        p = Producer(self, acks=acks, **kwargs)
-        self._clients.append(p)
-        return p
-
     #: partitions of ``__consumer_offsets`` when a group consumer first creates it (Kafka's
     #: ``offsets.topic.num.partitions``); ``None``: 50, or 5 in a simulated cluster (fast simulations).
     offsets_topic_partitions: Optional[int] = None
 
-    def consumer(self, group_id: Optional[str] = None, topics: Sequence[str] = (), **kwargs: Any) -> Consumer:
-        """A :class:`~pylog.client.consumer.Consumer` (see its docstring for the options).
+    def _before_group_consumer(self, group_id: str, topics: Sequence[str], kwargs: Dict[str, Any]) -> None:
+        """Before ``consumer(group_id=...)``: create ``__consumer_offsets`` if it does not exist.
 
-        With a ``group_id``, the ``__consumer_offsets`` topic is created first if it
-        does not exist (compacted, ``offsets_topic_partitions`` partitions,
-        replication factor min(3, brokers), min ISR 2 with 3 or more brokers, see
-        :func:`~pylog.replication.controller.offsets_topic_replication`), as Kafka's
-        brokers create it on the first FindCoordinator. The options are checked before that: a bad one
-        raises and leaves no topic behind. The call waits for the new topic's
-        leaders except on a stopped broker (a crashed broker not yet fenced
-        would hold it for the session timeout): the consumer's coordinator
-        lookup retries until the group's offsets partition is served, as a
-        Kafka consumer does.
+        Compacted, ``offsets_topic_partitions`` partitions, replication factor min(3, brokers), min ISR 2
+        with 3 or more brokers (see :func:`~pylog.replication.controller.offsets_topic_replication`), as
+        Kafka's brokers create it on the first FindCoordinator. The options are checked before that: a
+        bad one raises and leaves no topic behind. The call waits for the new topic's leaders except on
+        a stopped broker (a crashed broker not yet fenced would hold it for the session timeout): the
+        consumer's coordinator lookup retries until the group's offsets partition is served, as a Kafka
+        consumer does.
         """
-        self._ensure_open()
-        if group_id is not None and not self._has_offsets_topic():
+        if not self.has_offsets_topic():
             _validate_consumer_options(group_id, topics, kwargs)  # a bad option leaves nothing behind
             self._request_offsets_topic()
             self._wait_offsets_topic_where_possible()
-        c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
-        self._clients.append(c)
-        return c
-
-    def _has_offsets_topic(self) -> bool:
-        from pylog.replication.offsets_topic import OFFSETS_TOPIC
-
-        return OFFSETS_TOPIC in self.store.topics
 
     def _offsets_topic_config(self) -> TopicConfig:
-        from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
-
         n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
         rf, min_isr = offsets_topic_replication(len(self.brokers))
         return TopicConfig(OFFSETS_TOPIC, n, rf, min_isr, False, {"cleanup_policy": "compact"})
@@ -597,7 +576,7 @@ class Cluster:
             if b is None or not b.running or b.controller is None or not b.controller.active:
                 self.scheduler.call_later(50, attempt)
                 return
-            b._send(b.controller.create_topic(cfg))
+            b.send(b.controller.create_topic(cfg))
 
         self.scheduler.run_sync(attempt)
 
@@ -605,8 +584,6 @@ class Cluster:
         """Wait until ``__consumer_offsets`` exists and each partition is served - except those whose
         leader is a stopped broker (crashed, not fenced yet: waiting would last the session timeout).
         Without a crash this is what creating the topic waited for; returns quietly on timeout."""
-        from pylog.replication.offsets_topic import OFFSETS_TOPIC
-
         def ready() -> bool:
             cfg = self.store.topics.get(OFFSETS_TOPIC)
             if cfg is None:
@@ -624,18 +601,16 @@ class Cluster:
 
         self.scheduler.wait_until(ready, timeout_ms)
 
-    def _ensure_offsets_topic(self) -> None:
-        from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
-
-        if OFFSETS_TOPIC in self.store.topics:
+    def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` unless it exists (configured as :meth:`_offsets_topic_config`) and
+        wait until it is served, as :meth:`create_topic` does. Another creator winning the race is fine.
+        Complexity: O(partitions). Thread-safety: any thread but the loop thread."""
+        if self.has_offsets_topic():
             return
-        n = self.offsets_topic_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
-        rf, min_isr = offsets_topic_replication(len(self.brokers))
+        cfg = self._offsets_topic_config()
         try:
-            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf,
-                              min_insync_replicas=min_isr, config={"cleanup_policy": "compact"})
-        except TypeError:  # a Cluster without per-topic configs
-            self.create_topic(OFFSETS_TOPIC, partitions=n, replication_factor=rf, min_insync_replicas=min_isr)
+            self.create_topic(OFFSETS_TOPIC, partitions=cfg.partitions, replication_factor=cfg.replication_factor,
+                              min_insync_replicas=cfg.min_insync_replicas, config=dict(cfg.configs))
         except Exception:
             if OFFSETS_TOPIC not in self.store.topics:  # another consumer created it meanwhile: fine
                 raise
@@ -729,60 +704,10 @@ class Cluster:
                     for m in part.log.metrics():
                         out.append(m._replace(labels=(("broker", str(b.broker_id)),) + m.labels))
             if include_clients:
-                for c in self._clients:
-                    fn = getattr(c, "metrics", None)
-                    if fn is not None and not c._node.closed:
-                        out.extend(fn())
+                out.extend(self._client_metrics())
             return out
 
         return self.scheduler.run_sync(run)
-
-    # ----------------------------------------------------- group admin
-    def list_groups(self) -> List["GroupListing"]:
-        """Every consumer group: ``GroupListing(group_id, state, protocol_type)``, sorted by id (Kafka's
-        ListGroups sent to every broker). Groups whose offsets all expired are gone from the list."""
-        self._ensure_open()
-        return admin_for(self).list_groups()
-
-    def describe_group(self, group_id: str) -> "GroupDescription":
-        """``GroupDescription(group_id, state, protocol_type, protocol, generation, leader, members)``, each
-        member a ``MemberDescription(member_id, client_id, client_host, assignment, group_instance_id)`` (Kafka's
-        DescribeGroups). Unknown group: :class:`~pylog.errors.GroupIdNotFoundError`."""
-        self._ensure_open()
-        return admin_for(self).describe_group(group_id)
-
-    def list_group_offsets(self, group_id: str) -> Dict[Tuple[str, int], Any]:
-        """The group's committed offsets: ``{(topic, partition): OffsetAndMetadata(offset, metadata,
-        leader_epoch)}`` (empty for an unknown group)."""
-        self._ensure_open()
-        return admin_for(self).list_group_offsets(group_id)
-
-    def delete_group(self, group_id: str) -> None:
-        """Kafka's DeleteGroups: delete an empty group; tombstones for its offsets and metadata go to
-        ``__consumer_offsets``, so it stays deleted after a coordinator failover. A group with members:
-        :class:`~pylog.errors.NonEmptyGroupError`; unknown: :class:`~pylog.errors.GroupIdNotFoundError`."""
-        self._ensure_open()
-        admin_for(self).delete_group(group_id)
-
-    def delete_group_offsets(self, group_id: str, partitions: Sequence[Tuple[str, int]]) -> None:
-        """Kafka's OffsetDelete: drop the group's committed offsets of ``partitions``; refused with
-        :class:`~pylog.errors.GroupSubscribedToTopicError` for topics its members subscribe to."""
-        self._ensure_open()
-        admin_for(self).delete_group_offsets(group_id, partitions)
-
-    def remove_group_members(self, group_id: str, group_instance_ids: Sequence[str]) -> None:
-        """Remove static members (``group_instance_id``, KIP-345) from ``group_id`` now, as Kafka's
-        removeMembersFromConsumerGroup does: a static consumer's ``close`` does not leave its group.
-        No member with one of the ids: :class:`~pylog.errors.UnknownMemberIdError`."""
-        self._ensure_open()
-        admin_for(self).remove_group_members(group_id, group_instance_ids)
-
-    def alter_group_offsets(self, group_id: str, offsets: Dict[Tuple[str, int], Any]) -> None:
-        """Set committed offsets (``{(topic, partition): offset}``) of an empty or new group (Kafka's
-        alterConsumerGroupOffsets); a group with members: :class:`~pylog.errors.NonEmptyGroupError`."""
-        self._ensure_open()
-        self._ensure_offsets_topic()
-        admin_for(self).alter_group_offsets(group_id, offsets)
 
     # -------------------------------------------------------------- faults
     def stop_broker(self, broker_id: int, clean: bool = True, *, shutdown_timeout_ms: int = 10_000) -> None:
@@ -808,8 +733,7 @@ class Cluster:
             except OSError as exc:
                 raise _storage_error(exc, f"broker {broker_id}: stopping") from exc
             finally:
-                for c in self._clients:
-                    c._node.disconnected(broker_id)
+                self._clients_lost_broker([broker_id])
                 if self.kafka_server is not None:
                     for n in self.kafka_server.nodes.values():
                         n.disconnected(broker_id)
@@ -858,15 +782,9 @@ class Cluster:
             cid, c = self.store.controller_id, self._controller()
             if cid is None or c is None:
                 raise LeaderNotAvailableError("no active controller")
-            self.brokers[cid]._send(c.elect_preferred((topic, partition)))
+            self.brokers[cid].send(c.elect_preferred((topic, partition)))
 
         self.scheduler.run_sync(run)
-
-    def leader_of(self, topic: str, partition: int = 0) -> int:
-        st = self.store.partitions.get((topic, partition)) if isinstance(topic, str) else None
-        if st is None:
-            raise UnknownTopicOrPartitionError(f"unknown partition {topic!r}-{partition!r}")
-        return st.leader
 
     # --------------------------------------------------------------- close
     def close(self) -> None:
@@ -879,8 +797,7 @@ class Cluster:
         def run() -> None:
             if self.kafka_server is not None:
                 self.kafka_server.close_nodes()
-            for c in self._clients:
-                c._node.close_node()
+            self._close_client_nodes()
             first: Optional[BaseException] = None
             for b in self.brokers.values():  # every broker stops, even if one's disk fails
                 if b.running:
@@ -897,12 +814,6 @@ class Cluster:
             self._closed = True
             self.scheduler.close()
 
-    def __enter__(self) -> "Cluster":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -------------------------------------------------------------- checks
     def _check(self, deep: bool = True) -> None:
         """Assert cluster-wide invariants (the simulation calls this after every step).
@@ -918,7 +829,7 @@ class Cluster:
         if checker is not None:
             checker()
         if self.kafka_server is not None:
-            self.kafka_server._call_io(self.kafka_server._check)
+            self.kafka_server._check()
 
         def run() -> None:
             self.store._check()

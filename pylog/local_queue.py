@@ -8,13 +8,14 @@ facade imports the other's module back (``shared`` builds on ``cluster``).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Union
 
 from pylog.cluster import Cluster
 from pylog.shared import SharedCluster
 
 
-def open(path: "str | os.PathLike[str]", *, shared: bool = True, **kwargs: Any) -> Any:  # noqa: A001 - pylog.open
+def open(path: "str | os.PathLike[str]", *, shared: bool = True,  # noqa: A001 - pylog.open
+         **kwargs: Any) -> Union[Cluster, SharedCluster]:
     """A single-broker real-time cluster on ``path`` (the durable local queue), shareable by processes.
 
     Several processes may open the same directory: the first becomes its
@@ -22,7 +23,10 @@ def open(path: "str | os.PathLike[str]", *, shared: bool = True, **kwargs: Any) 
     over when it dies (:class:`pylog.shared.SharedCluster`,
     docs/durable-queue.md). ``shared=False`` (or ``seed=...``) returns a plain
     one-process :class:`Cluster` instead. Other keyword arguments go to
-    :class:`Cluster`.
+    :class:`Cluster`. Either way the result is a
+    :class:`~pylog.runtime.cluster_context.ClusterContext` and a
+    :class:`~pylog.runtime.cluster_context.TopicAdmin`, with the client calls of
+    :class:`~pylog.facade.ClusterFacade`.
     """
     if not shared or kwargs.get("seed") is not None:
         return Cluster(path, brokers=1, **kwargs)

@@ -28,14 +28,17 @@ Roles (see docs/durable-queue.md):
   keep working: their in-flight requests fail and are retried), the others
   connect to it.
 
-The object returned has the :class:`pylog.Cluster` API the clients use
-(``scheduler``, ``transport``, ``store``, ``_clients``,
-``producer()``, ``consumer()``, ``create_topic()``, ``describe()``,
-``close()``) in both roles and across takeovers: ``scheduler`` and
-``transport`` are this process's own for its whole life, and ``store`` is a
-mirror of the owner's :class:`MetadataStore`, refreshed when the owner's
-changes (checked every ``META_INTERVAL_MS``), after every admin call and on
-every (re)connect.
+The object returned implements the interface the clients use,
+:class:`~pylog.runtime.cluster_context.ClusterContext` (``scheduler``,
+``transport``, ``metadata``), and shares the client half of the
+:class:`pylog.Cluster` API with it (:class:`pylog.facade.ClusterFacade`:
+``producer()``, ``consumer()``, the group admin calls), in both roles and
+across takeovers: ``scheduler`` and ``transport`` are this process's own for
+its whole life, and ``metadata`` (``store``) is a mirror of the owner's
+:class:`MetadataStore`, refreshed when the owner's changes (checked every
+``META_INTERVAL_MS``), after every admin call and on every (re)connect. The
+topic admin calls (``create_topic()``, ``describe()``, ...) run on the
+owner's :class:`pylog.Cluster`, by name, from the ``_CALLS`` list.
 
 Durability: a record is acknowledged once the owner's broker appended it (in
 the page cache): it survives ``kill -9`` of any process, the owner included;
@@ -47,19 +50,16 @@ Thread-safety: every public method may be called from any thread.
 from __future__ import annotations
 
 import fcntl
-import inspect
 import itertools
 import json
 import os
 import random
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from pylog.client.admin import GroupDescription, GroupListing, admin_for
-from pylog.client.consumer import Consumer
-from pylog.client.producer import Producer
-from pylog.cluster import Cluster, PartitionInfo
+from pylog.cluster import Cluster
+from pylog.runtime.cluster_context import PartitionInfo
 from pylog.errors import (
     BrokerNotAvailableError,
     InvalidConfigurationError,
@@ -67,7 +67,10 @@ from pylog.errors import (
     PylogError,
     RequestTimedOutError,
 )
+from pylog.facade import ClusterFacade
 from pylog.replication.controller import MetadataStore
+from pylog.metrics import Metric
+from pylog.runtime.cluster_context import MetadataView, TopicAdmin, members
 from pylog.runtime.scheduler import RealScheduler, Timer
 from pylog.runtime.transport.unix import (
     BrokerServer,
@@ -85,9 +88,8 @@ OWNER_LOCK_FILE = ".owner.lock"
 OWNER_INFO_FILE = "pylog.owner"
 #: how often the owner compares its metadata with what it last sent its clients
 META_INTERVAL_MS = 50
-#: admin calls a client may ask the owner to run
-_CALLS = frozenset({"create_topic", "describe", "_ensure_offsets_topic", "metrics", "delete_topic",
-                    "create_partitions", "alter_topic_config", "topic_config", "list_topics"})
+#: admin calls a client may ask the owner to run: the TopicAdmin interface, which Cluster implements
+_CALLS = members(TopicAdmin)
 
 Snapshot = Tuple[Tuple[int, ...], Optional[int], int, Dict[str, Any], Dict[Tuple[str, int], Any]]
 
@@ -158,7 +160,7 @@ class _Call:
         self.snap: Optional[Snapshot] = None
 
 
-class SharedCluster:
+class SharedCluster(ClusterFacade):
     """A single-broker queue on ``path`` that several processes open at once (the durable local queue).
 
     ``open_timeout_ms``: how long the constructor keeps trying to become the
@@ -180,11 +182,12 @@ class SharedCluster:
         self.seed = None
         self._kwargs = cluster_kwargs
         self.request_timeout_ms = int(cluster_kwargs.get("request_timeout_ms", 30_000))
-        self.scheduler = RealScheduler()
-        self.transport = RoutedTransport(self.scheduler)
+        self._request_timeout_ms = self.request_timeout_ms
+        self.scheduler: RealScheduler = RealScheduler()
+        self.transport: RoutedTransport = RoutedTransport(self.scheduler)
         self.store = MetadataStore([0], random.Random(), path=None)
         self.store.topics = _TopicsMirror(self)
-        self._clients: List[Any] = []
+        self._init_clients()
         self._closed = False
         self._role: Optional[str] = None
         self._cond = threading.Condition()  # guards the role fields below; notified on every change
@@ -385,9 +388,7 @@ class SharedCluster:
     def _detach_clients(self) -> None:
         remote = [n for n in self.transport.handlers if n not in self.transport.local_nodes()]
         self.transport.set_upstream(None, ())
-        for c in self._clients:
-            for n in remote:
-                c._node.disconnected(n)
+        self._clients_lost_broker(remote)
 
     def _takeover(self) -> None:
         try:
@@ -546,24 +547,33 @@ class SharedCluster:
             raise BrokerNotAvailableError(f"shared queue at {self.path} is closed")
 
     @property
-    def now_ms(self) -> int:
-        return self.scheduler.clock.now_ms()
+    def metadata(self) -> MetadataView:
+        """The mirror of the owner's metadata (``store``), read-only."""
+        return self.store
+
+    def ensure_offsets_topic(self) -> None:
+        """The owner creates ``__consumer_offsets`` unless it exists (:meth:`pylog.Cluster.ensure_offsets_topic`)."""
+        self._call("ensure_offsets_topic")
 
     def advance(self, ms: int) -> None:
         """Sleep ``ms`` milliseconds (real time, as a real :class:`Cluster`)."""
         time.sleep(ms / 1000.0)
 
+    # Topic admin (the TopicAdmin interface): run by the owner, as :class:`pylog.Cluster`'s methods of the
+    # same names; every process's metadata mirror has the change when the call returns in the caller.
     def create_topic(self, name: str, partitions: int = 1, replication_factor: Optional[int] = None,
-                     min_insync_replicas: int = 1, **kwargs: Any) -> None:
+                     min_insync_replicas: int = 1, *, unclean_leader_election: bool = False,
+                     start_index: Optional[int] = None, shift: Optional[int] = None,
+                     config: Optional[Dict[str, object]] = None, exist_ok: bool = False) -> None:
         """Create a topic (run by the owner); returns once its leader serves it and this process's store has it."""
-        self._call("create_topic", name, partitions, replication_factor, min_insync_replicas, **kwargs)
+        self._call("create_topic", name, partitions, replication_factor, min_insync_replicas,
+                   unclean_leader_election=unclean_leader_election, start_index=start_index, shift=shift,
+                   config=config, exist_ok=exist_ok)
 
     def describe(self, topic: str) -> List[PartitionInfo]:
         """Per partition: leader, epoch, replicas, ISR, high watermark, log end offsets (asked of the owner)."""
         return self._call("describe", topic)
 
-    # Topic admin: run by the owner (as :class:`pylog.Cluster`'s methods of the same names); every
-    # process's metadata mirror has the change when the call returns in the caller.
     def list_topics(self, include_internal: bool = False) -> List[str]:
         """As :meth:`pylog.Cluster.list_topics`."""
         return self._call("list_topics", include_internal)
@@ -576,27 +586,21 @@ class SharedCluster:
         """As :meth:`pylog.Cluster.create_partitions`."""
         self._call("create_partitions", name, total_count)
 
-    def alter_topic_config(self, name: str, configs: Dict[str, Any]) -> None:
+    def alter_topic_config(self, name: str, configs: Dict[str, object]) -> None:
         """As :meth:`pylog.Cluster.alter_topic_config`."""
         self._call("alter_topic_config", name, dict(configs))
 
-    def topic_config(self, name: str, *, kafka_names: bool = False) -> Dict[str, Any]:
+    def topic_config(self, name: str, *, kafka_names: bool = False) -> Dict[str, object]:
         """As :meth:`pylog.Cluster.topic_config`."""
         return self._call("topic_config", name, kafka_names=kafka_names)
 
-    def metrics(self, *, include_clients: bool = True) -> List[Any]:
+    def metrics(self, *, include_clients: bool = True) -> List[Metric]:
         """The owner's cluster samples (:meth:`pylog.Cluster.metrics`) plus, with ``include_clients``,
         this process's producers' and consumers' samples."""
         out = list(self._call("metrics", include_clients=False))
         if include_clients:
-            for c in list(self._clients):
-                fn = getattr(c, "metrics", None)
-                if fn is not None and not c._node.closed:
-                    out.extend(fn())
+            out.extend(self._client_metrics())
         return out
-
-    def leader_of(self, topic: str, partition: int = 0) -> int:
-        return self.scheduler.run_sync(lambda: self.store.partitions[(topic, partition)].leader)
 
     def inject_fault(self, api: Any, error: Any = None, count: Optional[int] = 1, broker: Optional[int] = None,
                      topic: Optional[str] = None, *, delay_ms: int = 0, drop_connection: bool = False) -> Any:
@@ -625,60 +629,6 @@ class SharedCluster:
             raise InvalidConfigurationError(f"the owner of {self.path} has no Kafka listener (open it with listen=...)")
         return servers
 
-    # Group admin: this process's own GroupAdmin client, whose requests travel to the owner's broker
-    # like its consumers' (no admin call to forward); the same calls as pylog.Cluster's.
-    def list_groups(self) -> List[GroupListing]:
-        """As :meth:`pylog.Cluster.list_groups`."""
-        self._ensure_open()
-        return admin_for(self).list_groups()
-
-    def describe_group(self, group_id: str) -> GroupDescription:
-        """As :meth:`pylog.Cluster.describe_group`."""
-        self._ensure_open()
-        return admin_for(self).describe_group(group_id)
-
-    def list_group_offsets(self, group_id: str) -> Dict[Tuple[str, int], Any]:
-        """As :meth:`pylog.Cluster.list_group_offsets`."""
-        self._ensure_open()
-        return admin_for(self).list_group_offsets(group_id)
-
-    def delete_group(self, group_id: str) -> None:
-        """As :meth:`pylog.Cluster.delete_group`."""
-        self._ensure_open()
-        admin_for(self).delete_group(group_id)
-
-    def delete_group_offsets(self, group_id: str, partitions: Sequence[Tuple[str, int]]) -> None:
-        """As :meth:`pylog.Cluster.delete_group_offsets`."""
-        self._ensure_open()
-        admin_for(self).delete_group_offsets(group_id, partitions)
-
-    def remove_group_members(self, group_id: str, group_instance_ids: Sequence[str]) -> None:
-        """As :meth:`pylog.Cluster.remove_group_members`."""
-        self._ensure_open()
-        admin_for(self).remove_group_members(group_id, group_instance_ids)
-
-    def alter_group_offsets(self, group_id: str, offsets: Dict[Tuple[str, int], Any]) -> None:
-        """As :meth:`pylog.Cluster.alter_group_offsets` (the owner creates ``__consumer_offsets`` first)."""
-        self._ensure_open()
-        self._call("_ensure_offsets_topic")
-        admin_for(self).alter_group_offsets(group_id, offsets)
-
-    def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
-        self._ensure_open()
-        p = Producer(self, acks=acks, **kwargs)
-        self._clients.append(p)
-        return p
-
-    def consumer(self, group_id: Optional[str] = None, topics: Sequence[str] = (), **kwargs: Any) -> Consumer:
-        self._ensure_open()
-        if "isolation_level" not in inspect.signature(Consumer).parameters:
-            kwargs.pop("isolation_level", None)  # as Cluster.consumer: no transactions yet
-        if group_id is not None and hasattr(Cluster, "_ensure_offsets_topic"):
-            self._call("_ensure_offsets_topic")  # the owner creates __consumer_offsets on first use
-        c = Consumer(self, group_id=group_id, topics=topics, **kwargs)
-        self._clients.append(c)
-        return c
-
     def wait_owner(self, timeout: float = 30.0) -> str:
         """Block until this process is attached to an owner (or is it); returns the role."""
         role = self._wait_attached(int(timeout * 1000))
@@ -698,12 +648,8 @@ class SharedCluster:
             self._closed = True
             self._cond.notify_all()
 
-        def close_clients() -> None:
-            for c in self._clients:
-                c._node.close_node()
-
         try:
-            self.scheduler.run_sync(close_clients)
+            self.scheduler.run_sync(self._close_client_nodes)
         finally:
             t = self._attach_thread
             if t is not None and t is not threading.current_thread():
@@ -734,12 +680,6 @@ class SharedCluster:
                 cluster.close()
             finally:
                 self._unlock()
-
-    def __enter__(self) -> "SharedCluster":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _check(self) -> None:
         """Invariants: the loop has not failed; the owner's cluster holds its own; upstream matches the role."""

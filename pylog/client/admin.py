@@ -5,7 +5,7 @@ Reached through :class:`pylog.Cluster` (``cluster.list_groups()``, ...) and
 the shared queue (:mod:`pylog.shared`), which create one :class:`GroupAdmin`
 each on first use. Like the consumer, it talks to the brokers only with
 messages over ``cluster.transport`` (so it works from a second process over
-the shared queue's socket) and reads metadata only from ``cluster.store``:
+the shared queue's socket) and reads metadata only from ``cluster.metadata``:
 
 * a group call looks the coordinator up (FindCoordinator to the leader of the
   group's ``__consumer_offsets`` partition, or the controller), sends the
@@ -26,7 +26,6 @@ virtual time meanwhile).
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
 from pylog.client._node import ClientFuture, ClientNode
@@ -49,6 +48,7 @@ from pylog.errors import (
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER
+from pylog.runtime.cluster_context import ClusterContext
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +98,9 @@ class GroupDescription(NamedTuple):
 class GroupAdmin:
     """Blocking consumer-group admin calls over ``cluster``'s transport (see the module docstring)."""
 
-    def __init__(self, cluster: Any, *, request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100):
+    def __init__(self, cluster: ClusterContext, *, request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100):
         self.scheduler = cluster.scheduler
-        self.store = cluster.store
+        self.store = cluster.metadata
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self._node: ClientNode = self.scheduler.run_sync(
@@ -386,23 +386,14 @@ class GroupAdmin:
 
             self._wait(start)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran or the cluster closed this client."""
+        return self._node.closed
+
     def close(self) -> None:
         self.scheduler.run_sync(self._node.close_node)
 
 
-_lock = threading.Lock()
 
-
-def admin_for(cluster: Any) -> GroupAdmin:
-    """The cluster's :class:`GroupAdmin`, created on first use and closed with the cluster's clients."""
-    with _lock:
-        admin = cluster.__dict__.get("_group_admin")
-        if admin is None or admin._node.closed:
-            admin = GroupAdmin(cluster, request_timeout_ms=getattr(cluster, "request_timeout_ms", 0)
-                               or getattr(getattr(cluster, "config", None), "request_timeout_ms", 30_000))
-            cluster._group_admin = admin
-            cluster._clients.append(admin)
-        return admin
-
-
-__all__ = ["GroupAdmin", "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata", "admin_for"]
+__all__ = ["GroupAdmin", "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata"]

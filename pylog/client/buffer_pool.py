@@ -32,6 +32,8 @@ from pylog.errors import BufferExhaustedError, ProducerClosedError
 
 if TYPE_CHECKING:
     from pylog.client._node import ClientNode
+    from pylog.runtime.cluster_context import MetadataView
+    from pylog.runtime.scheduler import Scheduler
     from pylog.client.partitioner import StickyPartitioner
 
 logger = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ class BufferPool:
     """``buffer_memory`` accounting and the senders waiting for room (a part of :class:`Producer`)."""
 
     if TYPE_CHECKING:  # provided by the facade and the other parts
-        scheduler: Any
+        scheduler: Scheduler
         max_block_ms: int
         _lock: Any  # threading.Lock, or the C send path's look-alike
         _realtime: bool

@@ -99,6 +99,7 @@ from pylog.errors import (
 )
 from pylog.metrics import metric
 from pylog.replication import group_messages as gm
+from pylog.runtime.cluster_context import ClusterContext
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
     fetched batch.
     """
 
-    def __init__(self, cluster: Any, *, group_id: Optional[str] = None, topics: Sequence[str] = (),
+    def __init__(self, cluster: ClusterContext, *, group_id: Optional[str] = None, topics: Sequence[str] = (),
                  pattern: Union[None, str, Pattern[str]] = None, client_id: Optional[str] = None,
                  auto_offset_reset: str = "earliest", enable_auto_commit: bool = True,
                  auto_commit_interval_ms: int = 5_000, isolation_level: str = "read_uncommitted",
@@ -169,7 +170,7 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
         self._key_deserializer = config.key_deserializer_fn
         self._value_deserializer = config.value_deserializer_fn
         self.cluster = cluster
-        self.store = cluster.store
+        self.store = cluster.metadata
         self.scheduler = cluster.scheduler
         self.group_id = config.group_id
         #: KIP-345 static membership (None: a dynamic member)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:
     from pylog.client._node import ClientNode
+    from pylog.runtime.cluster_context import MetadataView
+    from pylog.runtime.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +33,8 @@ class ConsumerBase:
 
     if TYPE_CHECKING:
         # the cluster (as Consumer.__init__ takes it from the cluster object)
-        store: Any
-        scheduler: Any
+        store: MetadataView
+        scheduler: Scheduler
         # options (ConsumerConfig)
         group_id: Optional[str]
         group_instance_id: Optional[str]

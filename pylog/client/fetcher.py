@@ -283,7 +283,7 @@ class Fetcher(ConsumerBase):
         def attempt(tp: TopicPartition) -> None:
             if fut.done():
                 return
-            st = self.store.partitions.get(tuple(tp))
+            st = self.store.partitions.get((tp.topic, tp.partition))
             if st is None or st.leader == NO_LEADER:
                 again(tp, f"{tp.topic}-{tp.partition} has no leader")
                 return

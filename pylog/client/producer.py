@@ -81,6 +81,7 @@ from pylog.errors import (
 )
 from pylog.metrics import metric
 from pylog.storage.record import Record
+from pylog.runtime.cluster_context import ClusterContext
 
 try:  # the per-record hot path in C (sendpath.c); the pure-Python closure is the fallback
     from pylog._native._sendpath import Lock as _Lock
@@ -143,7 +144,7 @@ class Producer(BufferPool, Sender):
     encode, one request and O(1) completion. Thread-safety: see the module docstring.
     """
 
-    def __init__(self, cluster: Any, *, acks: Any = "all", batch_size: int = 16384, linger_ms: int = 0,
+    def __init__(self, cluster: ClusterContext, *, acks: Any = "all", batch_size: int = 16384, linger_ms: int = 0,
                  compression_type: Optional[str] = None, max_in_flight: int = 5, retry_backoff_ms: int = 100,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
@@ -172,7 +173,7 @@ class Producer(BufferPool, Sender):
         self.cluster = cluster
         self.scheduler = cluster.scheduler
         self._realtime = not self.scheduler.simulated
-        self._store = cluster.store
+        self._store = cluster.metadata
         self._lock = _Lock()  # like threading.Lock; the C send path takes it without a method call
         self._init_buffer_pool(config.buffer_memory, config.batch_size)
         self._node: ClientNode = self.scheduler.run_sync(

@@ -49,6 +49,8 @@ from pylog.storage.record import encode_batch, encode_values_batch
 
 if TYPE_CHECKING:
     from pylog.client._node import ClientNode
+    from pylog.runtime.cluster_context import MetadataView
+    from pylog.runtime.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +88,8 @@ class Sender:
     """Sends closed batches, handles their answers, numbers them (a part of :class:`Producer`)."""
 
     if TYPE_CHECKING:  # provided by the facade and the other parts
-        scheduler: Any
-        _store: Any
+        scheduler: Scheduler
+        _store: MetadataView
         acks: int
         enable_idempotence: bool
         compression: int

@@ -38,7 +38,7 @@ How a handler module registers and answers
    version; nested structs are attributes of ``ctx.response_class``
    (e.g. ``ctx.response_class.MetadataResponseTopic(version=ctx.api_version, ...)``).
 3. The handler runs on the cluster's loop thread (the thread every broker,
-   the controller and the transport run on): read ``ctx.cluster.store``,
+   the controller and the transport run on): read ``ctx.cluster.metadata``,
    ``ctx.broker`` freely, never block. Reach brokers and the group coordinator
    the way pylog's own clients do: build a message of
    :mod:`pylog.replication.messages` / :mod:`pylog.replication.group_messages`

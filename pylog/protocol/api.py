@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
 from pylog.protocol import codec
+from pylog.runtime.broker import Broker
+from pylog.runtime.cluster_context import ServedCluster
+from pylog.runtime.scheduler import Scheduler
 
 Handler = Callable[["RequestContext", Any], None]
 #: ``fail(ctx, req, error_code)``: answer ``req`` with ``error_code`` everywhere it has one (a
@@ -36,7 +39,7 @@ class ApiSpec:
     handler: Handler
     fail: Optional[Fail] = None
     #: ``available(cluster) -> bool``: False hides the API from ApiVersions (e.g. the cluster lacks a method)
-    available: Optional[Callable[[Any], bool]] = None
+    available: Optional[Callable[[ServedCluster], bool]] = None
     #: True: the handler may run long (blocking cluster calls): it runs on a worker thread, not the loop
     blocking: bool = False
 
@@ -46,7 +49,7 @@ REGISTRY: Dict[int, ApiSpec] = {}
 
 
 def register(api_key: int, min_version: int, max_version: int, *, fail: Optional[Fail] = None,
-             available: Optional[Callable[[Any], bool]] = None, blocking: bool = False) -> Callable[[Handler], Handler]:
+             available: Optional[Callable[[ServedCluster], bool]] = None, blocking: bool = False) -> Callable[[Handler], Handler]:
     """Decorator: serve ``api_key`` versions ``min_version..max_version`` with the decorated function."""
     req_cls = codec.request_class(api_key)
     if req_cls is None:
@@ -68,7 +71,7 @@ def register(api_key: int, min_version: int, max_version: int, *, fail: Optional
 class RequestContext:
     """One request being served: who asked, which broker answers, and how to reply.
 
-    Attributes: ``cluster`` (the :class:`pylog.Cluster`), ``broker_id`` (the broker whose
+    Attributes: ``cluster`` (the :class:`~pylog.runtime.cluster_context.ServedCluster`: a :class:`pylog.Cluster`), ``broker_id`` (the broker whose
     listener got the request), ``broker`` (its :class:`pylog.runtime.broker.Broker`),
     ``node`` (the listener's :class:`pylog.client._node.ClientNode` on the cluster's transport:
     send in-process requests to brokers with :meth:`request`), ``api_key``, ``api_version``,
@@ -82,7 +85,7 @@ class RequestContext:
                  client_id: Optional[str]):
         self.server = server
         self.conn = conn
-        self.cluster = server.cluster
+        self.cluster: ServedCluster = server.cluster
         self.broker_id: int = conn.broker_id
         self.node = server.nodes[conn.broker_id]
         self.spec = spec
@@ -95,11 +98,11 @@ class RequestContext:
         self.expects_response = True
 
     @property
-    def broker(self) -> Any:
+    def broker(self) -> Broker:
         return self.cluster.brokers[self.broker_id]
 
     @property
-    def scheduler(self) -> Any:
+    def scheduler(self) -> Scheduler:
         return self.cluster.scheduler
 
     def response(self, **fields: Any) -> Any:

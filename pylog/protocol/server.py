@@ -47,6 +47,7 @@ from typing import Any, Callable, Counter, Deque, Dict, List, Optional, Tuple
 from pylog.errors import InvalidConfigurationError
 from pylog.protocol import codec
 from pylog.protocol.api import REGISTRY, RequestContext
+from pylog.runtime.cluster_context import ServedCluster
 
 log = logging.getLogger("pylog.protocol")
 
@@ -96,7 +97,7 @@ class Connection:
 class KafkaServer:
     """Listeners for every broker of ``cluster`` on ``host`` (real-time clusters only)."""
 
-    def __init__(self, cluster: Any, listen: str, *, socket_request_max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    def __init__(self, cluster: ServedCluster, listen: str, *, socket_request_max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  connections_max_idle_ms: int = DEFAULT_MAX_IDLE_MS):
         from pylog.protocol import handlers  # noqa: F401 - fills REGISTRY
 
@@ -455,8 +456,12 @@ class KafkaServer:
             pass
 
     def _check(self) -> None:
-        """Invariants (tests call it): listeners are brokers' and on their recorded ports; open
-        connections are registered for what they wait on; a muted connection holds a whole frame."""
+        """Invariants (tests call it; they are checked on the I/O thread, which owns the state):
+        listeners are brokers' and on their recorded ports; open connections are registered for
+        what they wait on; a muted connection holds a whole frame."""
+        self._call_io(self._check_io_state)
+
+    def _check_io_state(self) -> None:
         assert set(self.listeners) <= set(self.ports)
         for b, s in self.listeners.items():
             assert s.getsockname()[1] == self.ports[b]

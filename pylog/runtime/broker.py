@@ -180,6 +180,11 @@ class Broker:
             self.disk.crash()
 
     # -------------------------------------------------------------- plumbing
+    def send(self, out: Outbox) -> None:
+        """Deliver ``out`` from this broker: what a call on its controller returned (the cluster
+        facade's topic admin). Loop thread only."""
+        self._send(out)
+
     def _send(self, out: Outbox) -> None:
         for dst, msg in out.items:
             if dst == CONTROLLER:

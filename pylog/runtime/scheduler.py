@@ -67,6 +67,10 @@ class Scheduler:
     def close(self) -> None:
         pass
 
+    def on_loop(self) -> bool:
+        """True when the caller runs on the scheduler's loop thread (a single-threaded scheduler: always)."""
+        return True
+
 
 class SimScheduler(Scheduler):
     """Virtual time, single thread, deterministic from ``seed``.

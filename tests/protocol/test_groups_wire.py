@@ -66,7 +66,7 @@ class Conn:
 @pytest.fixture
 def kc(pylog_kafka):
     pylog_kafka.create_topic("t", partitions=3)
-    pylog_kafka._ensure_offsets_topic()
+    pylog_kafka.ensure_offsets_topic()
     return pylog_kafka
 
 

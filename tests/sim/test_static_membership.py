@@ -390,7 +390,6 @@ def test_static_member_back_from_a_poll_timeout_within_its_session_takes_its_slo
 
 
 def test_admin_removes_a_static_member_at_once(tmp_path):
-    from pylog.client.admin import admin_for
     from pylog.errors import UnknownMemberIdError
 
     c = Cluster(tmp_path, brokers=3, seed=353)
@@ -403,7 +402,7 @@ def test_admin_removes_a_static_member_at_once(tmp_path):
         gone = members[1]
         gone.close()
         run.live.remove(gone)
-        admin = admin_for(c)
+        admin = c.group_admin()  # the facade's own GroupAdmin
         assert "host-1" in {m.group_instance_id for m in c.describe_group(GROUP).members}  # (no LeaveGroup)
         c.remove_group_members(GROUP, ["host-1"])  # the Cluster facade over GroupAdmin
         d = c.describe_group(GROUP)  # gone at once, and the group rebalances without it

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, register
 from pylog.protocol.handlers.core import default_rf
+from pylog.runtime.cluster_context import ServedCluster
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -75,7 +76,7 @@ def create_topics(ctx: RequestContext, req: Any) -> None:
             rows.append((n, codec.INVALID_REPLICATION_FACTOR,
                          f"replication factor {rf} is not in 1..{len(cluster.brokers)} (brokers)", -1, -1))
             continue
-        if n in cluster.store.topics:
+        if n in cluster.metadata.topics:
             rows.append((n, codec.TOPIC_ALREADY_EXISTS, f"topic {n!r} already exists", -1, -1))
             continue
         configs = _snake({c.name: c.value for c in (t.configs or [])})
@@ -165,7 +166,7 @@ def create_partitions(ctx: RequestContext, req: Any) -> None:
         try:
             if t.assignments:
                 raise _Invalid("manual replica assignments are not supported")
-            cfg = ctx.cluster.store.topics.get(t.name)
+            cfg = ctx.cluster.metadata.topics.get(t.name)
             if cfg is None:
                 out.append(R(version=ctx.api_version, name=t.name, error_code=codec.UNKNOWN_TOPIC_OR_PARTITION,
                              error_message=f"unknown topic {t.name!r}"))
@@ -195,14 +196,14 @@ def _kafka_name(snake: str) -> str:
     return snake.replace("_", ".")
 
 
-def topic_configs(cluster: Any, name: str) -> List[Tuple[str, Optional[str], int]]:
+def topic_configs(cluster: ServedCluster, name: str) -> List[Tuple[str, Optional[str], int]]:
     """Every config of topic ``name``: (Kafka name, value as Kafka writes it, source)."""
     from pylog.storage.log import LogConfig
 
-    cfg = cluster.store.topics[name]
+    cfg = cluster.metadata.topics[name]
     broker_cfg = {}
     for b in cluster.brokers.values():
-        broker_cfg = dict(getattr(b, "log_config", {}) or {})
+        broker_cfg = dict(b.log_config or {})
         break
     overrides = dict(cfg.configs)
     rows: List[Tuple[str, Optional[str], int]] = []
@@ -254,7 +255,7 @@ def describe_configs(ctx: RequestContext, req: Any) -> None:
     for r in req.resources or []:
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
         if r.resource_type == TOPIC_RESOURCE:
-            if r.resource_name not in ctx.cluster.store.topics:
+            if r.resource_name not in ctx.cluster.metadata.topics:
                 results.append(R(version=v, error_code=codec.UNKNOWN_TOPIC_OR_PARTITION,
                                  error_message=f"unknown topic {r.resource_name!r}", resource_type=r.resource_type,
                                  resource_name=r.resource_name, configs=[]))

@@ -19,6 +19,7 @@ from typing import Any, List, Optional, Sequence
 
 from pylog.protocol import codec
 from pylog.protocol.api import REGISTRY, RequestContext, register
+from pylog.runtime.cluster_context import ServedCluster
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -48,7 +49,7 @@ def api_versions(ctx: RequestContext, req: Any) -> None:
     ctx.reply(ctx.response(error_code=0, api_keys=supported_api_keys(ctx.server), throttle_time_ms=0))
 
 
-def cluster_id(cluster: Any) -> str:
+def cluster_id(cluster: ServedCluster) -> str:
     """A stable 22-character id derived from the cluster's directory (Kafka's cluster ids are base64 UUIDs)."""
     import base64
 
@@ -56,9 +57,9 @@ def cluster_id(cluster: Any) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def default_rf(cluster: Any) -> int:
+def default_rf(cluster: ServedCluster) -> int:
     """Kafka's ``default.replication.factor``: the cluster's, else min(3, brokers)."""
-    rf = getattr(cluster, "default_replication_factor", None)
+    rf = cluster.default_replication_factor
     return rf if rf is not None else min(3, len(cluster.brokers))
 
 
@@ -69,7 +70,7 @@ def live_brokers(ctx: RequestContext) -> List[int]:
 
 def _topic_rows(ctx: RequestContext, names: Optional[Sequence[str]], created_errors: Any = None) -> List[Any]:
     cls = ctx.response_class
-    store = ctx.cluster.store
+    store = ctx.cluster.metadata
     live = set(live_brokers(ctx))
     v = ctx.api_version
     rows = []
@@ -105,7 +106,7 @@ def _answer_metadata(ctx: RequestContext, names: Optional[Sequence[str]], create
     v = ctx.api_version
     brokers = [cls.MetadataResponseBroker(version=v, node_id=b, host=ctx.server.host, port=ctx.server.ports[b],
                                           rack=None) for b in live_brokers(ctx)]
-    controller = ctx.cluster.store.controller_id
+    controller = ctx.cluster.metadata.controller_id
     ctx.reply(ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=cluster_id(ctx.cluster),
                            controller_id=-1 if controller is None else controller,
                            topics=_topic_rows(ctx, names, created_errors)))
@@ -126,11 +127,11 @@ def metadata(ctx: RequestContext, req: Any) -> None:
         _answer_metadata(ctx, None)
         return
     names = [t.name for t in topics]
-    store = ctx.cluster.store
+    store = ctx.cluster.metadata
     allow = ctx.api_version < 4 or bool(req.allow_auto_topic_creation)
     missing = [n for n in names if n not in store.topics and n is not None and _TOPIC_RE.match(n)
                and n not in (".", "..") and not n.startswith("__")]
-    if not missing or not allow or not getattr(ctx.cluster, "auto_create_topics", False):
+    if not missing or not allow or not ctx.cluster.auto_create_topics:
         _answer_metadata(ctx, names)
         return
     cluster = ctx.cluster
@@ -139,10 +140,10 @@ def metadata(ctx: RequestContext, req: Any) -> None:
         errors = {}
         for n in missing:
             try:
-                cluster.create_topic(n, partitions=getattr(cluster, "num_partitions", 1),
+                cluster.create_topic(n, partitions=cluster.num_partitions,
                                      replication_factor=default_rf(cluster))
             except Exception as exc:  # noqa: BLE001 - reported per topic; another client may have created it
-                if n not in cluster.store.topics:
+                if n not in cluster.metadata.topics:
                     errors[n] = codec.error_code_of(exc) if codec.error_code_of(exc) != -1 else codec.LEADER_NOT_AVAILABLE
         return errors
 
@@ -152,7 +153,7 @@ def metadata(ctx: RequestContext, req: Any) -> None:
 @register(api_key=60, min_version=0, max_version=1)
 def describe_cluster(ctx: RequestContext, req: Any) -> None:
     cls = ctx.response_class
-    controller = ctx.cluster.store.controller_id
+    controller = ctx.cluster.metadata.controller_id
     ctx.reply(ctx.response(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=cluster_id(ctx.cluster),
         controller_id=-1 if controller is None else controller,

@@ -93,7 +93,7 @@ def _fail_fetch(ctx: RequestContext, req: Any, code: int) -> None:
 
 @register(api_key=1, min_version=4, max_version=12, fail=_fail_fetch)
 def fetch(ctx: RequestContext, req: Any) -> None:
-    store = ctx.cluster.store
+    store = ctx.cluster.metadata
     v = ctx.api_version
     wanted: List[Tuple[TP, int, int, int]] = []  # (tp, offset, leader epoch, partition max bytes)
     state: Dict[TP, _PartState] = {}
@@ -204,7 +204,7 @@ def _record_timestamp(ctx: RequestContext, tp: TP, offset: int) -> int:
     try:
         for rec in part.log.read(offset, max_bytes=1):
             if rec.offset >= offset:
-                return rec.timestamp
+                return -1 if rec.timestamp is None else rec.timestamp
     except Exception:  # noqa: BLE001 - a timestamp is informative only
         return -1
     return -1
@@ -215,7 +215,7 @@ def list_offsets(ctx: RequestContext, req: Any) -> None:
     """Earliest (-2), latest (-1: the HW, which is also the last stable offset) or the first offset
     whose timestamp is at or after a time (offset -1 when there is none, as Kafka answers), through the
     broker's ListOffsets path (the one pylog's consumer uses)."""
-    store = ctx.cluster.store
+    store = ctx.cluster.metadata
     rows: Dict[TP, Tuple[int, int, int, int]] = {}
     todo = []
     for t in req.topics or []:
@@ -284,7 +284,7 @@ def _fail_ofle(ctx: RequestContext, req: Any, code: int) -> None:
 @register(api_key=23, min_version=2, max_version=4, fail=_fail_ofle)
 def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> None:
     """Where a leader epoch ends on the leader (KIP-101/KIP-279): the broker's own answer to followers."""
-    store = ctx.cluster.store
+    store = ctx.cluster.metadata
     rows: Dict[TP, Tuple[int, int, int]] = {}
     todo = []
     for t in req.topics or []:

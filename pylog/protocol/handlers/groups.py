@@ -150,11 +150,11 @@ def _ensure_offsets_topic(ctx: RequestContext) -> None:
         if error is not None:  # the next FindCoordinator tries again
             _log.warning("creating __consumer_offsets failed: %s", error)
 
-    ctx.run_blocking(ctx.cluster._ensure_offsets_topic, then)
+    ctx.run_blocking(ctx.cluster.ensure_offsets_topic, then)
 
 
 def _lookup_group(ctx: RequestContext, req: Any, key: str, done: Callable[[int, Optional[str], int], None]) -> None:
-    if not ctx.cluster._has_offsets_topic():
+    if not ctx.cluster.has_offsets_topic():
         _ensure_offsets_topic(ctx)
         done(COORDINATOR_NOT_AVAILABLE, "the __consumer_offsets topic is being created", -1)
         return
@@ -389,7 +389,7 @@ def _commit_fail(ctx: RequestContext, req: Any, code: int) -> None:
 
 
 def _partition_count(ctx: RequestContext, topic: str) -> int:
-    cfg = ctx.cluster.store.topics.get(topic)
+    cfg = ctx.cluster.metadata.topics.get(topic)
     return 0 if cfg is None else cfg.partitions
 
 

@@ -69,7 +69,7 @@ def produce(ctx: RequestContext, req: Any) -> None:
         _fail(ctx, req, codec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)  # no transactions yet
         return
     timeout = min(max(int(req.timeout_ms), 0), _MAX_TIMEOUT_MS)
-    store = ctx.cluster.store
+    store = ctx.cluster.metadata
     results: Dict[Tuple[str, int], Tuple[int, int, str]] = {}
     waiting = [0]
     done = [False]
