@@ -211,8 +211,6 @@ PRIVATE_IMPORT_ALLOWLIST: Set[Tuple[str, str, str]] = {
     ("pylog.storage.log", "pylog.storage.record", "_INFO_ORDER"),
     ("pylog.spark.reader", "pylog.storage.record", "_decode_columns"),
     ("pylog.spark.reader", "pylog.storage.record", "_spans"),
-    # client/consumer.py's option check, shared with client/admin.py (the consumer split moves it)
-    ("pylog.client.admin", "pylog.client.consumer", "_check_group_instance_id"),
 }
 
 
