@@ -31,12 +31,12 @@ from pylog import _native
 from pylog._version import __version__
 from pylog.errors import CorruptRecordError, LogDirLockedError, PylogError
 from pylog.storage import checkpoint
-from pylog.storage.compression import NAMES as CODEC_NAMES
+from pylog.record.compression import NAMES as CODEC_NAMES
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.log import LEADER_EPOCH_CHECKPOINT, Log
 from pylog.storage.logdir import CLEAN_SHUTDOWN_FILE, LOCK_FILE, RECOVERY_POINT_FILE, parse_partition_dir
-from pylog.storage.record import Record, RecordBatch, scan
+from pylog.record import Record, RecordBatch, scan
 
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"  # replication.replica_manager's name (not imported: layering)
 METADATA_FILE = "cluster-metadata.json"

@@ -23,7 +23,7 @@ import threading
 from typing import Any, Callable, List, NamedTuple, Optional
 
 from pylog.errors import InvalidConfigurationError, PylogError, RequestTimedOutError
-from pylog.storage.record import Record
+from pylog.record import Record
 
 _new_tuple = tuple.__new__  # builds a RecordMetadata without running its Python-level __new__
 

@@ -98,7 +98,7 @@ from pylog.client.types import (
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import NO_LEADER, FetchRequest
-from pylog.storage.record import CREATE_TIME
+from pylog.record import CREATE_TIME
 
 TP = Tuple[str, int]
 #: orders ownership changes of every consumer of the process (tests check no partition has two owners at once)

@@ -91,7 +91,7 @@ from pylog.errors import (
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.messages import ACKS_ALL, Outbox, ProduceRequest, ProduceResponse
-from pylog.storage.record import Record
+from pylog.record import Record
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
