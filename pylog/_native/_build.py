@@ -68,7 +68,7 @@ def _build_sendpath(out: "pathlib.Path | None" = None) -> pathlib.Path:
     import sys
 
     sys.path.insert(0, str(HERE / "sendpath"))
-    from _build_sendpath import build_sendpath
+    from _build_sendpath import build_sendpath  # type: ignore[import-not-found]
 
     return build_sendpath(out)
 

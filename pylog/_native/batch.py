@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from itertools import repeat
 from operator import itemgetter
-from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pylog._native import ECORRUPT, OK, check, ffi, lib, strerror
 from pylog.errors import CorruptRecordError, InvalidRecordError
@@ -82,7 +82,7 @@ def _info_row(info: Any) -> Tuple[int, ...]:
 # ---------------------------------------------------------------------------
 
 
-def scan(data: Buffer, verify_crc: bool, max_batches: int, row_type: Callable[..., Any] = tuple) -> Tuple[List[Any], int, int]:
+def scan(data: Buffer, verify_crc: bool, max_batches: int, row_type: Any = tuple) -> Tuple[List[Any], int, int]:
     """``plg_scan`` over ``data``: ``(rows, valid_bytes, status)``.
 
     ``rows`` are ``row_type`` tuples (a ``tuple`` subclass with the fields of
@@ -241,7 +241,8 @@ class DecodedColumns:
 
     def view(self, name: str) -> memoryview:
         """Column ``name`` as a typed memoryview (``q``, ``i`` or ``I``) that keeps the arrays alive."""
-        return memoryview(ffi.buffer(self._arrays[name], _WIDTH[name] * self.count)).cast(_COLUMN_FORMAT[name])
+        view: Any = memoryview(ffi.buffer(self._arrays[name], _WIDTH[name] * self.count))
+        return view.cast(_COLUMN_FORMAT[name])  # type: ignore[no-any-return]
 
 
 def check_record_count(count: int, section_bytes: int, what: str, path: Optional[str], position: Optional[int]) -> None:
@@ -416,7 +417,7 @@ MAX_RUN_RECORDS = 16384
 class FetchRun(NamedTuple):
     """What one :meth:`FetchRunScratch.decode` call found.
 
-    ``count`` records: ``offsets`` is the first offset (an int) when they are
+    ``records`` records: ``offsets`` is the first offset (an int) when they are
     consecutive, else a list; ``timestamps`` one int shared by all, or a list;
     ``values``/``keys`` are ``struct`` formats that slice the values and keys
     out of the decoded buffer (``keys`` None: every key null). ``consumed``
@@ -426,7 +427,7 @@ class FetchRun(NamedTuple):
     another value (the scratch was full: call again from ``consumed``).
     """
 
-    count: int
+    records: int
     offsets: Any
     timestamps: Any
     values: bytes

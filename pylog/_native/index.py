@@ -16,18 +16,19 @@ thread at a time (a segment's are used under its log's lock).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from pylog._native import OK, check, ffi, lib, sendpath_module, strerror
 from pylog.errors import CorruptIndexError, CorruptRecordError
 
+Buffer = Union[bytes, bytearray, memoryview]
 ENOTFOUND: int = lib.PLG_ENOTFOUND
 EUNSUPPORTED: int = lib.PLG_EUNSUPPORTED
 #: Batches per segment whose record anchors the point-lookup cache keeps (direct-mapped by position).
 LOOKUP_CACHE_BATCHES = 1024
 
 
-def index_check(data: bytes, is_time: bool, log_size: int, path: str) -> int:
+def index_check(data: Buffer, is_time: bool, log_size: int, path: str) -> int:
     """``plg_index_check``: the number of entries of a valid index file ``data`` (entries in
     order, positions inside a log of ``log_size`` bytes); raises :class:`CorruptIndexError`
     naming ``path``. O(entries)."""
@@ -38,7 +39,7 @@ def index_check(data: bytes, is_time: bool, log_size: int, path: str) -> int:
     return int(entries[0])
 
 
-def offset_index_lookup(data: bytes, relative_offset: int) -> Tuple[int, int]:
+def offset_index_lookup(data: Buffer, relative_offset: int) -> Tuple[int, int]:
     """``plg_offset_index_lookup``: ``(relative offset, position)`` of the largest entry of the
     ``.index`` bytes ``data`` whose offset is <= ``relative_offset``; ``(0, 0)`` when none.
     O(log entries)."""
@@ -48,7 +49,7 @@ def offset_index_lookup(data: bytes, relative_offset: int) -> Tuple[int, int]:
     return int(rel_out[0]), int(pos_out[0])
 
 
-def time_index_lookup(data: bytes, timestamp: int) -> Tuple[int, int]:
+def time_index_lookup(data: Buffer, timestamp: int) -> Tuple[int, int]:
     """``plg_time_index_lookup``: ``(timestamp, relative offset)`` of the largest entry of the
     ``.timeindex`` bytes ``data`` with timestamp <= ``timestamp``; ``(-1, 0)`` when none.
     O(log entries)."""

@@ -170,7 +170,7 @@ class FetchDecoder:
             if need > self._cap:
                 self._grow(min(max(need, self._cap * 2), MAX_RUN_RECORDS))
             run = self._scratch.decode(view, at, total, pos, hw, last)
-            count = run.count
+            count = run.records
             if count:
                 first = run.offsets
                 offsets: Any = range(first, first + count) if type(first) is int else first

@@ -59,7 +59,7 @@ class BatchHeader(NamedTuple):
     def parse(cls, data: Buffer, position: int = 0) -> "BatchHeader":
         """The header at ``data[position:]`` (raises ``struct.error`` when fewer than 61 bytes remain:
         callers check the size first). O(1)."""
-        return _new_tuple(cls, _HEADER.unpack_from(data, position))  # type: ignore[no-any-return]
+        return _new_tuple(cls, _HEADER.unpack_from(data, position))
 
     def pack_into(self, buf: bytearray, position: int = 0) -> None:
         """Write this header at ``buf[position:]`` as it is (the length and CRC are not computed:
@@ -116,14 +116,14 @@ def check_one(buf: Buffer) -> Optional[BatchInfo]:
     """The header of ``buf`` when it is exactly one valid v2 batch (framing and CRC); None for
     anything else (the caller's general path then refuses it precisely). O(bytes)."""
     row = _c.check_one(buf)
-    return None if row is None else _new_tuple(BatchInfo, row)  # type: ignore[no-any-return]
+    return None if row is None else _new_tuple(BatchInfo, row)
 
 
 def stamp_one(buf: bytearray, base_offset: int, partition_leader_epoch: int) -> Optional[BatchInfo]:
     """Check that ``buf`` is exactly one valid v2 batch and give it ``base_offset`` and the epoch
     (fields outside the CRC); its header after stamping, or None (``buf`` unchanged). O(bytes)."""
     row = _c.stamp_one(buf, base_offset, partition_leader_epoch)
-    return None if row is None else _new_tuple(BatchInfo, row)  # type: ignore[no-any-return]
+    return None if row is None else _new_tuple(BatchInfo, row)
 
 
 def set_base_offset(batches: bytearray, base_offset: int, partition_leader_epoch: int) -> Tuple[int, int]:

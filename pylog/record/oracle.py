@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from pylog.record.types import CREATE_TIME, Buffer, Record
 
@@ -120,7 +120,7 @@ def py_encode_batch(
     return struct.pack(">qiibI", base_offset, len(tail) + 9, partition_leader_epoch, 2, crc) + tail
 
 
-def py_decode_batch(data: bytes) -> Tuple[dict, List[Record]]:
+def py_decode_batch(data: bytes) -> Tuple[Dict[str, int], List[Record]]:
     """Decode one uncompressed v2 batch (tests only). Raises ValueError when invalid."""
     if len(data) < 61:
         raise ValueError("shorter than a batch header")

@@ -67,19 +67,6 @@ class BatchInfo(NamedTuple):
     crc: int
 
 
-RecordInput = Union[bytes, bytearray, memoryview, Record, None]
-
-
-def status_reason(status: int) -> str:
-    """The words for a framing status (a :class:`ScanResult`'s or :func:`pylog.record.find_batch`'s)."""
-    return strerror(status)
-
-
-
-# ---------------------------------------------------------------------------
-# Scanning and batch views
-# ---------------------------------------------------------------------------
-
 class ScanResult(NamedTuple):
     """What :func:`pylog.record.scan` found: valid batches, where they end, and why it stopped.
 

@@ -100,7 +100,7 @@ def _decode_chunk(view: memoryview, infos: List[BatchInfo], path: str, position:
     try:
         while at < total:
             run = s.decode(view, at, total, low, below, prev_last, path, position)
-            count = run.count
+            count = run.records
             if count:
                 values, keys = run_fields(run, view, at)
                 out += build_records(values, keys, run.offsets, run.timestamps, run.timestamp_type)

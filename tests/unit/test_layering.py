@@ -8,6 +8,8 @@
   counts: it hides a cycle, it does not remove it).
 * No module inside the package imports the package root ``pylog`` (the root
   imports everything; the version lives in ``pylog/_version.py``).
+* cffi's ``ffi``/``lib`` are used only under ``pylog/_native/`` (its typed
+  bindings); every other module calls those bindings or :mod:`pylog.record`.
 
 The checker reads the source with :mod:`ast`; it imports nothing, so it also
 sees imports on paths a test never takes.
@@ -162,6 +164,69 @@ def test_no_import_cycle() -> None:
     edges, _ = graph()
     # the package root imports everything by design; nothing imports it (test above)
     assert find_cycle(edges) is None
+
+
+#: Modules still using ``ffi``/``lib`` while another change splits them (issue 15 item 3): the
+#: lead converts them to pylog._native/pylog.record calls after merging and empties this set.
+FFI_ALLOWLIST = {
+    "pylog.storage.log",
+    "pylog.storage.loader",
+    "pylog.storage.producer_state",
+    "pylog.replication.partition",
+}
+
+
+def ffi_uses(path: pathlib.Path) -> List[Tuple[str, int]]:
+    """Where ``path`` reaches cffi's ``ffi``/``lib``: imported from ``pylog._native`` (any submodule),
+    or read as an attribute of it (``_native.ffi``, ``pylog._native.lib``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    native_names = set()  # local names bound to pylog._native or a submodule of it
+    found: List[Tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module == "pylog._native" or node.module.startswith("pylog._native.")):
+            for alias in node.names:
+                if alias.name in ("ffi", "lib"):
+                    found.append((alias.name, node.lineno))
+        if isinstance(node, ast.ImportFrom) and node.module == "pylog":
+            native_names.update(a.asname or a.name for a in node.names if a.name == "_native")
+        if isinstance(node, ast.ImportFrom) and node.module == "pylog._native":
+            native_names.update(a.asname or a.name for a in node.names if a.name not in ("ffi", "lib"))
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("pylog._native"):
+                    native_names.add(alias.asname or "pylog")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("ffi", "lib"):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in native_names:
+                found.append((node.attr, node.lineno))
+    return found
+
+
+def test_ffi_and_lib_only_under_native() -> None:
+    _, paths = graph()
+    outside = [f"{paths[m].relative_to(ROOT.parent)}:{line}: {what}" for m in sorted(paths)
+               if not (m == "pylog._native" or m.startswith("pylog._native.")) and m not in FFI_ALLOWLIST
+               for what, line in ffi_uses(paths[m])]
+    assert outside == []
+
+
+def test_ffi_checker_sees_imports_and_attributes(tmp_path: pathlib.Path) -> None:
+    """The checker itself: each way of reaching ffi/lib is found; a binding call is not."""
+    cases = {
+        "from pylog._native import ffi, lib\n": 2,
+        "from pylog._native.batch import lib\n": 1,
+        "from pylog import _native\nx = _native.ffi.new('int *')\n": 1,
+        "import pylog._native\nx = pylog._native.lib.plg_version()\n": 1,
+        "from pylog._native import batch as _c\nx = _c.scan(b'', True, 1)\n": 0,
+    }
+    for i, (src, n) in enumerate(cases.items()):
+        f = tmp_path / f"m{i}.py"
+        f.write_text(src)
+        assert len(ffi_uses(f)) == n, src
 
 
 def test_checker_sees_function_level_imports_and_cycles(tmp_path: pathlib.Path) -> None:
