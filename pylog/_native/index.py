@@ -195,6 +195,11 @@ class MappedLog:
         """``n`` bytes from ``position`` (one copy, no system call)."""
         return ffi.buffer(self.ptr + position, n)[:]  # type: ignore[no-any-return]
 
+    def view(self, position: int, n: int) -> memoryview:
+        """A zero-copy view of ``n`` bytes from ``position`` (for a scan under the owner's lock; it
+        must not outlive the mapping - copy out with :meth:`read`)."""
+        return memoryview(ffi.buffer(self.ptr + position, n))
+
     def find_batch(self, position: int, end: int, offset: int) -> Tuple[int, int, int]:
         """``plg_find_batch`` over bytes ``position..end``: ``(status, position, last offset)`` as
         :func:`pylog._native.batch.find_batch` (positions relative to ``position``)."""

@@ -12,7 +12,7 @@ tombstones, legacy magic, reaching ``below``) is decoded by
 :meth:`RecordBatch.records` and the run resumes after it.
 
 The records are built by the C send-path extension's ``make_records``
-(``pylog/_native/sendpath.c``): ``Record`` is a NamedTuple, which CPython's
+(``pylog/_native/sendpath/sendpath.c``): ``Record`` is a NamedTuple, which CPython's
 cycle collector tracks for its whole life (it untracks only exact tuples), so a
 program holding many records made every older-generation collection scan
 them all. A record of bytes, ``None`` and ints cannot be part of a reference

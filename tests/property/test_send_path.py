@@ -1,4 +1,4 @@
-"""The producer's C send path (pylog/_native/sendpath.c) against the pure-Python closure it replaces.
+"""The producer's C send path (pylog/_native/sendpath/sendpath.c) against the pure-Python closure it replaces.
 
 ``Producer.send`` is ``SendPath.send`` when the extension is built and the
 closure from ``Producer._make_py_send`` otherwise. Both must queue the same
