@@ -16,6 +16,8 @@ thread at a time (a segment's are used under its log's lock).
 """
 from __future__ import annotations
 
+from functools import partial
+from operator import attrgetter
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from pylog._native import OK, check, ffi, lib, sendpath_module, strerror
@@ -66,13 +68,11 @@ _STATE_SIZE: int = ffi.sizeof("plg_segment_state_t")
 
 
 def _state_field(name: str) -> property:
-    def get(self: "SegmentState") -> int:
-        return int(getattr(self._st, name))
-
     def put(self: "SegmentState", value: int) -> None:
         setattr(self._st, name, value)
 
-    return property(get, put, doc=f"``plg_segment_state_t.{name}``")
+    # The getter is attrgetter (C, no Python frame): segments read their size on every read and lookup.
+    return property(attrgetter(f"_st.{name}"), put, doc=f"``plg_segment_state_t.{name}`` (an int)")
 
 
 class SegmentState:
@@ -172,7 +172,7 @@ class MappedLog:
     thread-safe (a segment's map is used under its log's lock, or copied out).
     """
 
-    __slots__ = ("ptr", "length", "address", "_exported", "_buf", "_ref")
+    __slots__ = ("ptr", "length", "address", "point", "_exported", "_buf", "_ref")
 
     def __init__(self, length: int, address: int = 0, buffer: Any = None):
         self.length = length
@@ -183,6 +183,11 @@ class MappedLog:
         self.address = address if buffer is None else int(ffi.cast("uintptr_t", self.ptr))
         self._buf: Any = None
         self._ref: Any = None
+        #: the send-path extension's point lookup bound to this map, or None without the extension:
+        #: ``point(size, index, base_offset, offset, verified_bytes, cache.address, record_type)``
+        #: returns the record, None (not here), or an int status for :meth:`lookup_record`'s
+        #: ``point_status`` (1: a record with headers). The caller's hot path calls it directly.
+        self.point: Any = partial(_point_lookup, self.address) if _point_lookup is not None else None
 
     def release(self) -> None:
         """End the buffer export (a map made from an :class:`mmap.mmap`); a no-op otherwise."""
@@ -211,7 +216,7 @@ class MappedLog:
     def lookup_record(self, size: int, index: bytearray, base_offset: int, offset: int, verified_bytes: int,
                       cache: LookupCache, record_type: Any,
                       decode_headers: Callable[[bytes, int, Optional[str], Optional[int]], Any],
-                      path: str) -> Any:
+                      path: str, point_status: Optional[int] = None) -> Any:
         """The record at ``offset`` in the first ``size`` bytes, found through the ``.index`` bytes
         ``index`` and ``cache``; None when the fast path does not apply (compressed, legacy or
         control batch) or no record has that offset. Records are ``record_type(value, key,
@@ -220,14 +225,16 @@ class MappedLog:
 
         With the send-path extension built the lookup and the record are one C
         call (``point_lookup``); a record with headers, and builds without the
-        extension, take ``plg_lookup_cached``. Complexity: see
+        extension, take ``plg_lookup_cached``. ``point_status`` is what :attr:`point` returned
+        when the caller called it already (an int). Complexity: see
         :meth:`pylog.storage.segment.LogSegment.lookup_record`.
         """
-        if _point_lookup is not None:
-            got = _point_lookup(self.address, size, index, base_offset, offset, verified_bytes, cache.address,
-                                record_type)
+        got = point_status
+        if got is None and self.point is not None:
+            got = self.point(size, index, base_offset, offset, verified_bytes, cache.address, record_type)
             if type(got) is not int:
                 return got  # the record, or None: not here
+        if got is not None:
             if got != 1:  # 1: a record with headers, decoded below
                 raise CorruptRecordError(f"invalid batch while reading offset {offset}: {strerror(got)}", path=path)
         ref = self._ref

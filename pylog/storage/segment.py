@@ -601,7 +601,15 @@ class LogSegment:
         cache = self._lookups
         if cache is None:
             cache = self._lookups = LookupCache(LOOKUP_CACHE_BATCHES)
-        return mapped.lookup_record(size, self.offset_index.data, self.base_offset, offset,  # type: ignore[no-any-return]
+        idx = self.offset_index.data
+        point = mapped.point  # the record built in the same C call (sendpath.c), when built
+        if point is not None:
+            got = point(size, idx, self.base_offset, offset, self.verified_bytes, cache.address, Record)
+            if type(got) is not int:
+                return got  # type: ignore[no-any-return]  # the record, or None: not here
+            return mapped.lookup_record(size, idx, self.base_offset, offset,  # type: ignore[no-any-return]
+                                        self.verified_bytes, cache, Record, decode_headers, self.log_path, got)
+        return mapped.lookup_record(size, idx, self.base_offset, offset,  # type: ignore[no-any-return]
                                     self.verified_bytes, cache, Record, decode_headers, self.log_path)
 
     def lookup_stats(self) -> Dict[str, int]:
