@@ -224,6 +224,10 @@ class OffsetIndex(_Index):
         found_rel, pos = offset_index_lookup(self.data, rel)
         return self.base_offset + found_rel, pos
 
+    def position_at(self, k: int) -> int:
+        """The file position of entry ``k`` (0 <= k < number of entries). O(1)."""
+        return int(_OFFSET_ENTRY.unpack_from(self.data, k * 8)[1])
+
     def last_entry(self) -> Tuple[int, int]:
         data = self.data
         if not data:

@@ -16,7 +16,6 @@ import ctypes
 import logging
 import mmap
 import os
-import struct
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
@@ -430,7 +429,7 @@ class LogSegment:
         index = self.offset_index
         n = len(index)
         for k in range(n - 1, -2, -1):
-            pos = struct.unpack_from(">i", index.data, k * 8 + 4)[0] if k >= 0 else 0
+            pos = index.position_at(k) if k >= 0 else 0
             nxt = self._next_offset_from(pos)
             if nxt is not None:
                 return nxt
