@@ -18,8 +18,8 @@ import time
 import zlib
 from typing import Callable, List, Optional, Sequence
 
-from pylog.storage import compression as codecs
-from pylog.storage.record import BATCH_OVERHEAD, encode_batch
+from pylog.record import compression as codecs
+from pylog.record import BATCH_OVERHEAD, encode_batch
 
 
 def section(n: int) -> bytes:

@@ -14,6 +14,7 @@ Script (one run prints both rates and the ratio)::
 
     nice .venv/bin/python benchmarks/bench_producer.py                  # 1,000,000 records
     nice .venv/bin/python benchmarks/bench_producer.py --records 200000 --sqlite-rows 500
+    nice .venv/bin/python benchmarks/bench_producer.py --records 300000 --compare-send-paths 5  # C vs closure
 
 pytest-benchmark::
 
@@ -119,6 +120,33 @@ def test_sqlite_autocommit_insert(benchmark: Any, throughput: Any) -> None:
     throughput(n * len(VALUE), n)
 
 
+def compare_send_paths(records: int, pairs: int) -> None:
+    """The C send path (sendpath.c) against the Python closure it replaces, interleaved in one
+    process (issue 15's "one send path, or a measured reason for two"): per pair and the median."""
+    import statistics
+    import threading
+
+    import pylog.client.producer as prod
+
+    c_path = (prod._SendPath, prod._Lock)
+    if c_path[0] is None:
+        raise SystemExit("the send-path extension is not built: nothing to compare")
+    rows: Dict[str, list] = {"C SendPath.send": [], "Python closure": []}
+    try:
+        for _ in range(pairs):
+            for name in rows:
+                prod._SendPath, prod._Lock = c_path if name.startswith("C") else (None, threading.Lock)
+                rows[name].append(pylog_send(records))
+    finally:
+        prod._SendPath, prod._Lock = c_path
+    for name, rs in rows.items():
+        for key, unit in (("records_per_s", "records/s end to end"), ("send_loop_per_s", "records/s send loop"),
+                          ("cpu_us_per_record", "us CPU per record")):
+            vals = [r[key] for r in rs]
+            print(f"{name:>16}: {unit:>22}: median {statistics.median(vals):>12,.2f}  runs "
+                  + " ".join(f"{v:,.2f}" for v in vals))
+
+
 # ---------------------------------------------------------------------- script
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -127,7 +155,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16384)
     ap.add_argument("--linger-ms", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3, help="best of N runs (pylog and SQLite take turns)")
+    ap.add_argument("--compare-send-paths", type=int, default=0, metavar="PAIRS",
+                    help="only compare the C send path with the Python closure, PAIRS interleaved runs each")
     args = ap.parse_args()
+    if args.compare_send_paths:
+        compare_send_paths(args.records, args.compare_send_paths)
+        return
     best_pl: Dict[str, float] = {}
     best_sq: Dict[str, float] = {}
     best_wal: Dict[str, float] = {}

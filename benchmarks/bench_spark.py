@@ -50,7 +50,7 @@ import time
 
 def write_logs(root: str, topic: str, partitions: int, records: int, value_size: int, batch: int, seed: int) -> float:
     import pylog
-    from pylog.storage.record import Record
+    from pylog.record import Record
 
     rnd = random.Random(seed)
     started = time.perf_counter()

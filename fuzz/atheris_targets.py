@@ -31,7 +31,7 @@ with atheris.instrument_imports(include=["pylog"]):
     import pylog
     from pylog import errors
     from pylog.storage import producer_state
-    from pylog.storage.record import RecordBatch, iter_batches, scan
+    from pylog.record import RecordBatch, iter_batches, scan
 
 import fuzz_corpus as fc  # noqa: E402  (after the path set-up)
 

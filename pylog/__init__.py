@@ -16,7 +16,7 @@ from pylog.errors import PylogError  # noqa: E402
 from pylog.metrics import Metric, render_prometheus, serve_metrics  # noqa: E402
 from pylog.shared import SharedCluster  # noqa: E402
 from pylog.storage.log import AppendResult, Log, LogConfig  # noqa: E402
-from pylog.storage.record import Record, RecordBatch  # noqa: E402
+from pylog.record import Record, RecordBatch  # noqa: E402
 
 __all__ = [
     "__version__",

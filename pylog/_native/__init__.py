@@ -2,8 +2,15 @@
 
 Importing checks that the compiled library's version string matches
 ``pylog._version.__version__`` (a stale build fails loudly, naming the rebuild
-command). Thin wrappers here turn buffers into C pointers and C status codes
-into :mod:`pylog.errors` exceptions; storage modules build on them.
+command). This package is the typed boundary to C (PyNaCl style): every
+``plg_*`` call, every ``ffi.new``/``from_buffer``/``release`` and every
+C-status-to-exception mapping lives here - this module (loading, status
+codes, :func:`check`, the CRCs), :mod:`pylog._native.batch` (``batch.c``:
+scan, stamp, encode, decode, fetch runs) and :mod:`pylog._native.index`
+(``index.c``: index checks and lookups, segment bookkeeping, point lookups).
+Callers get Python values or :mod:`pylog.errors` exceptions, never a cffi
+object. May import: :mod:`pylog.errors`, :mod:`pylog._version`, the
+standard library.
 
 Thread-safety: every C function is re-entrant; cffi releases the GIL during
 calls, and no C function keeps a pointer to a Python buffer after returning.
@@ -59,15 +66,22 @@ except ImportError as exc:  # pragma: no cover - exercised only without a build
 #: ``PYLOG_SENDPATH_LIB`` names another build (the sanitizer pass's), as
 #: ``PYLOG_NATIVE_LIB`` does for the C core.
 SENDPATH_PATH: Optional[str] = None
+#: The send-path extension module (sendpath/sendpath.c), or None when it is not built.
+sendpath_module: Any = None
 if os.environ.get("PYLOG_SENDPATH_LIB"):
-    SENDPATH_PATH = str(_load_from(os.environ["PYLOG_SENDPATH_LIB"], "pylog._native._sendpath").__file__)
+    sendpath_module = _load_from(os.environ["PYLOG_SENDPATH_LIB"], "pylog._native._sendpath")
 else:
     try:
-        from pylog._native import _sendpath as _sendpath_mod
+        import importlib
 
-        SENDPATH_PATH = str(_sendpath_mod.__file__)
+        sendpath_module = importlib.import_module("pylog._native._sendpath")
     except ImportError:  # pragma: no cover - only without a build of sendpath.c
         pass
+if sendpath_module is not None:
+    SENDPATH_PATH = str(sendpath_module.__file__)
+#: The extension's C record builders (storage reads build Records with them), or None without it.
+make_records: Any = getattr(sendpath_module, "make_records", None)
+untrack_records: Any = getattr(sendpath_module, "untrack_records", None)
 
 _built_version = ffi.string(lib.plg_version()).decode()
 if _built_version != __version__:  # pragma: no cover - depends on a stale build
@@ -89,38 +103,6 @@ LOG_OVERHEAD: int = lib.PLG_LOG_OVERHEAD
 
 #: C status code -> its ``PLG_*`` name, for the codes :func:`pylog.errors.native_error` classifies.
 _STATUS_NAMES = {getattr(lib, n): n for n in (*CORRUPT_STATUS_NAMES, ORDER_STATUS_NAME)}
-
-
-#: ``plg_decode_fetch_run`` stop reasons (plg.h)
-RUN_END: int = lib.PLG_RUN_END
-RUN_SLOW: int = lib.PLG_RUN_SLOW
-RUN_CORRUPT: int = lib.PLG_RUN_CORRUPT
-#: bytes of the smallest v2 record: ``bytes // MIN_RECORD + 1`` records fit in a run of ``bytes``
-MIN_RECORD = 7
-#: struct-format bytes per record of a run: "<gap>x<len>s", two numbers of at most 10 digits, 'x', 's'
-FMT_PER_RECORD = 24
-#: records per ``plg_decode_fetch_run`` call (about 1 MB of scratch); a longer run takes several calls
-MAX_RUN_RECORDS = 16384
-
-
-class FetchRunScratch:
-    """Output arrays of ``plg_decode_fetch_run`` for ``cap`` records and the run struct pointing at them.
-
-    One owner at a time (a decoder keeps one, or takes one from a pool); the
-    arrays live as long as this object. Complexity: O(cap) to allocate.
-    """
-
-    __slots__ = ("cap", "run", "offsets", "timestamps", "key_fmt", "value_fmt")
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self.offsets = ffi.new("int64_t[]", cap)
-        self.timestamps = ffi.new("int64_t[]", cap)
-        self.key_fmt = ffi.new("char[]", cap * FMT_PER_RECORD)
-        self.value_fmt = ffi.new("char[]", cap * FMT_PER_RECORD)
-        self.run = ffi.new("plg_fetch_run_t *", {
-            "offsets": self.offsets, "timestamps": self.timestamps, "key_fmt": self.key_fmt,
-            "value_fmt": self.value_fmt, "cap": cap, "fmt_cap": cap * FMT_PER_RECORD})
 
 
 def strerror(rc: int) -> str:
@@ -179,6 +161,5 @@ __all__ = [
     "crc32c_table",
     "crc32",
     "crc32c_hardware",
-    "FetchRunScratch",
     "PylogError",
 ]

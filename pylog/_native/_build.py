@@ -1,8 +1,9 @@
 """cffi build script for the C core (out-of-line API mode).
 
-`setup.py` runs it through ``cffi_modules`` (and builds the producer's send
-path, sendpath.c, a plain CPython extension, from :func:`sendpath_extension`);
-``python pylog/_native/_build.py`` builds both in place for development. ``PYLOG_SANITIZE=1`` adds
+`setup.py` runs it through ``cffi_modules``; ``python pylog/_native/_build.py``
+builds it in place for development, and then the producer's send path too
+(``sendpath/sendpath.c``, a plain CPython extension with its own build step,
+``sendpath/_build_sendpath.py``: it is a client of the C core, not part of it). ``PYLOG_SANITIZE=1`` adds
 AddressSanitizer and UndefinedBehaviorSanitizer (run Python with
 ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)`` then).
 
@@ -16,12 +17,8 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import TYPE_CHECKING
 
 from cffi import FFI
-
-if TYPE_CHECKING:
-    from setuptools import Extension
 
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCES = ["crc.c", "batch.c", "index.c"]
@@ -51,55 +48,6 @@ ffibuilder.set_source(
 )
 
 
-def sendpath_extension(src_dir: str) -> "Extension":
-    """The producer's send path (sendpath.c): a plain CPython extension, since it works on Python objects.
-
-    ``PYLOG_SANITIZE=1`` builds it with ASan and UBSan too (the sanitizer pass loads it through
-    ``PYLOG_SENDPATH_LIB``)."""
-    from setuptools import Extension
-
-    cflags = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
-              "-Wno-cast-function-type"]
-    ldflags: list[str] = []
-    if os.environ.get("PYLOG_SANITIZE") == "1":
-        cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g",
-                   "-fno-sanitize-recover=all"]
-        ldflags += ["-fsanitize=address,undefined"]
-    return Extension("pylog._native._sendpath", sources=[os.path.join(src_dir, "sendpath.c")],
-                     extra_compile_args=cflags, extra_link_args=ldflags)
-
-
-def _build_sendpath(out: "pathlib.Path | None" = None) -> pathlib.Path:
-    """Compile the send path extension: in place (development builds; pip builds it from setup.py),
-    or as ``out/_sendpath.so``. Returns the built file."""
-    from setuptools import Distribution
-    from setuptools.command.build_ext import build_ext
-
-    dist = Distribution({"name": "pylog-sendpath", "ext_modules": [sendpath_extension(str(HERE))]})
-    cmd = build_ext(dist)
-    if out is None:
-        cmd.inplace = True
-        cmd.build_temp = "build/sendpath"
-    else:
-        cmd.build_lib = str(out / "sendpath-lib")
-        cmd.build_temp = str(out / "sendpath-tmp")
-    cmd.ensure_finalized()
-    if out is None:
-        for stale in HERE.glob("_sendpath*.so"):
-            stale.unlink()
-    cmd.run()
-    built = sorted((HERE if out is None else out / "sendpath-lib" / "pylog" / "_native").glob("_sendpath*.so"))
-    if len(built) != 1:
-        raise SystemExit(f"expected one built send path library, found {built}")
-    if out is None:
-        return built[0]
-    target = out / "_sendpath.so"
-    tmp_target = out / "_sendpath.so.tmp"
-    tmp_target.write_bytes(built[0].read_bytes())
-    os.replace(tmp_target, target)
-    return target
-
-
 def _build_out_of_place(out: pathlib.Path) -> pathlib.Path:
     """Compile into ``out`` (its own cffi tmpdir); return the library's path."""
     out = out.resolve()
@@ -113,6 +61,16 @@ def _build_out_of_place(out: pathlib.Path) -> pathlib.Path:
     tmp_target.write_bytes(built[0].read_bytes())
     os.replace(tmp_target, target)  # a process loading the old file keeps its copy
     return target
+
+
+def _build_sendpath(out: "pathlib.Path | None" = None) -> pathlib.Path:
+    """The send path's own build step (``sendpath/_build_sendpath.py``), run after the C core's."""
+    import sys
+
+    sys.path.insert(0, str(HERE / "sendpath"))
+    from _build_sendpath import build_sendpath  # type: ignore[import-not-found]
+
+    return build_sendpath(out)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ import struct
 import sys
 from typing import IO, Any, Dict, Optional, Tuple
 
-from pylog import _native
 from pylog.cli.common import base_offset_of, error, show_bytes
 from pylog.cli.progress import Progress, progress_enabled
 from pylog.errors import CorruptRecordError, PylogError
-from pylog.storage.compression import NAMES as CODEC_NAMES
+from pylog.record.compression import NAMES as CODEC_NAMES
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
-from pylog.storage.record import Record, RecordBatch, scan
+from pylog.record import Record, RecordBatch, scan
 
 
 def _batch_line(b: RecordBatch, valid: bool) -> str:
@@ -168,7 +167,7 @@ def dump_log_file(path: str, out: IO[str], *, print_data: bool, deep: bool, offs
                 ok = False
         if progress is not None:
             progress.advance(result.valid_bytes, os.path.basename(path))
-        if result.status == _native.OK:
+        if result.ok:
             break
         ok = False
         bad_at = pos + result.valid_bytes

@@ -18,7 +18,7 @@ from pylog.cli.progress import Progress, progress_enabled
 from pylog.errors import PylogError
 from pylog.storage.log import Log
 from pylog.storage.logdir import parse_partition_dir
-from pylog.storage.record import Record
+from pylog.record import Record
 
 
 PRODUCER_PROPERTIES = {"parse.key": "false", "key.separator": "\t"}

@@ -11,7 +11,6 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from pylog import _native
 from pylog.cli.common import base_offset_of, error, partition_dirs_of, segment_logs
 from pylog.cli.progress import Progress
 from pylog.errors import CorruptRecordError, LogDirLockedError, PylogError
@@ -20,7 +19,7 @@ from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.log import Log
 from pylog.storage.logdir import CLEAN_SHUTDOWN_FILE, LOCK_FILE, RECOVERY_POINT_FILE, list_log_dirs, parse_partition_dir
-from pylog.storage.record import scan
+from pylog.record import scan
 
 
 def verify_partition(part_dir: str, progress: Progress, totals: Dict[str, int]) -> List[Tuple[str, int, int, str]]:
@@ -56,7 +55,7 @@ def verify_partition(part_dir: str, progress: Progress, totals: Dict[str, int]) 
             prev = (log_path, end, len(data))
         if damaged_from is not None:
             problems.append((log_path, 0, len(data), "follows a damaged segment (opening refuses; --repair deletes it)"))
-        elif result.status != _native.OK:
+        elif not result.ok:
             damaged_from = result.valid_bytes
             problems.append((log_path, result.valid_bytes, len(data) - result.valid_bytes, result.reason))
         for ext, cls in ((".index", OffsetIndex), (".timeindex", TimeIndex)):
@@ -84,7 +83,7 @@ def _repair_partition(part_dir: str) -> str:
     first_bad: Optional[int] = None
     for log_path in segment_logs(part_dir):
         with open(log_path, "rb") as f:
-            if scan(f.read(), verify_crc=True).status != _native.OK:
+            if not scan(f.read(), verify_crc=True).ok:
                 first_bad = base_offset_of(log_path)
                 break
     # Hold the writer's lock (the same fcntl record lock LogDir takes) before

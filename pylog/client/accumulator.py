@@ -36,7 +36,7 @@ from collections import deque
 from typing import Any, Callable, Deque, List, NamedTuple, Optional, Tuple
 
 from pylog.errors import InvalidConfigurationError, PylogError, RequestTimedOutError
-from pylog.storage.record import Record
+from pylog.record import Record
 
 logger = logging.getLogger(__name__)
 

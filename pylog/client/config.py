@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Pattern, Sequen
 from pylog.client.assignors import Assignor, get_assignor
 from pylog.client.types import check_serializer
 from pylog.errors import InvalidConfigurationError, InvalidGroupIdError
-from pylog.storage import compression as codecs
+from pylog.record import compression as codecs
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Fetched bytes to consumer records, a whole run of batches per C call.
 
 A fetch response holds up to ``max_partition_fetch_bytes`` of consecutive
-batches. Decoding them one :class:`~pylog.storage.record.RecordBatch` at a
+batches. Decoding them one :class:`~pylog.record.RecordBatch` at a
 time costs tens of microseconds of Python per batch on top of the records
 themselves; :class:`FetchDecoder` instead asks the C core
 (``plg_decode_fetch_run``) for every record of the leading *plain* batches
@@ -30,22 +30,19 @@ to one thread (the consumer's loop thread).
 from __future__ import annotations
 
 from itertools import repeat
-from struct import Struct
 from typing import Any, Callable, Iterator, List, Optional
 
-from pylog import _native
-from pylog._native import ffi, lib
 from pylog.errors import CorruptRecordError
-from pylog.storage import compression as codecs
-from pylog.storage.record import (
-    BATCH_OVERHEAD,
-    LOG_APPEND_TIME,
-    RecordBatch,
-    _decode_columns,
-    _decode_header_columns,
-    _is_sequence,
-    _spans,
-    scan,
+from pylog.record import RecordBatch, scan
+from pylog.record.codec import decode_columns, record_fields
+from pylog.record.fetch_run import (
+    MAX_RUN_RECORDS,
+    RUN_CORRUPT,
+    RUN_END,
+    RUN_SLOW,
+    FetchRunScratch,
+    run_fields,
+    scratch_for,
 )
 
 _new_tuple = tuple.__new__
@@ -61,38 +58,11 @@ def batch_records(batch: RecordBatch, topic: str, partition: int, record_cls: An
     count = info.records_count
     if count == 0:
         return []
-    if batch.compression == codecs.NONE:
-        data = bytes(batch.buffer[BATCH_OVERHEAD:])
-    else:
-        data = batch._records_section()
-    cols = _decode_columns(data, count, batch.path, info.position)
-    up = ffi.unpack
-    raw = ffi.buffer
-    n4 = 4 * count
-    base = info.base_offset
-    if _is_sequence(raw(cols.offset_delta, n4)[:], count):
-        offsets: Any = range(base, base + count)
-    else:
-        offsets = [base + d for d in up(cols.offset_delta, count)]
+    data = batch.records_section()
+    cols = decode_columns(data, count, batch.path, info.position)
     tst = batch.timestamp_type
-    if tst == LOG_APPEND_TIME:
-        timestamps: Any = repeat(info.max_timestamp)
-    else:
-        tsd = raw(cols.timestamp_delta, 8 * count)[:]
-        if tsd == tsd[:8] * count:
-            timestamps = repeat(info.base_timestamp + cols.timestamp_delta[0])
-        else:
-            bt = info.base_timestamp
-            timestamps = [bt + d for d in up(cols.timestamp_delta, count)]
-    values = _spans(data, up(cols.value_pos, count), up(cols.value_len, count))
-    if raw(cols.key_len, n4)[:] == b"\xff" * n4:
-        keys: Any = repeat(None)
-    else:
-        keys = _spans(data, up(cols.key_pos, count), up(cols.key_len, count))
-    if raw(cols.header_count, n4)[:] == bytes(n4):
-        headers: Any = repeat(())
-    else:
-        headers = _decode_header_columns(data, cols, count, batch.path, info.position)
+    values, keys, headers, timestamps, offsets = record_fields(
+        data, cols, info.base_offset, info.base_timestamp, tst, info.max_timestamp, batch.path, info.position)
     return list(map(_new_tuple, repeat(record_cls), zip(
         repeat(topic), repeat(partition), offsets, keys, values, timestamps, headers, repeat(tst),
         repeat(info.partition_leader_epoch))))
@@ -161,20 +131,18 @@ class FetchDecoder:
     key, value, timestamp, headers, timestamp_type, leader_epoch).
     """
 
-    __slots__ = ("record_cls", "next_offset", "_cap", "_scratch", "_run")
+    __slots__ = ("record_cls", "next_offset", "_cap", "_scratch")
 
     def __init__(self, record_cls: Any):
         self.record_cls = record_cls
         self.next_offset = -1  # during decode(): the next fetch offset for what was handed over so far
         self._cap = 0
-        self._run: Any = None
         self._grow(1024)
 
     def _grow(self, cap: int) -> None:
         """Scratch for ``cap`` records (reused; grown on demand, at most what one response can hold)."""
         self._cap = cap
-        self._scratch = _native.FetchRunScratch(cap)
-        self._run = self._scratch.run
+        self._scratch = FetchRunScratch(cap)
 
     def decode(self, data: Any, pos: int, hw: int, topic: str, partition: int, emit: Callable[[Any], None],
                above_hw: Optional[Callable[[int], None]] = None) -> int:
@@ -195,42 +163,30 @@ class FetchDecoder:
         total = len(view)
         at = 0
         self.next_offset = nxt = pos
-        run = self._run
         record_cls = self.record_cls
         last = -1  # offsets must increase from batch to batch, across runs and general batches too
         while at < total:
-            need = min((total - at) // _native.MIN_RECORD + 1, _native.MAX_RUN_RECORDS)
+            need = scratch_for(total - at)
             if need > self._cap:
-                self._grow(min(max(need, self._cap * 2), _native.MAX_RUN_RECORDS))
-                run = self._run
-            buf = ffi.from_buffer(view[at:])
-            run.last_offset = last
-            rc = lib.plg_decode_fetch_run(buf, total - at, pos, hw, run)
-            ffi.release(buf)  # before anything can raise (see record._decode_columns)
-            if rc != _native.OK:  # pragma: no cover - arguments are ours
-                raise CorruptRecordError(f"fetch decode failed: {_native.strerror(rc)}", position=at)
-            count = run.count
+                self._grow(min(max(need, self._cap * 2), MAX_RUN_RECORDS))
+            run = self._scratch.decode(view, at, total, pos, hw, last)
+            count = run.records
             if count:
-                first = self._scratch.offsets[0]
-                offsets: Any = (range(first, first + count) if run.offsets_contiguous
-                                else ffi.unpack(self._scratch.offsets, count))
-                timestamps: Any = (self._scratch.timestamps[0] if run.timestamps_equal
-                                   else ffi.unpack(self._scratch.timestamps, count))
-                values = Struct(ffi.buffer(self._scratch.value_fmt, run.value_fmt_len)[:]).unpack_from(view, at)
-                keys = (None if run.keys_null
-                        else Struct(ffi.buffer(self._scratch.key_fmt, run.key_fmt_len)[:]).unpack_from(view, at))
-                emit(RecordRun(record_cls, topic, partition, offsets, keys, values, timestamps,
+                first = run.offsets
+                offsets: Any = range(first, first + count) if type(first) is int else first
+                values, keys = run_fields(run, view, at)
+                emit(RecordRun(record_cls, topic, partition, offsets, keys, values, run.timestamps,
                                run.timestamp_type, run.leader_epoch))
             if run.next_offset > nxt:
                 self.next_offset = nxt = run.next_offset
             at += run.consumed
             last = run.last_offset
             stop = run.stop
-            if stop == _native.RUN_END:
+            if stop == RUN_END:
                 break
-            if stop == _native.RUN_CORRUPT:
-                raise CorruptRecordError(f"invalid batch: {_native.strerror(run.stop_rc)}", position=at)
-            if stop != _native.RUN_SLOW:
+            if stop == RUN_CORRUPT:
+                raise CorruptRecordError(f"invalid batch: {run.stop_reason}", position=at)
+            if stop != RUN_SLOW:
                 continue  # the scratch was full: the run goes on from here
             batch = self._one_batch(view, at, last)
             if batch is None:
@@ -282,7 +238,7 @@ class FetchDecoder:
                 raise CorruptRecordError(f"invalid batch: base offset {info.base_offset} is not above the "
                                          f"previous batch's last offset {last}", position=at)
             return RecordBatch(info, view[at:at + info.size])
-        if result.status in (_native.OK, _native.ETRUNCATED):
+        if not result.corrupt:
             return None
         raise CorruptRecordError(f"invalid batch: {result.reason}", position=at + result.valid_bytes)
 

@@ -20,58 +20,16 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 from typing import Dict, Optional
 
+from pylog.record.murmur import murmur2, partition_for_key
+
 logger = logging.getLogger(__name__)
-
-_M = 0x5BD1E995
-_SEED = 0x9747B28C
-_MASK = 0xFFFFFFFF
-_BLOCKS: Dict[int, struct.Struct] = {}
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2(data)``: a signed 32-bit int.
-
-    >>> murmur2(b"21")
-    -973932308
-    """
-    n = len(data)
-    h = (_SEED ^ n) & _MASK
-    nblocks = n >> 2
-    if nblocks:
-        st = _BLOCKS.get(nblocks)
-        if st is None:
-            st = _BLOCKS[nblocks] = struct.Struct(f"<{nblocks}I")
-        for k in st.unpack_from(data, 0):
-            k = (k * _M) & _MASK
-            k ^= k >> 24
-            k = (k * _M) & _MASK
-            h = ((h * _M) & _MASK) ^ k
-    tail = n & 3
-    if tail:
-        i = n - tail
-        if tail == 3:
-            h ^= data[i + 2] << 16
-        if tail >= 2:
-            h ^= data[i + 1] << 8
-        h ^= data[i]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h - 0x100000000 if h & 0x80000000 else h
 
 
 def to_positive(n: int) -> int:
     """Kafka's ``Utils.toPositive``: ``n & 0x7fffffff``."""
     return n & 0x7FFFFFFF
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for ``key``."""
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
 class StickyPartitioner:

@@ -80,7 +80,7 @@ from pylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from pylog.metrics import metric
-from pylog.storage.record import Record
+from pylog.record import Record
 from pylog.runtime.cluster_context import ClusterContext
 
 try:  # the per-record hot path in C (sendpath.c); the pure-Python closure is the fallback
@@ -121,7 +121,7 @@ class Producer(BufferPool, Sender):
     * ``batch_size`` - bytes per batch (16384); ``linger_ms`` (0);
     * ``compression_type`` - none, gzip, snappy, lz4, zstd; ``compression_level`` (KIP-390) - None for
       Kafka's default per codec (gzip 6, lz4 9 = LZ4's fast compressor, zstd 3; ranges gzip 1-9, lz4 1-17,
-      zstd -131072-22; ignored for snappy), see :func:`pylog.storage.compression.compress`;
+      zstd -131072-22; ignored for snappy), see :func:`pylog.record.compression.compress`;
     * ``max_in_flight`` - requests per partition (5; at most 5 with idempotence);
     * ``retry_backoff_ms`` (100), ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000),
       ``retries`` (2**31-1: in effect, retry until the delivery timeout);

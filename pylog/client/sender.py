@@ -44,8 +44,8 @@ from pylog.errors import (
 )
 from pylog.metrics import Histogram
 from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, ProduceRequest
-from pylog.storage import compression as codecs
-from pylog.storage.record import encode_batch, encode_values_batch
+from pylog.record import compression as codecs
+from pylog.record import encode_batch, encode_values_batch
 
 if TYPE_CHECKING:
     from pylog.client._node import ClientNode

@@ -21,7 +21,7 @@ import logging
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pylog.errors import InvalidConfigurationError, InvalidOffsetError, SerializationError
-from pylog.storage.record import CREATE_TIME
+from pylog.record import CREATE_TIME
 
 logger = logging.getLogger(__name__)
 

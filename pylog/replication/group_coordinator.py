@@ -94,7 +94,7 @@ from pylog.replication.group_state import (  # some only re-exported: importers 
     Member,
 )
 from pylog.replication.messages import Outbox, ProduceResponse
-from pylog.storage.record import Record
+from pylog.record import Record
 
 log = logging.getLogger(__name__)
 

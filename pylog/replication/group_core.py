@@ -34,7 +34,7 @@ from pylog.errors import (
 from pylog.replication import offsets_topic as ot
 from pylog.replication.group_state import DEAD, EMPTY, Group
 from pylog.replication.messages import ACKS_ALL, Outbox, ProduceRequest, ProduceResponse
-from pylog.storage.record import Record
+from pylog.record import Record
 
 log = logging.getLogger(__name__)
 

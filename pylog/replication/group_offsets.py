@@ -25,7 +25,7 @@ from pylog.replication import offsets_topic as ot
 from pylog.replication.group_core import CoordinatorCore
 from pylog.replication.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE, Group, commit_done, commit_started
 from pylog.replication.messages import Outbox, ProduceResponse
-from pylog.storage.record import Record
+from pylog.record import Record
 
 log = logging.getLogger(__name__)
 

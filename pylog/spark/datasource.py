@@ -44,13 +44,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from pylog.errors import InvalidConfigurationError, LogDirLockedError, OffsetOutOfRangeError
+from pylog.record.murmur import partition_for_key
 from pylog.spark import layout
 from pylog.spark.layout import Range, TopicPartition
 from pylog.spark.options import SINK_OPTIONS, SOURCE_OPTIONS, check_options, parse_duration_ms
 from pylog.spark.reader import ReadSpec, read_range, report_data_loss
 
 if TYPE_CHECKING:
-    from pylog.storage.record import Record
+    from pylog.record import Record
 
 log = logging.getLogger("pylog.spark")
 
@@ -399,39 +400,8 @@ class PylogCommitMessage(WriterCommitMessage):
         self.appended = appended
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (Utils.murmur2), as a signed 32-bit int; the default partitioner's hash."""
-    length = len(data)
-    seed = 0x9747B28C
-    m = 0x5BD1E995
-    r = 24
-    h = (seed ^ length) & 0xFFFFFFFF
-    n4 = length // 4
-    for i in range(n4):
-        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    rem = length % 4
-    tail = 4 * n4
-    if rem == 3:
-        h ^= data[tail + 2] << 16
-    if rem >= 2:
-        h ^= data[tail + 1] << 8
-    if rem >= 1:
-        h ^= data[tail]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def default_partition(key: bytes, num_partitions: int) -> int:
-    """Kafka's choice for a keyed record: ``toPositive(murmur2(key)) % numPartitions``."""
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+#: Kafka's choice for a keyed record: ``toPositive(murmur2(key)) % numPartitions`` (the record layer's one murmur2)
+default_partition = partition_for_key
 
 
 class _Appender:
@@ -485,7 +455,7 @@ class _Appender:
         from pyspark import TaskContext
 
         from pylog.storage.log import validate_topic
-        from pylog.storage.record import Record
+        from pylog.record import Record
 
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else 0

@@ -30,20 +30,23 @@ from typing import Any, Iterator, List, Optional, Tuple, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pylog import _native
-from pylog._native import ffi, lib
 from pylog.errors import CorruptRecordError, InvalidConfigurationError, OffsetOutOfRangeError
-from pylog.storage import compression as codecs
-from pylog.storage.log import Log
-from pylog.storage.record import (
+from pylog.record import compression as codecs
+from pylog.record import (
+    ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
     BATCH_OVERHEAD,
+    LOG_OVERHEAD,
     BatchInfo,
     RecordBatch,
     scan,
 )
+from pylog.record.codec import COLUMN_WIDTHS, ColumnTarget
+from pylog.record.framing import batch_length_of
+from pylog.storage.index import offset_index_entries
+from pylog.storage.log import Log
 
 log = logging.getLogger("pylog.spark")
 
@@ -196,44 +199,26 @@ def _binary_from_lens(lens: pa.Array, data: pa.Buffer, n: int) -> pa.Array:
 
 
 class _Arrays:
-    """Caller-owned C column arrays for ``n`` records, laid out for plg_decode_records."""
+    """Arrow buffers for ``n`` records' decoded columns and their gathered values and keys,
+    filled by the C core through a :class:`pylog.record.codec.ColumnTarget`."""
 
-    def __init__(self, n: int, cap: int):
+    def __init__(self, n: int, cap: int, max_batch_records: int):
         self.n = n
         m = max(n, 1)
-        self.bufs = {}
-        for name, ctype, width in (
-            ("timestamp_delta", "int64_t", 8),
-            ("offset_delta", "int32_t", 4),
-            ("key_pos", "uint32_t", 4),
-            ("key_len", "int32_t", 4),
-            ("value_pos", "uint32_t", 4),
-            ("value_len", "int32_t", 4),
-            ("headers_pos", "uint32_t", 4),
-            ("headers_len", "uint32_t", 4),
-            ("header_count", "int32_t", 4),
-        ):
-            buf = pa.allocate_buffer(m * width)
-            self.bufs[name] = (buf, ffi.cast(ctype + " *", buf.address))
+        self.bufs = {name: pa.allocate_buffer(m * width) for name, width in COLUMN_WIDTHS.items()}
         self.values = pa.allocate_buffer(max(cap, 1))
         self.keys = pa.allocate_buffer(max(cap, 1))
-        self.values_ptr = ffi.cast("uint8_t *", self.values.address)
-        self.keys_ptr = ffi.cast("uint8_t *", self.keys.address)
         self.cap = cap
-
-    def ptr(self, name: str) -> Any:  # a cffi pointer (cffi has no types)
-        return self.bufs[name][1]
-
-    def struct_at(self, k: int) -> Any:  # a cffi plg_decoded_records_t *
-        return ffi.new("plg_decoded_records_t *", {name: p + k for name, (_, p) in self.bufs.items()})
+        self.target = ColumnTarget({name: buf.address for name, buf in self.bufs.items()}, self.values.address,
+                                   self.keys.address, cap, max_batch_records)
 
     def int_array(self, name: str, typ: pa.DataType, n: int) -> pa.Array:
-        return pa.Array.from_buffers(typ, n, [None, self.bufs[name][0]])
+        return pa.Array.from_buffers(typ, n, [None, self.bufs[name]])
 
 
 def _records_section(view: memoryview, info: BatchInfo, path: str) -> Union[memoryview, bytes]:
     body = view[BATCH_OVERHEAD:]
-    codec = info.attributes & 0x07
+    codec = info.attributes & ATTR_COMPRESSION_MASK
     if codec == codecs.NONE:
         return body
     return codecs.decompress(codec, body, path=path, position=info.position)
@@ -296,11 +281,9 @@ def build_arrow(
     sections = [_records_section(view[i.position : i.position + i.size], i, path) for i in data]
     n = sum(i.records_count for i in data)
     cap = sum(len(s) for s in sections)
-    arr = _Arrays(n, cap)
-    used = ffi.new("uint64_t *")
-    scratch = ffi.new("int32_t[]", max(i.records_count for i in data) + 1)
+    arr = _Arrays(n, cap, max(i.records_count for i in data))
+    target = arr.target
     k = 0
-    wv = wk = 0
     off_bases: List[int] = []
     dense = True
     prev_last = -1
@@ -308,46 +291,17 @@ def build_arrow(
     type_parts: List[Tuple[int, int]] = []
     any_key = False
     head_rows: Optional[List[object]] = [] if include_headers else None
-    vpos, vlen = arr.ptr("value_pos"), arr.ptr("value_len")
-    kpos, klen = arr.ptr("key_pos"), arr.ptr("key_len")
-    hcount = arr.ptr("header_count")
     od_arr = arr.int_array("offset_delta", pa.int32(), n)
     tsd_arr = arr.int_array("timestamp_delta", pa.int64(), n)
     for info, section in zip(data, sections):
         c = info.records_count
-        buf = ffi.from_buffer(section)
-        # Release the export before an error leaves this frame: a traceback kept in a
-        # reference cycle would otherwise pin the segment's buffer (see record._decode_columns).
-        try:
-            if c < 0 or c > len(buf) // 7:
-                raise CorruptRecordError(
-                    f"malformed records in {spec.topic}-{spec.partition} batch at offset {info.base_offset}: "
-                    f"{c} records cannot fit in {len(buf)} bytes",
-                    path=path,
-                    position=info.position,
-                )
-            rc = lib.plg_decode_records(buf, len(buf), c, arr.struct_at(k))
-            if rc != _native.OK:
-                raise CorruptRecordError(
-                    f"malformed records in {spec.topic}-{spec.partition} batch at offset {info.base_offset}: "
-                    f"{_native.strerror(rc)}",
-                    path=path,
-                    position=info.position,
-                )
-            rc = lib.plg_gather(buf, len(buf), vpos + k, vlen + k, c, arr.values_ptr + wv, cap - wv, scratch, used)
-            _native.check(rc, "gather values", path, info.position)
-            wv += used[0]
-            if ffi.buffer(klen + k, 4 * c)[:] != b"\xff" * (4 * c):
-                any_key = True
-                rc = lib.plg_gather(buf, len(buf), kpos + k, klen + k, c, arr.keys_ptr + wk, cap - wk, scratch, used)
-                _native.check(rc, "gather keys", path, info.position)
-                wk += used[0]
-        finally:
-            ffi.release(buf)
+        if target.decode_batch(section, k, c, f"malformed records in {spec.topic}-{spec.partition} batch at offset "
+                               f"{info.base_offset}", path, info.position):
+            any_key = True
         if dense and (
             info.last_offset - info.base_offset + 1 != c
             or (k and info.base_offset != prev_last + 1)
-            or ffi.buffer(arr.ptr("offset_delta") + k, 4 * c)[:] != _iota_bytes(c)
+            or target.raw("offset_delta", k, c) != _iota_bytes(c)
         ):
             dense = False
         prev_last = info.last_offset
@@ -357,13 +311,13 @@ def build_arrow(
             type_parts.append((1, c))
         else:
             d = tsd_arr.slice(k, c)
-            if ffi.buffer(arr.ptr("timestamp_delta") + k, 8 * c)[:] == bytes(8 * c):
+            if target.raw("timestamp_delta", k, c) == bytes(8 * c):
                 ts_parts.append(_const_i64(info.base_timestamp * 1000, c))
             else:
                 ts_parts.append(pc.multiply(pc.add(d, pa.scalar(info.base_timestamp, pa.int64())), 1000))
             type_parts.append((0, c))
         if head_rows is not None:
-            if ffi.buffer(hcount + k, 4 * c)[:] == bytes(4 * c):
+            if target.raw("header_count", k, c) == bytes(4 * c):
                 head_rows.extend([None] * c)
             else:
                 rb = RecordBatch(info, view[info.position : info.position + info.size], path)
@@ -432,7 +386,7 @@ def _index_positions(seg: object) -> List[Tuple[int, int]]:
     except Exception:  # noqa: BLE001 - a damaged index only makes skipping coarser
         return []
     base = seg.base_offset  # type: ignore[attr-defined]
-    return [(base + rel, pos) for rel, pos in struct.iter_unpack(">ii", data)]
+    return [(base + rel, pos) for rel, pos in offset_index_entries(data)]
 
 
 def _damaged(spec: ReadSpec, target: int, reason: str, path: str, position: int) -> None:
@@ -520,9 +474,9 @@ def _read_log(lg: Log, spec: ReadSpec, chunk_bytes: int) -> Iterator[pa.RecordBa
                 target = max(target, end)
                 break  # the range ends here: whatever follows is not ours to judge
             pos += res.valid_bytes
-            if res.status == _native.OK:
+            if res.ok:
                 continue
-            if res.status == _native.ETRUNCATED:
+            if res.torn:
                 if res.valid_bytes:
                     continue
                 whole = _read_whole(seg, pos, size)
@@ -542,7 +496,7 @@ def _read_log(lg: Log, spec: ReadSpec, chunk_bytes: int) -> Iterator[pa.RecordBa
                     pos += b.size
                     continue
                 res = wres  # fall through to corruption handling
-            reason = f"invalid batch: {_native.strerror(res.status)}"
+            reason = f"invalid batch: {res.reason}"
             _damaged(spec, target, reason, path, pos)
             pending_loss = (target, reason, path)
             nxt = _skip_to(seg, pos, size)
@@ -584,12 +538,12 @@ def _skip_to(seg: object, bad_pos: int, size: int) -> Optional[int]:
 
 def _read_whole(seg: object, pos: int, size: int) -> Optional[bytes]:
     """One batch at ``pos`` read whole (it is larger than a chunk); None for a torn tail."""
-    head = seg.read(pos, 12)  # type: ignore[attr-defined]
-    if len(head) < 12:
+    head = seg.read(pos, LOG_OVERHEAD)  # type: ignore[attr-defined]
+    if len(head) < LOG_OVERHEAD:
         return None
-    n = int.from_bytes(head[8:12], "big", signed=True)
+    n = batch_length_of(head)
     if n <= 0:
         return head  # invalid length: let scan report it
-    if n > size - pos - 12:
+    if n > size - pos - LOG_OVERHEAD:
         return None
-    return seg.read(pos, n + 12)  # type: ignore[attr-defined]
+    return seg.read(pos, n + LOG_OVERHEAD)  # type: ignore[attr-defined]

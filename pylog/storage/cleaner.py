@@ -45,35 +45,33 @@ uncleanable offset) per clean, plus a header scan of the whole log.
 """
 from __future__ import annotations
 
-import struct
 from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple, TypedDict
 
-from pylog import _native
-from pylog._native import ffi, lib
 from pylog.errors import CorruptRecordError
-from pylog.storage import compression as codecs
-from pylog.storage.log import Log
-from pylog.storage.record import (
+from pylog.record import compression as codecs
+from pylog.record import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
     BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    BatchHeader,
     BatchInfo,
     Record,
     RecordBatch,
-    _decode_columns,
-    _spans,
-    py_record_bytes,
     scan,
 )
+from pylog.record.codec import decode_columns, spans
+from pylog.record.framing import batch_length_of, seal
+from pylog.record.oracle import py_record_bytes
+from pylog.storage.log import Log
 from pylog.storage.segment import LogSegment
 
-ATTR_DELETE_HORIZON = 0x40  # Kafka's DELETE_HORIZON_FLAG_MASK (KIP-534)
 _MAX_OFFSET_SPAN = 0x7FFFFFFF  # a segment's relative offsets are int32
 _CHUNK = 4 * 1024 * 1024
 _INT64_MAX = 2**63 - 1
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 class OffsetMap(NamedTuple):
@@ -135,7 +133,7 @@ def build_offset_map(batches: Iterable[RecordBatch], start: int = 0, end: Option
     messages are skipped, records without a key too. Tombstones count: a
     tombstone supersedes the values before it.
 
-    >>> from pylog.storage.record import encode_batch, scan
+    >>> from pylog.record import encode_batch, scan
     >>> b = encode_batch([Record(b"1", key=b"a"), Record(b"2", key=b"b"), Record(None, key=b"a")], now_ms=0)
     >>> info = scan(b).batches[0]
     >>> build_offset_map([RecordBatch(info, memoryview(b))])
@@ -164,15 +162,15 @@ def _key_columns(batch: RecordBatch) -> Tuple[List[Optional[bytes]], List[int], 
     """Keys, absolute offsets and value lengths (-1: null) of a v2 batch's records,
     without building Record objects (one C call decodes the columns)."""
     info = batch.info
-    data = batch._records_section()
+    data = batch.records_section()
     n = info.records_count
-    cols = _decode_columns(data, n, batch.path, info.position)
+    cols = decode_columns(data, n, batch.path, info.position)
     if n == 0:
         return [], [], []
-    keys = _spans(data, ffi.unpack(cols.key_pos, n), ffi.unpack(cols.key_len, n))
+    keys = spans(data, cols.ints("key_pos"), cols.ints("key_len"))
     base = info.base_offset
-    offsets = [base + d for d in ffi.unpack(cols.offset_delta, n)]
-    return keys, offsets, ffi.unpack(cols.value_len, n)
+    offsets = [base + d for d in cols.ints("offset_delta")]
+    return keys, offsets, cols.ints("value_len")
 
 
 def iter_segment_batches(seg: LogSegment, start_position: int = 0) -> Iterator[RecordBatch]:
@@ -186,10 +184,10 @@ def iter_segment_batches(seg: LogSegment, start_position: int = 0) -> Iterator[R
         chunk = seg.read(pos, min(_CHUNK, size - pos))
         found = scan(chunk, verify_crc=True)
         if not found.batches:
-            if found.status == _native.ETRUNCATED:
-                head = seg.read(pos, 12)
-                if len(head) == 12:
-                    whole = seg.read(pos, int.from_bytes(head[8:12], "big", signed=True) + 12)
+            if found.torn:
+                head = seg.read(pos, LOG_OVERHEAD)
+                if len(head) == LOG_OVERHEAD:
+                    whole = seg.read(pos, batch_length_of(head) + LOG_OVERHEAD)
                     found = scan(whole, verify_crc=True, max_batches=1)
                     chunk = whole
             if not found.batches:
@@ -240,12 +238,12 @@ def encode_retained(info: BatchInfo, records: List[Record], horizon: Optional[in
         raw = b"".join(_record_bytes(r, base_ts, info.base_offset) for r in records)
         section = codecs.compress(codec, raw) if codec != codecs.NONE else raw
     out = bytearray(BATCH_OVERHEAD + len(section))
-    _HEADER.pack_into(
-        out, 0, info.base_offset, 0, info.partition_leader_epoch, 2, 0, attrs, info.last_offset - info.base_offset,
+    BatchHeader(
+        info.base_offset, 0, info.partition_leader_epoch, 2, 0, attrs, info.last_offset - info.base_offset,
         base_ts, max_ts, info.producer_id, info.producer_epoch, info.base_sequence, len(records),
-    )
+    ).pack_into(out)
     out[BATCH_OVERHEAD:] = section
-    _native.check(lib.plg_batch_seal(ffi.from_buffer(out), len(out)), "seal cleaned batch")
+    seal(out, "seal cleaned batch")
     return out
 
 
@@ -309,12 +307,12 @@ def filter_batch(
 
 def _first_timestamp(seg: LogSegment) -> Optional[int]:
     head = seg.read(0, BATCH_OVERHEAD)
-    if len(head) < 12:
+    if len(head) < LOG_OVERHEAD:
         return None
     found = scan(head + b"", verify_crc=False, max_batches=1)
     if found.batches:
         return found.batches[0].max_timestamp
-    whole = seg.read(0, int.from_bytes(head[8:12], "big", signed=True) + 12)
+    whole = seg.read(0, batch_length_of(head) + LOG_OVERHEAD)
     found = scan(whole, verify_crc=False, max_batches=1)
     return found.batches[0].max_timestamp if found.batches else None
 
@@ -538,9 +536,10 @@ class Cleaner:
                     if info.magic == 2 and info.producer_id >= 0 and not info.attributes & ATTR_CONTROL:
                         out[info.producer_id] = info.last_offset
                 if not found.batches:
-                    if found.status == _native.ETRUNCATED:
-                        head = seg.read(pos, 12)
-                        whole = seg.read(pos, int.from_bytes(head[8:12], "big", signed=True) + 12) if len(head) == 12 else b""
+                    if found.torn:
+                        head = seg.read(pos, LOG_OVERHEAD)
+                        whole = (seg.read(pos, batch_length_of(head) + LOG_OVERHEAD)
+                                 if len(head) == LOG_OVERHEAD else b"")
                         one = scan(whole, verify_crc=False, max_batches=1)
                         if one.batches:
                             info = one.batches[0]

@@ -26,12 +26,13 @@ Thread-safety: none; the owning segment's log serialises access.
 from __future__ import annotations
 
 import struct
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
-from pylog import _native
-from pylog._native import ffi, lib
+from pylog._native.index import index_check, offset_index_lookup, time_index_lookup
 from pylog.errors import CorruptIndexError
 from pylog.storage.fileio import FileIO
+
+_OFFSET_ENTRY = struct.Struct(">ii")  # an .index entry: relative offset, position
 
 #: at most this many entries of an index are in memory only (the file lags by at most this many)
 PENDING_ENTRIES = 64
@@ -62,10 +63,7 @@ class _Index:
             data = bytearray(self.io.read_file(self.path)) if self.io.exists(self.path) else bytearray()
         except FileNotFoundError:  # deleted by the writer since exists(): a reader's race
             data = bytearray()
-        entries = ffi.new("uint64_t *")
-        rc = lib.plg_index_check(ffi.from_buffer(data), len(data), self.is_time, log_size, entries)
-        if rc != _native.OK:
-            raise CorruptIndexError(f"invalid index: {_native.strerror(rc)}", path=self.path)
+        index_check(data, bool(self.is_time), log_size, self.path)
         self._data = data
         self._written = len(data)
         self._write_at = len(data) + PENDING_ENTRIES * self.entry_size
@@ -223,11 +221,12 @@ class OffsetIndex(_Index):
         if rel < 0:
             return self.base_offset, 0
         rel = min(rel, 0x7FFFFFFF)
-        rel_out = ffi.new("int32_t *")
-        pos_out = ffi.new("int32_t *")
-        data = self.data
-        lib.plg_offset_index_lookup(ffi.from_buffer(data), len(data), rel, rel_out, pos_out)
-        return self.base_offset + rel_out[0], pos_out[0]
+        found_rel, pos = offset_index_lookup(self.data, rel)
+        return self.base_offset + found_rel, pos
+
+    def position_at(self, k: int) -> int:
+        """The file position of entry ``k`` (0 <= k < number of entries). O(1)."""
+        return int(_OFFSET_ENTRY.unpack_from(self.data, k * 8)[1])
 
     def last_entry(self) -> Tuple[int, int]:
         data = self.data
@@ -246,6 +245,11 @@ class OffsetIndex(_Index):
         self._truncate_entries(keep)
 
 
+def offset_index_entries(data: bytes) -> List[Tuple[int, int]]:
+    """``(relative offset, position)`` of every entry of ``.index`` bytes ``data``. O(entries)."""
+    return list(_OFFSET_ENTRY.iter_unpack(data[: len(data) // 8 * 8]))
+
+
 class TimeIndex(_Index):
     """``.timeindex``: 12-byte entries (timestamp i64, relative offset i32)."""
 
@@ -254,11 +258,8 @@ class TimeIndex(_Index):
 
     def lookup(self, timestamp: int) -> Tuple[int, int]:
         """``(timestamp, offset)`` of the largest entry with timestamp <= target; ``(-1, base)`` if none."""
-        ts_out = ffi.new("int64_t *")
-        rel_out = ffi.new("int32_t *")
-        data = self.data
-        lib.plg_time_index_lookup(ffi.from_buffer(data), len(data), timestamp, ts_out, rel_out)
-        return ts_out[0], self.base_offset + rel_out[0]
+        ts, rel = time_index_lookup(self.data, timestamp)
+        return ts, self.base_offset + rel
 
     def last_entry(self) -> Tuple[int, int]:
         data = self.data

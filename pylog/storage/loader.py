@@ -42,7 +42,7 @@ from sortedcontainers import SortedDict
 
 from pylog.errors import CorruptRecordError, KafkaStorageError
 from pylog.storage.fileio import FileIO
-from pylog.storage.record import BatchInfo
+from pylog.record import BatchInfo
 from pylog.storage.segment import LogSegment
 
 log = logging.getLogger("pylog.storage")

@@ -71,19 +71,18 @@ from pylog.storage.loader import (
     CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, check_segments, load_segments, recover,
 )
 from pylog.storage.logdir import LogDir, parse_partition_dir
-from pylog.storage.record import (
+from pylog.record import (
     BATCH_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     BatchInfo,
     Record,
     RecordBatch,
     RecordInput,
-    _INFO_LAYOUT,
-    _INFO_ORDER,
     encode_batch,
     scan,
     set_base_offset,
 )
+from pylog._native.batch import _INFO_LAYOUT, _INFO_ORDER  # allowlisted until _append_fetched scans via pylog.record
 from pylog.storage.reader import records_of_chunk
 from pylog.storage.segment import LogSegment
 
@@ -565,7 +564,7 @@ class Log:
 
         ``compression`` names the codec and ``compression_level`` its level
         (KIP-390; None: Kafka's default for the codec, see
-        :func:`pylog.storage.compression.compress`).
+        :func:`pylog.record.compression.compress`).
 
         Items are bytes-like values or :class:`Record` objects. Raises
         :class:`InvalidRecordError` for a bad item and

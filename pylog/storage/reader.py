@@ -1,4 +1,4 @@
-"""Batches read from a segment into :class:`~pylog.storage.record.Record` objects, a run of batches per C call.
+"""Batches read from a segment into :class:`~pylog.record.Record` objects, a run of batches per C call.
 
 :meth:`pylog.storage.log.Log.read` hands the chunks it read (whole, framed,
 CRC-checked batches) to :func:`records_of_chunk`, which takes the consumer's
@@ -12,7 +12,7 @@ tombstones, legacy magic, reaching ``below``) is decoded by
 :meth:`RecordBatch.records` and the run resumes after it.
 
 The records are built by the C send-path extension's ``make_records``
-(``pylog/_native/sendpath.c``): ``Record`` is a NamedTuple, which CPython's
+(``pylog/_native/sendpath/sendpath.c``): ``Record`` is a NamedTuple, which CPython's
 cycle collector tracks for its whole life (it untracks only exact tuples), so a
 program holding many records made every older-generation collection scan
 them all. A record of bytes, ``None`` and ints cannot be part of a reference
@@ -32,33 +32,23 @@ call in progress.
 from __future__ import annotations
 
 from itertools import repeat
-from struct import Struct
 from typing import Any, List, Optional, Tuple
 
-from pylog import _native
-from pylog._native import ffi, lib
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import BatchInfo, Record, RecordBatch
-
-try:
-    from pylog._native._sendpath import make_records as _make_records
-    from pylog._native._sendpath import untrack_records as _untrack_records
-except ImportError:  # pragma: no cover - only without a build of sendpath.c
-    _make_records = None
-    _untrack_records = None
+from pylog.record import BatchInfo, Record, RecordBatch
+from pylog.record.fetch_run import (
+    RUN_CORRUPT,
+    RUN_END,
+    RUN_SLOW,
+    give_back,
+    make_records as _make_records,
+    run_fields,
+    scratch_for,
+    take_scratch,
+    untrack_records as _untrack_records,
+)
 
 _new_tuple = tuple.__new__
-
-#: Scratch not in use. list.pop/append are atomic, so concurrent readers each take their own.
-_pool: List[_native.FetchRunScratch] = []
-
-
-def _scratch(need: int) -> _native.FetchRunScratch:
-    while _pool:
-        s = _pool.pop()
-        if s.cap >= need:
-            return s
-    return _native.FetchRunScratch(max(1024, min(need, _native.MAX_RUN_RECORDS)))
 
 
 def build_records(values: tuple, keys: Any, offsets: Any, timestamps: Any, timestamp_type: int) -> List[Record]:
@@ -106,33 +96,22 @@ def _decode_chunk(view: memoryview, infos: List[BatchInfo], path: str, position:
     at = 0
     i = 0  # infos[i] is the first batch at or after `at`
     prev_last = -1
-    s = _scratch(min(total // _native.MIN_RECORD + 1, _native.MAX_RUN_RECORDS))
+    s = take_scratch(scratch_for(total))
     try:
-        run, offsets_arr, ts_arr, key_fmt, value_fmt = s.run, s.offsets, s.timestamps, s.key_fmt, s.value_fmt
         while at < total:
-            buf = ffi.from_buffer(view[at:total])
-            run.last_offset = prev_last
-            rc = lib.plg_decode_fetch_run(buf, total - at, low, below, run)
-            ffi.release(buf)
-            if rc != _native.OK:  # pragma: no cover - the arguments are ours
-                raise CorruptRecordError(f"decode failed: {_native.strerror(rc)}", path=path, position=position + at)
-            count = run.count
+            run = s.decode(view, at, total, low, below, prev_last, path, position)
+            count = run.records
             if count:
-                first = offsets_arr[0]
-                offsets: Any = first if run.offsets_contiguous else ffi.unpack(offsets_arr, count)
-                timestamps: Any = ts_arr[0] if run.timestamps_equal else ffi.unpack(ts_arr, count)
-                values = Struct(ffi.buffer(value_fmt, run.value_fmt_len)[:]).unpack_from(view, at)
-                keys = None if run.keys_null else Struct(ffi.buffer(key_fmt, run.key_fmt_len)[:]).unpack_from(view, at)
-                out += build_records(values, keys, offsets, timestamps, int(run.timestamp_type))
+                values, keys = run_fields(run, view, at)
+                out += build_records(values, keys, run.offsets, run.timestamps, run.timestamp_type)
             at += run.consumed
             prev_last = run.last_offset
             stop = run.stop
-            if stop == _native.RUN_END:
+            if stop == RUN_END:
                 break
-            if stop == _native.RUN_CORRUPT:
-                raise CorruptRecordError(f"invalid batch: {_native.strerror(run.stop_rc)}", path=path,
-                                         position=position + at)
-            if stop != _native.RUN_SLOW:
+            if stop == RUN_CORRUPT:
+                raise CorruptRecordError(f"invalid batch: {run.stop_reason}", path=path, position=position + at)
+            if stop != RUN_SLOW:
                 continue  # the scratch was full: the run goes on from here
             while i < len(infos) and infos[i].position < at:
                 i += 1
@@ -150,7 +129,7 @@ def _decode_chunk(view: memoryview, infos: List[BatchInfo], path: str, position:
             at += info.size
             prev_last = info.last_offset
     finally:
-        _pool.append(s)
+        give_back(s)
 
 
 __all__ = ["build_records", "records_of_chunk"]

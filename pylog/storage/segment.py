@@ -16,47 +16,27 @@ import ctypes
 import logging
 import mmap
 import os
-import struct
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from pylog import _native
-from pylog._native import ffi, lib
-from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
+from pylog._native.index import LOOKUP_CACHE_BATCHES, LookupCache, MappedLog, SegmentState
+from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, PylogError
+from pylog.record import LOG_OVERHEAD, BatchInfo, Record, RecordBatch, scan
+from pylog.record.codec import decode_headers
+from pylog.record.framing import base_offset_of, batch_length_of, find_batch
+from pylog.record.types import status_reason
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
-from pylog.storage.record import BatchInfo, Record, scan
 
 log = logging.getLogger("pylog.storage")
 READ_CHUNK = 64 * 1024
 _new_tuple = tuple.__new__
-_lookup_cached = lib.plg_lookup_cached
-try:
-    # The record built in one C call (sendpath.c point_lookup), calling this C core's plg_lookup_cached.
-    from pylog._native._sendpath import point_lookup as _point_lookup
-    from pylog._native._sendpath import set_lookup_function as _set_lookup_function
 
-    _set_lookup_function(int(ffi.cast("uintptr_t", ffi.addressof(lib, "plg_lookup_cached"))))
-except ImportError:  # pragma: no cover - only without a build of sendpath.c: the cffi path below
-    _point_lookup = None
-_from_buffer = ffi.from_buffer
-
-#: Batches per segment whose record anchors the point-lookup cache keeps (direct-mapped by position).
-LOOKUP_CACHE_BATCHES = 1024
-
-
-def _new_lookup_cache() -> Any:
-    """A fresh C point-lookup cache, freed by cffi when its owner drops it."""
-    cache = lib.plg_lookup_cache_new(LOOKUP_CACHE_BATCHES)
-    if cache == ffi.NULL:
-        raise MemoryError("no memory for the point-lookup cache")
-    return ffi.gc(cache, lib.plg_lookup_cache_free)
 #: A writer's segment is mapped with room to grow: at least this much (or the segment's
 #: ``map_limit``, if smaller), and twice the file's size when it outgrows the map.
 MAP_MIN_BYTES = 1 << 20
 #: how many recent append starts a segment remembers (:attr:`LogSegment.recent_starts`)
 RECENT_STARTS = 64
-_BASE_OFFSET = struct.Struct(">q")  # a batch's baseOffset, its first 8 bytes
 
 
 def _libc_mmap() -> Tuple[object, object]:
@@ -81,24 +61,6 @@ def _libc_mmap() -> Tuple[object, object]:
 
 _mmap, _munmap = _libc_mmap()
 _MAP_FAILED = ctypes.c_void_p(-1).value
-_STATE_SIZE = ffi.sizeof("plg_segment_state_t")
-
-
-def _headers(data: bytes, count: int, path: str, position: int) -> Tuple[Tuple[str, Optional[bytes]], ...]:
-    """Decode one record's headers (bounds-checked by the C core)."""
-    out = ffi.new("plg_header_t[]", count)
-    rc = lib.plg_decode_headers(ffi.from_buffer(data), len(data), count, out)
-    if rc != _native.OK:
-        raise CorruptRecordError("malformed record headers", path=path, position=position)
-    return tuple(
-        (
-            data[h.key_pos : h.key_pos + h.key_len].decode("utf-8", "surrogateescape"),
-            data[h.value_pos : h.value_pos + h.value_len] if h.value_len >= 0 else None,
-        )
-        for h in out
-    )
-
-
 def _undo_create(io: FileIO, fd: int, created: List[str]) -> None:
     """Close ``fd`` and remove the files a failed segment create made (best effort).
 
@@ -184,8 +146,7 @@ class LogSegment:
             _undo_create(io, fd, created)
             raise
         self.created_ms = created_ms
-        self._state = ffi.new("plg_segment_state_t *")
-        self._append_scratch: Optional[Tuple[Any, Any, Any, Any]] = None  # see append()
+        self._state = SegmentState()
         st = self._state
         st.base_offset = base_offset
         st.size = io.size(self._fd)
@@ -206,20 +167,16 @@ class LogSegment:
         # The writer's read-only map of the .log (see _mapped): a raw mapping with headroom
         # (_map_finalizer unmaps it), or, where libc's mmap is unavailable, an mmap.mmap.
         self._map: Optional[mmap.mmap] = None
-        self._map_ptr: object = None
+        self._map_ptr: Optional[MappedLog] = None
         self._map_len = 0
         self._map_finalizer: Optional[weakref.finalize] = None
         #: largest useful map (the log's segment_bytes; None: unbounded doubling)
         self.map_limit: Optional[int] = None
         #: how many times the .log was mapped (tests check that appends do not remap each time)
         self.maps_made = 0
-        self._ref = ffi.new("plg_record_ref_t *")  # reused by lookup_record (the log's lock serialises it)
         #: the C point-lookup cache (plg_lookup_cache_t: per-batch record anchors and the CRC-verified
         #: ranges), made by the first :meth:`lookup_record` and dropped with the map (:meth:`_drop_map`)
-        self._lookups: Any = None
-        self._map_buf: Any = None  # ffi.buffer over the whole map, for lookup_record's slices
-        self._map_addr = 0  # the map's address, for the C point lookup (0: not taken yet)
-        self._lookups_addr = 0  # the lookup cache's address, while _lookups holds it
+        self._lookups: Optional[LookupCache] = None
         #: base offset -> position of the first batch of each recent append by this process (at most
         #: :data:`RECENT_STARTS` of them): a fetch from where a follower stopped starts at one, so it is
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
@@ -325,27 +282,20 @@ class LogSegment:
         except OSError as exc:
             self._cut_stale_tail(position)
             raise KafkaStorageError(exc.errno, f"append to {self.log_path} at byte {position} failed: {exc.strerror}") from exc
-        scratch = self._append_scratch
-        if scratch is None:  # the writer's buffers, made once per segment (appends hold the log's lock)
-            scratch = self._append_scratch = (ffi.new("uint8_t[8]"), ffi.new("uint8_t[12]"), ffi.new("uint32_t *"),
-                                              ffi.new("plg_segment_state_t *"))
-        idx, tidx, flags, saved = scratch
-        ffi.memmove(saved, st, _STATE_SIZE)
-        rc = lib.plg_segment_after_append(st, n, last_offset, max_timestamp, offset_of_max_timestamp, idx, tidx, flags)
-        if rc != _native.OK:
-            _native.check(rc, f"index append in {self.log_path}")
+        saved = st.snapshot()
+        idx_entry, time_entry = st.after_append(n, last_offset, max_timestamp, offset_of_max_timestamp,
+                                                f"index append in {self.log_path}")
         added = 0  # 1 once the offset index entry is written (the undo removes it again)
         try:
-            f = flags[0]
-            if f & 1:
-                self.offset_index.append_raw(ffi.buffer(idx, 8)[:])
+            if idx_entry is not None:
+                self.offset_index.append_raw(idx_entry)
                 added = 1
-            if f & 2:
-                self.time_index.append_raw(ffi.buffer(tidx, 12)[:])
+            if time_entry is not None:
+                self.time_index.append_raw(time_entry)
         except OSError as exc:
             # The batch is in the .log but its index entry is not: undo both,
             # so a failed append leaves nothing behind.
-            ffi.memmove(st, saved, _STATE_SIZE)
+            st.restore(saved)
             try:
                 self.offset_index._truncate_entries(len(self.offset_index) - added)
             except OSError:
@@ -362,7 +312,7 @@ class LogSegment:
             starts = self.recent_starts
             if len(starts) >= RECENT_STARTS:
                 starts.clear()
-            starts[_BASE_OFFSET.unpack_from(data, 0)[0]] = position  # type: ignore[arg-type]
+            starts[base_offset_of(data)] = position  # type: ignore[arg-type]
         return position
 
     # ---- reads ---------------------------------------------------------------
@@ -372,9 +322,9 @@ class LogSegment:
         n = max(0, min(max_bytes, end - position))
         if not n:
             return b""
-        ptr = self._mapped()
-        if ptr is not None:  # the writer's own segment: one copy, no system call
-            return ffi.buffer(ptr + position, n)[:]
+        mapped = self._mapped_log()
+        if mapped is not None:  # the writer's own segment: one copy, no system call
+            return mapped.read(position, n)
         return self.io.pread(self.fd, n, position)
 
     def translate_offset(
@@ -393,25 +343,22 @@ class LogSegment:
         self.ensure_indexes()
         _, pos = self.offset_index.lookup(offset)
         pos = first = max(pos, start_position)
-        out_pos = ffi.new("uint64_t *")
-        out_last = ffi.new("int64_t *")
         size = self.size
-        ptr = self._mapped()  # the writer's own segment: walk the mapped file, no reads
+        mapped = self._mapped_log()  # the writer's own segment: walk the mapped file, no reads
         while pos < size:
-            if ptr is not None:
-                rc = lib.plg_find_batch(ptr + pos, size - pos, offset, out_pos, out_last)
+            if mapped is not None:
+                rc, at, last = mapped.find_batch(pos, size, offset)
             else:
-                chunk = self.io.pread(self.fd, min(READ_CHUNK, size - pos), pos)
-                rc = lib.plg_find_batch(ffi.from_buffer(chunk), len(chunk), offset, out_pos, out_last)
-            if rc != _native.OK:
+                rc, at, last = find_batch(self.io.pread(self.fd, min(READ_CHUNK, size - pos), pos), offset)
+            if rc:
                 raise CorruptRecordError(
-                    f"invalid batch while looking for offset {offset}: {_native.strerror(rc)}",
+                    f"invalid batch while looking for offset {offset}: {status_reason(rc)}",
                     path=self.log_path,
-                    position=pos + out_pos[0],
+                    position=pos + at,
                 )
-            if out_last[0] >= 0:
-                return self._checked_skip(offset, first, pos + int(out_pos[0]), int(out_last[0]), allow_torn_tail)
-            advanced = int(out_pos[0])
+            if last >= 0:
+                return self._checked_skip(offset, first, pos + at, last, allow_torn_tail)
+            advanced = at
             if advanced == 0:
                 # A batch larger than the chunk (or a torn tail): read it whole to step over it.
                 whole = self._read_whole_batch(pos)
@@ -447,7 +394,7 @@ class LogSegment:
         if found > start:
             region = self.io.pread(self.fd, found - start, start)
             res = scan(region, verify_crc=True)
-            torn_ok = allow_torn_tail and res.status == _native.ETRUNCATED and last is None
+            torn_ok = allow_torn_tail and res.torn and last is None
             if res.valid_bytes != len(region) and not torn_ok:
                 raise CorruptRecordError(
                     f"invalid batch before offset {offset}: {res.reason}",
@@ -459,13 +406,13 @@ class LogSegment:
     def _read_whole_batch(self, pos: int) -> Optional[BatchInfo]:
         """Header fields of the batch at ``pos`` read whole; None for a torn tail."""
         size = self.size
-        head = self.io.pread(self.fd, 12, pos)
-        if len(head) < 12:
+        head = self.io.pread(self.fd, LOG_OVERHEAD, pos)
+        if len(head) < LOG_OVERHEAD:
             return None
-        batch_len = int.from_bytes(head[8:12], "big", signed=True)
-        if batch_len <= 0 or batch_len > size - pos - 12:
+        batch_len = batch_length_of(head)
+        if batch_len <= 0 or batch_len > size - pos - LOG_OVERHEAD:
             return None
-        found = scan(self.io.pread(self.fd, batch_len + 12, pos), verify_crc=False)
+        found = scan(self.io.pread(self.fd, batch_len + LOG_OVERHEAD, pos), verify_crc=False)
         if not found.batches:
             raise CorruptRecordError(f"invalid batch: {found.reason}", path=self.log_path, position=pos)
         return found.batches[0]
@@ -482,7 +429,7 @@ class LogSegment:
         index = self.offset_index
         n = len(index)
         for k in range(n - 1, -2, -1):
-            pos = struct.unpack_from(">i", index.data, k * 8 + 4)[0] if k >= 0 else 0
+            pos = index.position_at(k) if k >= 0 else 0
             nxt = self._next_offset_from(pos)
             if nxt is not None:
                 return nxt
@@ -498,7 +445,7 @@ class LogSegment:
             if found.batches:
                 nxt = found.batches[-1].last_offset + 1
             if found.valid_bytes == 0:
-                whole = self._read_whole_batch(pos) if found.status == _native.ETRUNCATED else None
+                whole = self._read_whole_batch(pos) if found.torn else None
                 if whole is None:
                     break
                 nxt = whole.last_offset + 1
@@ -514,8 +461,6 @@ class LogSegment:
         Kafka's LogSegment.findOffsetByTimestamp: time index, then offset
         index, then a scan of batches by max timestamp, then of records.
         """
-        from pylog.storage.record import RecordBatch  # local: avoid a cycle in type checkers
-
         self.ensure_indexes()
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
@@ -537,7 +482,14 @@ class LogSegment:
 
     # ---- point lookup --------------------------------------------------------
     def _mapped(self) -> Any:  # a cffi pointer or None (cffi has no types)
-        """A cffi ``uint8_t *`` to a read-only map of the .log; None for an empty or read-only segment.
+        """The raw C pointer of :meth:`_mapped_log` (None when there is none), for
+        :meth:`pylog.storage.log.Log._fetch_tail` until it scans through :mod:`pylog.record`;
+        nothing else may use it."""
+        mapped = self._mapped_log()
+        return None if mapped is None else mapped.ptr
+
+    def _mapped_log(self) -> Optional[MappedLog]:
+        """A read-only map of the .log; None for an empty or read-only segment.
 
         The map is made with headroom past the end of the file (at least
         :data:`MAP_MIN_BYTES`, bounded by :attr:`map_limit`), and made again
@@ -571,31 +523,29 @@ class LogSegment:
             length = (max(want, size) + page - 1) // page * page
             addr = _mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, self.fd, 0)  # type: ignore[operator]
             if addr is not None and addr != _MAP_FAILED:
-                self._map_ptr = ffi.cast("uint8_t *", addr)
+                self._map_ptr = MappedLog(length, address=addr)
                 self._map_len = length
                 self._map_finalizer = weakref.finalize(self, _munmap, addr, length)  # type: ignore[arg-type]
                 return
         # No libc mmap (or it failed): map exactly the file, as mmap.mmap allows.
         self._map = mmap.mmap(self.fd, size, prot=mmap.PROT_READ)
-        self._map_ptr = ffi.from_buffer(self._map)
+        self._map_ptr = MappedLog(size, buffer=self._map)
         self._map_len = size
 
     def _drop_map(self) -> None:
         """Unmap the .log and forget every cached batch and verified range: called before this
         process truncates or rewrites the file (:meth:`truncate_to`, :meth:`recover`) and on close."""
         self._unmap()
-        self._lookups_addr = 0
-        self._lookups = None  # ffi.gc frees it (plg_lookup_cache_free)
+        self._lookups = None  # its finalizer frees the C cache (plg_lookup_cache_free)
 
     def _unmap(self) -> None:
-        self._map_buf = None
-        self._map_addr = 0
         if self._map_finalizer is not None:
             self._map_ptr = None
             self._map_finalizer()  # munmap, once
             self._map_finalizer = None
         elif self._map is not None:
-            ffi.release(self._map_ptr)
+            if self._map_ptr is not None:
+                self._map_ptr.release()
             self._map_ptr = None
             try:
                 self._map.close()
@@ -619,7 +569,7 @@ class LogSegment:
         (about 580 bytes each; the verified ranges are 16 bytes each, merged).
 
         With the send-path extension built, the lookup and the record are one
-        call (``point_lookup`` in ``pylog/_native/sendpath.c``, which calls this
+        call (``point_lookup`` in ``pylog/_native/sendpath/sendpath.c``, which calls this
         C core's ``plg_lookup_cached`` through its address); a record with
         headers, and builds without the extension, take the cffi path below.
 
@@ -642,72 +592,31 @@ class LogSegment:
         if not self._indexes_ready:
             self.ensure_indexes()
         size = self._state.size
-        ptr = self._map_ptr
-        if ptr is None or self._map_len < size:
-            ptr = self._mapped()  # (re)map, or None when there is nothing to map
-            if ptr is None:
+        mapped = self._map_ptr
+        if mapped is None or self._map_len < size:
+            mapped = self._mapped_log()  # (re)map, or None when there is nothing to map
+            if mapped is None:
                 return None
         cache = self._lookups
         if cache is None:
-            cache = self._lookups = _new_lookup_cache()
-            self._lookups_addr = int(ffi.cast("uintptr_t", cache))
+            cache = self._lookups = LookupCache(LOOKUP_CACHE_BATCHES)
         idx = self.offset_index.data
-        if _point_lookup is not None:
-            if not self._map_addr:
-                self._map_addr = int(ffi.cast("uintptr_t", ptr))
-            got = _point_lookup(self._map_addr, size, idx, self.base_offset, offset, self.verified_bytes,
-                                self._lookups_addr, Record)
+        point = mapped.point  # the record built in the same C call (sendpath.c), when built
+        if point is not None:
+            got = point(size, idx, self.base_offset, offset, self.verified_bytes, cache.address, Record)
             if type(got) is not int:
                 return got  # type: ignore[no-any-return]  # the record, or None: not here
-            if got != 1:  # 1: a record with headers, decoded below
-                raise CorruptRecordError(
-                    f"invalid batch while reading offset {offset}: {_native.strerror(got)}", path=self.log_path
-                )
-        ref = self._ref
-        rc = _lookup_cached(ptr, size, _from_buffer(idx), len(idx), self.base_offset, offset,
-                            self.verified_bytes, cache, ref)
-        if rc:
-            if rc == lib.PLG_ENOTFOUND or rc == lib.PLG_EUNSUPPORTED:
-                return None
-            raise CorruptRecordError(
-                f"invalid batch while reading offset {offset}: {_native.strerror(rc)}", path=self.log_path
-            )
-        attributes = ref.attributes
-        if attributes & 0x20:  # control batch: not an application record
-            return None
-        mm = self._map_buf  # slices copy out, never past the logical end (C checked every position)
-        if mm is None:
-            mm = self._map_buf = ffi.buffer(ptr, self._map_len)
-        kl = ref.key_len
-        vl = ref.value_len
-        hc = ref.header_count
-        if kl >= 0:
-            kp = ref.key_pos
-            key = mm[kp : kp + kl]  # type: ignore[index]
-        else:
-            key = None
-        if vl >= 0:
-            vp = ref.value_pos
-            value = mm[vp : vp + vl]  # type: ignore[index]
-        else:
-            value = None
-        if hc:
-            hp = ref.headers_pos
-            headers = _headers(mm[hp : hp + ref.headers_len], hc, self.log_path,  # type: ignore[index]
-                               int(ref.batch_position))
-        else:
-            headers = ()
-        return _new_tuple(Record, (value, key, headers, ref.timestamp, offset, 1 if attributes & 0x08 else 0))
+            return mapped.lookup_record(size, idx, self.base_offset, offset,  # type: ignore[no-any-return]
+                                        self.verified_bytes, cache, Record, decode_headers, self.log_path, got)
+        return mapped.lookup_record(size, idx, self.base_offset, offset,  # type: ignore[no-any-return]
+                                    self.verified_bytes, cache, Record, decode_headers, self.log_path)
 
     def lookup_stats(self) -> Dict[str, int]:
         """Counters of this segment's lookup cache (hits, tables_built, crc_checks, forgets,
         range_resets, verified_ranges); all zero before the first lookup. For tests and tuning."""
-        names = ("hits", "tables_built", "crc_checks", "forgets", "range_resets", "verified_ranges")
         if self._lookups is None:
-            return dict.fromkeys(names, 0)
-        st = ffi.new("plg_lookup_stats_t *")
-        lib.plg_lookup_cache_stats(self._lookups, st)
-        return {n: int(getattr(st, n)) for n in names}
+            return LookupCache.empty_stats()
+        return self._lookups.stats()
 
     # ---- recovery / truncation -------------------------------------------------
     def recover(self, *, truncate: bool = True) -> SegmentRecovery:
@@ -740,9 +649,6 @@ class LogSegment:
         pos = 0
         batches: List[BatchInfo] = []
         reason = ""
-        idx = ffi.new("uint8_t[8]")
-        tidx = ffi.new("uint8_t[12]")
-        flags = ffi.new("uint32_t *")
         while pos < file_size:
             chunk = self.io.pread(self.fd, min(8 * 1024 * 1024, file_size - pos), pos)
             found = scan(chunk, verify_crc=True)
@@ -753,24 +659,25 @@ class LogSegment:
                     reason = f"offset {info.base_offset} outside segment or out of order"
                     found = found._replace(batches=[], valid_bytes=0)
                     break
-                rc = lib.plg_segment_after_append(
-                    st, info.size, info.last_offset, info.max_timestamp, info.last_offset, idx, tidx, flags
-                )
-                if rc != _native.OK:
-                    reason = f"index rebuild failed at offset {info.last_offset}: {_native.strerror(rc)}"
+                try:
+                    idx_entry, time_entry = st.after_append(info.size, info.last_offset, info.max_timestamp,
+                                                            info.last_offset,
+                                                            f"index rebuild failed at offset {info.last_offset}")
+                except PylogError as exc:
+                    reason = str(exc)
                     break
-                if flags[0] & 1:
-                    offset_entries += ffi.buffer(idx, 8)
-                if flags[0] & 2:
-                    time_entries += ffi.buffer(tidx, 12)
+                if idx_entry is not None:
+                    offset_entries += idx_entry
+                if time_entry is not None:
+                    time_entries += time_entry
                 if self.first_batch_timestamp is None:
                     self.first_batch_timestamp = info.max_timestamp
                 batches.append(info._replace(position=pos + info.position))
             if reason:
                 break
             pos += found.valid_bytes
-            if found.status != _native.OK:
-                if found.status == _native.ETRUNCATED and len(chunk) < file_size - (pos - found.valid_bytes):
+            if not found.ok:
+                if found.torn and len(chunk) < file_size - (pos - found.valid_bytes):
                     continue  # the chunk cut a batch; read on from it
                 reason = found.reason
                 break
@@ -869,7 +776,7 @@ class LogSegment:
                     st.max_timestamp_so_far = info.max_timestamp
                     st.offset_of_max_timestamp = info.last_offset
             if found.valid_bytes == 0:
-                whole = self._read_whole_batch(pos) if found.status == _native.ETRUNCATED else None
+                whole = self._read_whole_batch(pos) if found.torn else None
                 if whole is None:
                     break
                 if whole.max_timestamp > st.max_timestamp_so_far:

@@ -19,7 +19,7 @@ import pytest
 
 import pylog
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import scan
+from pylog.record import scan
 
 SEG1 = "00000000000000000000.log"
 SOAK = [pytest.mark.soak, pytest.mark.skipif(not os.environ.get("PYLOG_SOAK"), reason="soak run: set PYLOG_SOAK=1")]

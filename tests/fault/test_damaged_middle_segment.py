@@ -57,7 +57,7 @@ def _fingerprint(path: str) -> Dict[str, str]:
 
 
 def _batch_starts(log_path: str) -> List[int]:
-    from pylog.storage.record import scan
+    from pylog.record import scan
 
     with open(log_path, "rb") as f:
         return [b.position for b in scan(f.read()).batches]

@@ -18,7 +18,7 @@ import pytest
 import pylog
 from pylog.cluster import Cluster
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import scan
+from pylog.record import scan
 
 
 def _flip(path: str, position: int) -> None:

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequenc
 import pylog
 from pylog import errors
 from pylog._native import ffi, lib
-from pylog.storage.record import encode_batch, py_encode_legacy, scan
+from pylog.record import encode_batch, py_encode_legacy, scan
 
 SEG = "00000000000000000000.log"
 CLOCK = 5_000_000
@@ -71,7 +71,7 @@ def layout(data: bytes) -> List[Tuple[int, int, int, int]]:
 
 def legacy_message_set(magic: int, codec: int = 0, count: int = 4, first_offset: int = 0) -> bytes:
     """``count`` legacy messages (magic 0 or 1); with ``codec`` they sit inside one compressed wrapper."""
-    from pylog.storage import compression
+    from pylog.record import compression
 
     inner = b"".join(
         py_encode_legacy(i if codec else first_offset + i, b"legacy-%d" % i, b"k%d" % i if i % 2 else None,

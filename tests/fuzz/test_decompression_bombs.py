@@ -18,7 +18,7 @@ import pytest
 import fuzz_corpus as fc
 import pylog
 from pylog.errors import CorruptRecordError, RecordTooLargeError
-from pylog.storage import compression
+from pylog.record import compression
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 
@@ -90,7 +90,7 @@ BOMB = r"""
 import resource, sys, zlib
 import cramjam
 from pylog.errors import CorruptRecordError
-from pylog.storage import compression
+from pylog.record import compression
 
 codec = sys.argv[1]
 chunk, total = b"\x00" * (1 << 20), 192  # 192 MiB of zeros, compressed as a stream

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fuzz_corpus as fc
-from pylog.storage.record import RecordBatch, iter_batches, scan
+from pylog.record import RecordBatch, iter_batches, scan
 
 CORPUS = fc.build_log()
 LEGACY = {(m, c): fc.legacy_message_set(m, c) for m in (0, 1) for c in (0, 1, 2, 3, 4)}
@@ -121,7 +121,7 @@ import gc, struct, sys
 sys.path.insert(0, sys.argv[1])
 import fuzz_corpus as fc
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import iter_batches
+from pylog.record import iter_batches
 
 good = bytearray(fc.v2_batch([fc.make_record(i) for i in range(5)], 0))
 good[61] ^= 0x40  # first record's length varint: malformed records, then a fresh CRC

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 
 from pylog.errors import InvalidRecordError
-from pylog.storage.record import Record, encode_batch, encode_values_batch, py_encode_batch
+from pylog.record import Record, encode_batch, encode_values_batch, py_encode_batch
 
 values = st.lists(st.binary(max_size=300), min_size=1, max_size=60)
 ids = st.integers(min_value=-1, max_value=2**63 - 1)

@@ -27,7 +27,7 @@ from pylog._native import ffi, lib
 from pylog.client.consumer import ConsumerRecord
 from pylog.client.fetch_decoder import FetchDecoder, RecordRun, batch_records
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import (
+from pylog.record import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     Record,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import encode_batch, scan
+from pylog.record import encode_batch, scan
 
 
 def _general(log: pylog.Log, offset: int, max_bytes: int, max_offset) -> bytes:

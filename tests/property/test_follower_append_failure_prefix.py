@@ -23,7 +23,7 @@ from pylog.replication.partition import FAILED, FETCHING, Partition, records_equ
 from pylog.storage.fileio import SimulatedDiskIO
 from pylog.storage.log import Log
 from pylog.storage.producer_state import ProducerStateManager
-from pylog.storage.record import encode_batch
+from pylog.record import encode_batch
 
 _STATE = PartitionState("t", 0, (0, 1), 0, 0, (0, 1), 0, 1)
 

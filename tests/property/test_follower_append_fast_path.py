@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import pylog
 from pylog.errors import PylogError
 from pylog.storage.log import Log
-from pylog.storage.record import encode_batch
+from pylog.record import encode_batch
 
 #: one batch: (records, value size, leader epoch, producer id, timestamp)
 batch_st = st.tuples(st.integers(1, 5), st.integers(0, 300), st.integers(0, 3), st.sampled_from([-1, 7, 9]),

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from pylog._native import ffi, lib
 from pylog.errors import PylogError
 from pylog.storage.log import Log
-from pylog.storage.record import Record, encode_batch
+from pylog.record import Record, encode_batch
 
 NOW = int(time.time() * 1000)
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog.errors import CorruptRecordError
-from pylog.storage.record import Record, py_decode_batch, scan
+from pylog.record import Record, py_decode_batch, scan
 
 Rec = Tuple[Optional[bytes], Optional[bytes], Tuple[Tuple[str, Optional[bytes]], ...]]
 
@@ -207,13 +207,14 @@ def _mixed_log(path) -> Tuple[pylog.Log, List[Rec]]:
 def test_without_the_extension_the_python_paths_give_the_same_records(tmp_path, monkeypatch) -> None:
     """sendpath.c's point_lookup / make_records and their cffi + map/zip fallbacks agree (the fallbacks
     run where the extension is not built)."""
-    from pylog.storage import reader, segment
+    from pylog._native import index as native_index
+    from pylog.storage import reader
 
     log, model = _mixed_log(tmp_path / "t-0")
     try:
         fast_get = [log.get(o) for o in range(len(model))]
         fast_read = list(log.read(0, 1 << 20))
-        monkeypatch.setattr(segment, "_point_lookup", None)
+        monkeypatch.setattr(native_index, "_point_lookup", None)
         monkeypatch.setattr(reader, "_make_records", None)
         log.close()
         log = pylog.Log.open(tmp_path / "t-0")

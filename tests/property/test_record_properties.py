@@ -27,8 +27,8 @@ from hypothesis import event, given
 from pylog import _native
 from pylog._native import ffi, lib
 from pylog.errors import CorruptRecordError
-from pylog.storage import compression as codecs
-from pylog.storage.record import (
+from pylog.record import compression as codecs
+from pylog.record import (
     LOG_APPEND_TIME,
     Record,
     RecordBatch,
@@ -296,7 +296,7 @@ def test_malformed_records_match_oracle_and_never_crash(records, data):
 
 @given(count=st.integers(0, 2**31 - 1), body=st.binary(max_size=64))
 def test_decode_records_on_arbitrary_bytes_is_total(count, body):
-    from pylog.storage.record import decode_records
+    from pylog.record import decode_records
 
     try:
         got = decode_records(body, count, 0, 0)
@@ -565,7 +565,7 @@ def segments(draw):
 
 
 def _py_record(r: Record, base_ts: int, offset_delta: int) -> bytes:
-    from pylog.storage.record import py_varint
+    from pylog.record import py_varint
 
     rec = bytearray(b"\x00") + py_varint(r.timestamp - base_ts) + py_varint(offset_delta)
     for field in (r.key, r.value):

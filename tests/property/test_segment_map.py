@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog.storage import segment as segment_mod
-from pylog.storage.record import scan
+from pylog.record import scan
 
 
 @pytest.fixture(autouse=True)

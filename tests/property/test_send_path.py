@@ -1,4 +1,4 @@
-"""The producer's C send path (pylog/_native/sendpath.c) against the pure-Python closure it replaces.
+"""The producer's C send path (pylog/_native/sendpath/sendpath.c) against the pure-Python closure it replaces.
 
 ``Producer.send`` is ``SendPath.send`` when the extension is built and the
 closure from ``Producer._make_py_send`` otherwise. Both must queue the same
@@ -23,7 +23,7 @@ import pylog.client.producer as producer_mod
 from pylog._native import _sendpath
 from pylog.client.accumulator import FutureRecordMetadata
 from pylog.cluster import Cluster
-from pylog.storage.record import Record
+from pylog.record import Record
 
 
 def make_producer(c: Cluster, native: bool, **cfg: Any) -> Any:
@@ -304,7 +304,7 @@ def test_the_pure_python_fallback_works_without_the_extension(tmp_path):
 import sys, threading
 sys.modules["pylog._native._sendpath"] = None  # import fails, as without a build
 from pylog.cluster import Cluster
-from pylog.storage.record import Record
+from pylog.record import Record
 from pylog.client import accumulator, producer
 assert producer._SendPath is None and producer._Lock is threading.Lock
 assert accumulator.ProducerBatch.__mro__[1] is accumulator._PyBatchBase
@@ -402,7 +402,7 @@ def test_c_murmur2_matches_the_python_partitioner(data):
 
 def test_keyed_sends_take_the_c_path_to_the_java_clients_partition(tmp_path):
     from pylog.client.partitioner import partition_for_key
-    from pylog.storage.record import Record
+    from pylog.record import Record
 
     with Cluster(tmp_path, brokers=1, seed=8) as c:
         c.create_topic("k", 5, 1)
@@ -437,7 +437,7 @@ def test_sent_futures_stay_out_of_the_cycle_collector_until_a_callback_can_make_
     from types import SimpleNamespace
 
     from pylog.client.accumulator import ProducerBatch
-    from pylog.storage.record import Record
+    from pylog.record import Record
 
     owner = SimpleNamespace(_lock=_sendpath.Lock())
     b = ProducerBatch(owner, "t", 0, 0, 0, 0)

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Tuple
 import pylog
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
-from pylog.storage.record import Record
+from pylog.record import Record
 
 
 # Recent timestamps: the logs' default 7-day retention would delete older segments.
@@ -80,7 +80,7 @@ def segment_files(part_dir: str) -> List[str]:
 
 def corrupt_batch(path: str, batch_index: int) -> Tuple[int, int, int]:
     """Flip a CRC-covered byte of the ``batch_index``-th batch; returns (position, base, last offset)."""
-    from pylog.storage.record import scan
+    from pylog.record import scan
 
     data = bytearray(open(path, "rb").read())
     info = scan(bytes(data)).batches[batch_index]

@@ -169,7 +169,7 @@ def test_split_ranges_around_a_corrupt_batch(tmp_path):
 
 def test_offset_gaps_between_batches(tmp_path):
     """Batches copied with their own offsets (as from a compacted Kafka log) keep those offsets."""
-    from pylog.storage.record import encode_batch
+    from pylog.record import encode_batch
 
     from .helpers import record_for
 
@@ -187,7 +187,7 @@ def test_offset_gaps_between_batches(tmp_path):
 
 
 def test_control_batches_skipped_and_read_committed_refuses_transactions(tmp_path):
-    from pylog.storage.record import Record, encode_batch
+    from pylog.record import Record, encode_batch
 
     part = os.path.join(str(tmp_path), "x-0")
     lg = pylog.Log.open(part)
@@ -245,7 +245,7 @@ print("ok", errors)
 def test_decode_error_in_a_reference_cycle_does_not_crash_the_gc() -> None:
     """The Arrow builder holds a cffi export of the segment's bytes while it decodes; an error
     raised with the export alive, kept in a reference cycle, once crashed CPython's GC (the
-    same pattern as record._decode_columns). The export is released before the error leaves."""
+    same pattern as pylog._native.batch). The export is released before the error leaves."""
     import subprocess
     import sys
 

@@ -122,7 +122,7 @@ def test_record_over_max_message_bytes(log: pylog.Log) -> None:
 
 def test_a_request_with_one_batch_over_max_message_bytes_names_that_batch(log: pylog.Log) -> None:
     # a leader's append of several batches: the error names the batch over the limit, not the first
-    from pylog.storage.record import encode_batch
+    from pylog.record import encode_batch
 
     end = log.log_end_offset
     data = encode_batch([b"a"], now_ms=1, base_offset=0) + encode_batch([b"x" * 1000], now_ms=1, base_offset=1)
@@ -136,7 +136,7 @@ def test_a_follower_copies_batches_over_max_message_bytes(log: pylog.Log, batche
     """Kafka's appendAsFollower ignores max.message.bytes: the leader checked each batch under the
     config of its time, and a replica with a smaller limit now must still copy its leader's log.
     (One batch and several take different append paths.) segment_bytes still applies."""
-    from pylog.storage.record import encode_batch
+    from pylog.record import encode_batch
 
     end = log.log_end_offset
     data = encode_batch([b"x" * 1000], now_ms=1, base_offset=end)

@@ -15,7 +15,7 @@ from pylog.errors import InvalidConfigurationError, InvalidRecordError, OffsetOu
 from pylog.storage import checkpoint
 from pylog.storage.cleaner import ATTR_DELETE_HORIZON, Cleaner, build_offset_map, iter_segment_batches
 from pylog.storage.fileio import FileIO
-from pylog.storage.record import ATTR_COMPRESSION_MASK, Record, RecordBatch, encode_batch, scan
+from pylog.record import ATTR_COMPRESSION_MASK, Record, RecordBatch, encode_batch, scan
 
 DAY = 86_400_000
 
@@ -115,7 +115,7 @@ def test_partially_cleaned_batch_keeps_offsets_producer_fields_headers_and_times
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batch_is_reencoded_with_the_same_codec(tmp_path, codec) -> None:
-    from pylog.storage import compression
+    from pylog.record import compression
 
     try:
         compression.compress(compression.codec_id(codec), b"probe")

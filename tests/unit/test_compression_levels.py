@@ -8,8 +8,8 @@ import pytest
 
 import pylog
 from pylog.errors import InvalidConfigurationError
-from pylog.storage import compression as codecs
-from pylog.storage.record import RecordBatch, encode_batch, scan
+from pylog.record import compression as codecs
+from pylog.record import RecordBatch, encode_batch, scan
 
 cramjam = pytest.importorskip("cramjam")
 

@@ -15,7 +15,7 @@ from pylog.storage.control_record import (
     encode_control_key,
     parse_control_type,
 )
-from pylog.storage.record import Record, encode_batch
+from pylog.record import Record, encode_batch
 
 MARKER_BATCH = bytes.fromhex(
     "0000000000000005" "00000042" "00000000" "02" "a1ac499f" "0030" "00000000"

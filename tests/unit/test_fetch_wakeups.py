@@ -16,7 +16,7 @@ from pylog.replication.messages import (
     FetchRequest, FetchResponse, LeaderAndIsrRequest, PartitionState, ProduceRequest, ProduceResponse,
 )
 from pylog.replication.replica_manager import ReplicaManager, ReplicaManagerConfig
-from pylog.storage.record import encode_batch, scan
+from pylog.record import encode_batch, scan
 
 
 def _rm(tmp_path) -> ReplicaManager:

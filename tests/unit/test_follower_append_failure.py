@@ -27,7 +27,7 @@ from pylog.replication.replica_manager import ReplicaManager
 from pylog.storage.fileio import FileIO, SimulatedDiskIO
 from pylog.storage.log import Log
 from pylog.storage.producer_state import ProducerStateManager
-from pylog.storage.record import encode_batch
+from pylog.record import encode_batch
 
 
 def _state(leader: int, epoch: int = 0) -> PartitionState:

@@ -7,7 +7,7 @@ import pytest
 
 import pylog
 from pylog.errors import RecordTooLargeError
-from pylog.storage.record import encode_batch
+from pylog.record import encode_batch
 
 
 def test_a_fetch_larger_than_a_segment_is_appended_across_segments(tmp_path) -> None:

@@ -11,7 +11,7 @@ import os
 from pylog.replication.messages import FetchRequest, PartitionState
 from pylog.replication.partition import FETCHING, Partition
 from pylog.storage.log import Log
-from pylog.storage.record import encode_batch
+from pylog.record import encode_batch
 
 
 def _partition(tmp_path, broker: int) -> Partition:

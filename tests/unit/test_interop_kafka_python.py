@@ -21,7 +21,7 @@ from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from pylog import _native
-from pylog.storage.record import LOG_APPEND_TIME, Record, RecordBatch, encode_batch, iter_batches, scan
+from pylog.record import LOG_APPEND_TIME, Record, RecordBatch, encode_batch, iter_batches, scan
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "data"
 

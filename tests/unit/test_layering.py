@@ -12,6 +12,8 @@
   where ``_y`` is not a module): what crosses a module boundary has a public
   name. Private *modules* (``pylog._native``, ``pylog.client._node``) are
   package-internal and may be imported.
+* cffi's ``ffi``/``lib`` are used only under ``pylog/_native/`` (its typed
+  bindings); every other module calls those bindings or :mod:`pylog.record`.
 
 The checker reads the source with :mod:`ast`; it imports nothing, so it also
 sees imports on paths a test never takes.
@@ -200,17 +202,9 @@ def test_the_facades_and_the_client_interface_form_no_circle() -> None:
 #: ``pylog/record/`` floor gives the record format public names; the consumer split moves the
 #: group-instance-id check). An entry that disappears is fine; a new one fails the test below.
 PRIVATE_IMPORT_ALLOWLIST: Set[Tuple[str, str, str]] = {
-    # storage/record.py's private helpers, imported by storage/ and client/ (and, on some branches, spark/)
-    ("pylog.client.fetch_decoder", "pylog.storage.record", "_decode_columns"),
-    ("pylog.client.fetch_decoder", "pylog.storage.record", "_decode_header_columns"),
-    ("pylog.client.fetch_decoder", "pylog.storage.record", "_is_sequence"),
-    ("pylog.client.fetch_decoder", "pylog.storage.record", "_spans"),
-    ("pylog.storage.cleaner", "pylog.storage.record", "_decode_columns"),
-    ("pylog.storage.cleaner", "pylog.storage.record", "_spans"),
-    ("pylog.storage.log", "pylog.storage.record", "_INFO_LAYOUT"),
-    ("pylog.storage.log", "pylog.storage.record", "_INFO_ORDER"),
-    ("pylog.spark.reader", "pylog.storage.record", "_decode_columns"),
-    ("pylog.spark.reader", "pylog.storage.record", "_spans"),
+    # storage/log.py's fetched-data scan reads the C batch-info rows directly (until it scans via pylog.record)
+    ("pylog.storage.log", "pylog._native.batch", "_INFO_LAYOUT"),
+    ("pylog.storage.log", "pylog._native.batch", "_INFO_ORDER"),
 }
 
 
@@ -256,6 +250,67 @@ def test_checker_sees_private_imports(tmp_path: pathlib.Path) -> None:
                  "def f():\n    from .b import _other\n")
     found = private_imports(a, "pylog.a", {"pylog.a", "pylog.b", "pylog._native"})
     assert found == [("pylog.b", "_helper", 1), ("pylog.b", "_other", 4)]
+#: Modules still using ``ffi``/``lib`` while another change splits them (issue 15 item 3): the
+#: lead converts them to pylog._native/pylog.record calls after merging and empties this set.
+FFI_ALLOWLIST = {
+    "pylog.storage.log",
+    "pylog.storage.loader",
+    "pylog.storage.producer_state",
+    "pylog.replication.partition",
+}
+
+
+def ffi_uses(path: pathlib.Path) -> List[Tuple[str, int]]:
+    """Where ``path`` reaches cffi's ``ffi``/``lib``: imported from ``pylog._native`` (any submodule),
+    or read as an attribute of it (``_native.ffi``, ``pylog._native.lib``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    native_names = set()  # local names bound to pylog._native or a submodule of it
+    found: List[Tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module == "pylog._native" or node.module.startswith("pylog._native.")):
+            for alias in node.names:
+                if alias.name in ("ffi", "lib"):
+                    found.append((alias.name, node.lineno))
+        if isinstance(node, ast.ImportFrom) and node.module == "pylog":
+            native_names.update(a.asname or a.name for a in node.names if a.name == "_native")
+        if isinstance(node, ast.ImportFrom) and node.module == "pylog._native":
+            native_names.update(a.asname or a.name for a in node.names if a.name not in ("ffi", "lib"))
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("pylog._native"):
+                    native_names.add(alias.asname or "pylog")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("ffi", "lib"):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in native_names:
+                found.append((node.attr, node.lineno))
+    return found
+
+
+def test_ffi_and_lib_only_under_native() -> None:
+    _, paths = graph()
+    outside = [f"{paths[m].relative_to(ROOT.parent)}:{line}: {what}" for m in sorted(paths)
+               if not (m == "pylog._native" or m.startswith("pylog._native.")) and m not in FFI_ALLOWLIST
+               for what, line in ffi_uses(paths[m])]
+    assert outside == []
+
+
+def test_ffi_checker_sees_imports_and_attributes(tmp_path: pathlib.Path) -> None:
+    """The checker itself: each way of reaching ffi/lib is found; a binding call is not."""
+    cases = {
+        "from pylog._native import ffi, lib\n": 2,
+        "from pylog._native.batch import lib\n": 1,
+        "from pylog import _native\nx = _native.ffi.new('int *')\n": 1,
+        "import pylog._native\nx = pylog._native.lib.plg_version()\n": 1,
+        "from pylog._native import batch as _c\nx = _c.scan(b'', True, 1)\n": 0,
+    }
+    for i, (src, n) in enumerate(cases.items()):
+        f = tmp_path / f"m{i}.py"
+        f.write_text(src)
+        assert len(ffi_uses(f)) == n, src
 
 
 def test_checker_sees_function_level_imports_and_cycles(tmp_path: pathlib.Path) -> None:

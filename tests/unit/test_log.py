@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog.errors import InvalidOffsetError, OffsetOutOfRangeError
-from pylog.storage.record import encode_batch, scan
+from pylog.record import encode_batch, scan
 
 
 class Clock:

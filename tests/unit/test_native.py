@@ -19,7 +19,8 @@ import pytest
 from pylog import _native
 from pylog._native import ffi, lib
 from pylog.errors import CorruptRecordError, InvalidOffsetError, NativeError, PylogError
-from pylog.storage import record as rec
+from pylog import record as rec
+from pylog.record.codec import decode_headers
 
 # ---------------------------------------------------------------------------
 # CRC-32C and CRC-32
@@ -702,14 +703,14 @@ def test_gather_spans():
 
 def test_decode_headers_single_record_span():
     span = rec.py_varint(2) + b"ab" + rec.py_varint(-1) + rec.py_varint(1) + b"c" + rec.py_varint(2) + b"xy"
-    assert rec._decode_headers(span, 2, None, None) == (("ab", None), ("c", b"xy"))
+    assert decode_headers(span, 2, None, None) == (("ab", None), ("c", b"xy"))
     for cut in range(len(span)):
         with pytest.raises(CorruptRecordError):
-            rec._decode_headers(span[:cut], 2, None, None)
+            decode_headers(span[:cut], 2, None, None)
     with pytest.raises(CorruptRecordError):
-        rec._decode_headers(span + b"\x00", 2, None, None)  # bytes left over
+        decode_headers(span + b"\x00", 2, None, None)  # bytes left over
     with pytest.raises(CorruptRecordError):
-        rec._decode_headers(span, 10**9, None, None)  # refused before allocating
+        decode_headers(span, 10**9, None, None)  # refused before allocating
 
 
 def test_decode_legacy_fields():
@@ -727,7 +728,7 @@ def test_decode_legacy_fields():
 
 @pytest.mark.parametrize("compression", [None, "gzip"])
 def test_value_columns_match_records(compression):
-    from pylog.storage.record import Record, encode_batch, iter_batches
+    from pylog.record import Record, encode_batch, iter_batches
 
     items = [b"a", None, Record(b"ccc", b"k"), Record(b"", None, [("h", b"x")]), b"z" * 300]
     batch = next(iter(iter_batches(encode_batch(items, now_ms=1, compression=compression))))
@@ -741,7 +742,7 @@ def test_value_columns_match_records(compression):
 
 
 def test_value_columns_of_legacy_messages():
-    from pylog.storage.record import iter_batches, py_encode_legacy
+    from pylog.record import iter_batches, py_encode_legacy
 
     data = py_encode_legacy(0, b"v0", magic=0) + py_encode_legacy(1, None, b"k", magic=1, timestamp=5)
     cols = [b.value_columns() for b in iter_batches(data)]

@@ -13,7 +13,7 @@ from pylog.replication.messages import (
     ProduceResponse,
 )
 from pylog.replication.replica_manager import ReplicaManager
-from pylog.storage.record import encode_batch
+from pylog.record import encode_batch
 
 
 def leader_rm(tmp_path, block=(100, 3)) -> ReplicaManager:

@@ -16,8 +16,8 @@ from pylog.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from pylog.storage import compression as codecs
-from pylog.storage.record import Record
+from pylog.record import compression as codecs
+from pylog.record import Record
 
 
 def leader_log(c: Cluster, topic: str, partition: int = 0):

@@ -238,7 +238,7 @@ def test_consumer_fetch_reads_only_below_hw(tmp_path):
     fetch(p, 1, 2, 0)
     assert p.high_watermark == 2
     resp, _ = fetch(p, -1, 0, 0, epoch=-1)
-    from pylog.storage.record import iter_batches
+    from pylog.record import iter_batches
 
     offsets = [r.offset for b in iter_batches(resp.records) for r in b.records()]
     assert offsets == [0, 1]

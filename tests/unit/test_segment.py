@@ -9,7 +9,7 @@ from typing import List, Tuple
 import pytest
 
 from pylog.storage.fileio import FileIO
-from pylog.storage.record import encode_batch, scan
+from pylog.record import encode_batch, scan
 from pylog.storage.segment import LogSegment, filename_prefix
 
 

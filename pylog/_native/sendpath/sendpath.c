@@ -882,7 +882,7 @@ static int atomic(PyObject *o) {
  * cls(values[i], keys[i], (), timestamps[i], offsets[i], timestamp_type), where keys
  * None means every key is null, offsets an int means first offset of a contiguous
  * run, and timestamps an int means one timestamp for all. cls is a tuple subclass of
- * six fields (pylog.storage.record.Record). A record whose fields are all bytes,
+ * six fields (pylog.record.Record). A record whose fields are all bytes,
  * None or int (and the shared empty headers tuple) cannot be part of a reference
  * cycle, so it is untracked by the cycle collector at once, as CPython does itself
  * for plain tuples of such items at their first collection (it never does for a
