@@ -395,10 +395,10 @@ class TransactionManager:
             self._enqueue(ADD_PARTITIONS, TxnResult("send"))
         while self._queue:
             h = min(self._queue, key=lambda x: (x.kind, x.seq))
-            if self.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR) and not (
-                    h.kind in (END_TXN, INIT_PRODUCER_ID) and self.state == TxnState.ABORTABLE_ERROR) \
-                    and h.kind != FIND_COORDINATOR:
-                self._queue.remove(h)  # Kafka fails queued requests once in an error state
+            if self.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR) and h.kind != FIND_COORDINATOR:
+                # Kafka fails queued requests once in an error state (e.g. a commit's EndTxn after a
+                # batch failed): only abort_transaction() queues new ones, from ABORTING_TRANSACTION
+                self._queue.remove(h)
                 assert self.last_error is not None
                 h.result._fail(self.last_error)
                 self._call_done(h.result)
@@ -648,7 +648,8 @@ class TransactionManager:
                 self.epoch_bump_required = False  # the coordinator bumped it already
             self.producer_id, self.producer_epoch = producer_id, producer_epoch
         self._clear_transaction()
-        if self.epoch_bump_required and self.state == TxnState.ABORTING_TRANSACTION:
+        if (self.epoch_bump_required or self.producer_id < 0) and self.state == TxnState.ABORTING_TRANSACTION:
+            # KIP-360 bump, or an InitProducerId that failed with an abortable error: get an epoch first
             self._transition(TxnState.INITIALIZING, "abort_transaction")
             h.kind, h.seq = INIT_PRODUCER_ID, self._next_seq()
             self._queue.append(h)  # the abort's result completes with the bump
