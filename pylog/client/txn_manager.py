@@ -364,7 +364,9 @@ class TransactionManager:
         if commit and self.new_partitions:
             self._enqueue(ADD_PARTITIONS, TxnResult("send"))
         if not commit and isinstance(self.last_error, InvalidProducerIdMappingError) and self.epoch_bump_required:
-            # the coordinator does not know this producer id: EndTxn would be refused; bump instead (KIP-360)
+            # the coordinator does not know this producer id: EndTxn would be refused; bump instead (KIP-360).
+            # The state stays ABORTING_TRANSACTION (not Kafka's INITIALIZING) until the bump is answered, so
+            # the sender still fails the unsent batches (undrained_batches_error); READY follows either way.
             return self._start_call(name, INIT_PRODUCER_ID)
         result = self._start_call(name, END_TXN)
         self._queue[-1].committed = commit

@@ -448,7 +448,7 @@ def test_abort_after_an_unknown_producer_id_bumps_the_epoch_instead_of_end_txn()
     m.maybe_add_partition(("out", 4))
     s.step(m, InvalidProducerIdMappingError)
     r = m.abort_transaction()
-    assert m.state == S.ABORTING_TRANSACTION
+    assert m.state == S.ABORTING_TRANSACTION and isinstance(m.undrained_batches_error(), TransactionAbortedError)
     s.epoch = 5
     assert s.run(m) == [INIT_PRODUCER_ID]
     ip = s.sent[-1].message
@@ -461,9 +461,10 @@ class Broker:
     """The transaction coordinator (and a toy group coordinator for TxnOffsetCommit) behind the
     manager's requests: appends and markers are acknowledged at once, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, transaction_version: int = 2) -> None:
         self.pids = iter(range(1000, 2000))
-        self.coord = TransactionCoordinator(lambda: next(self.pids), partitions=4)
+        self.coord = TransactionCoordinator(lambda: next(self.pids), partitions=4,
+                                            transaction_version=transaction_version)
         for p in range(4):
             assert self.coord.load(p, 0, [], 0) == []
         self.now = 0
@@ -597,9 +598,10 @@ def test_a_second_producer_with_the_same_id_fences_the_first() -> None:
     r2 = m2.init_transactions()
     b.run(m2)  # first answer ConcurrentTransactions (the open transaction is aborted), then a new epoch
     assert r2.done and r2.error is None and m2.state == S.READY
-    assert m2.producer_id == m1.producer_id and m2.producer_epoch > m1.producer_epoch
-    assert ("out", 0, m1.producer_id, m2.producer_epoch - 1, False) in b.markers or any(
-        mk[:2] == ("out", 0) and not mk[4] for mk in b.markers)
+    # the fence bumped the epoch (0 -> 1), the abort of the open transaction bumped it again (KIP-890,
+    # its ABORT marker carries 2), and the retried InitProducerId got 3
+    assert (m2.producer_id, m2.producer_epoch) == (m1.producer_id, m1.producer_epoch + 3)
+    assert b.markers == [("out", 0, m1.producer_id, m1.producer_epoch + 2, False)]
     # the zombie's next step is refused, and every call after that raises ProducerFencedError
     c = m1.commit_transaction()
     b.run(m1)
@@ -630,8 +632,11 @@ def test_a_zombie_send_after_fencing_is_fatal() -> None:
         m1.maybe_add_partition(("out", 1))
 
 
-def test_a_delayed_end_txn_of_a_finished_transaction_does_not_touch_the_next() -> None:
-    b, m = Broker(), TransactionManager(TID)
+@pytest.mark.parametrize("transaction_version", [2, 1])
+def test_a_delayed_end_txn_of_a_finished_transaction_does_not_touch_the_next(transaction_version: int) -> None:
+    """With the KIP-890 bump (transaction_version 2) the late EndTxn is fenced; the test-only switch
+    (transaction_version 1, no bump) shows the anomaly it prevents: the late abort aborts transaction 2."""
+    b, m = Broker(transaction_version), TransactionManager(TID)
     m.init_transactions()
     b.run(m)
     m.begin_transaction()
@@ -646,6 +651,10 @@ def test_a_delayed_end_txn_of_a_finished_transaction_does_not_touch_the_next() -
     assert state_of(b) == TransactionState.ONGOING
     b.markers.clear()
     late = b.handle(b.held[0])  # Jepsen's reordering: the old abort arrives during transaction 2
+    if transaction_version == 1:
+        assert late.error is None and state_of(b) == TransactionState.COMPLETE_ABORT
+        assert b.markers == [("out", 1, m.producer_id, m.producer_epoch, False)]  # transaction 2 lost
+        return
     assert late.error is ProducerFencedError  # KIP-890: its epoch is the previous one
     txn = b.coord.describe(TID)
     assert txn is not None and txn.state == TransactionState.ONGOING and txn.partitions == {("out", 1)}
@@ -655,3 +664,12 @@ def test_a_delayed_end_txn_of_a_finished_transaction_does_not_touch_the_next() -
     b.run(m)
     assert c.done and c.error is None and state_of(b) == TransactionState.COMPLETE_COMMIT
     assert [mk[:2] + (mk[4],) for mk in b.markers] == [("out", 1, True)]
+
+
+def test_abort_after_an_abortable_init_producer_id_initializes_again() -> None:
+    m, s, r = at_request(INIT_PRODUCER_ID)
+    s.step(m, TransactionAbortableError)
+    assert m.state == S.ABORTABLE_ERROR and r.done and isinstance(r.error, TransactionAbortableError)
+    a = m.abort_transaction()
+    assert s.step(m) is not None and m.state == S.READY  # no EndTxn (nothing started): InitProducerId again
+    assert s.sent[-1].kind == INIT_PRODUCER_ID and a.done and a.error is None and m.producer_id == 7
