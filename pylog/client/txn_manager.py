@@ -22,12 +22,14 @@ clock here. The Producer will drive it:
   not yet drained with :meth:`~TransactionManager.undrained_batches_error` when
   that is not None (an abort, or an abortable error).
 
-States (:class:`TxnState`) and transitions are Kafka's (``VALID_PREVIOUS``):
+States (:class:`TxnState`) and transitions are Kafka's (``VALID_PREVIOUS``, as Kafka 3.7-3.9's
+``State.isTransitionValid``; Kafka 4's transaction-version-2 client adds INITIALIZING from
+COMMITTING_TRANSACTION, not here):
 
 ======================  =======================================================
 state                   entered from
 ======================  =======================================================
-UNINITIALIZED           INITIALIZING
+UNINITIALIZED           READY, ABORTABLE_ERROR (Kafka: the idempotent producer's id reset; unused here)
 INITIALIZING            UNINITIALIZED, ABORTING_TRANSACTION (KIP-360 epoch bump)
 READY                   INITIALIZING, COMMITTING_TRANSACTION, ABORTING_TRANSACTION
 IN_TRANSACTION          READY
@@ -119,7 +121,7 @@ class TxnState(enum.Enum):
 T = TxnState
 #: state -> the states it may be entered from (Kafka's ``State.isTransitionValid``)
 VALID_PREVIOUS: Dict[TxnState, FrozenSet[TxnState]] = {
-    T.UNINITIALIZED: frozenset({T.INITIALIZING}),
+    T.UNINITIALIZED: frozenset({T.READY, T.ABORTABLE_ERROR}),  # Kafka: an idempotent producer's id reset
     T.INITIALIZING: frozenset({T.UNINITIALIZED, T.ABORTING_TRANSACTION}),
     T.READY: frozenset({T.INITIALIZING, T.COMMITTING_TRANSACTION, T.ABORTING_TRANSACTION}),
     T.IN_TRANSACTION: frozenset({T.READY}),

@@ -144,9 +144,10 @@ def reach(state: TxnState) -> Tuple[TransactionManager, Script]:
 
 
 # ---- every transition ----------------------------------------------------------------------------
-#: Kafka's TransactionManager.State.isTransitionValid, written out independently of the module
+#: Kafka's TransactionManager.State.isTransitionValid (3.7-3.9), written out independently of the module:
+#: target -> the sources it may be entered from
 KAFKA_ALLOWED = {
-    S.UNINITIALIZED: {S.INITIALIZING},
+    S.UNINITIALIZED: {S.READY, S.ABORTABLE_ERROR},
     S.INITIALIZING: {S.UNINITIALIZED, S.ABORTING_TRANSACTION},
     S.READY: {S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION},
     S.IN_TRANSACTION: {S.READY},
