@@ -43,9 +43,10 @@ A user call that does not fit the state raises, as Kafka's: in FATAL_ERROR the
 fatal error (a new instance of its class, e.g. :class:`ProducerFencedError`); in
 ABORTABLE_ERROR the abortable error, except ``abort_transaction`` which is the
 way out; otherwise :class:`InvalidTxnStateError` (e.g. ``begin_transaction``
-twice). Calling ``init``/``commit``/``abort``/``send_offsets`` again while its
-result is not done returns the same result (a retry after the caller's timeout);
-calling another of them meanwhile raises :class:`InvalidTxnStateError`.
+twice). Calling ``init``/``commit``/``abort`` again while its result is not done
+returns the same result (a retry after the caller's timeout, Kafka's pending
+transition); calling any other transactional method meanwhile raises
+:class:`InvalidTxnStateError`.
 
 Response errors (:func:`classify`): *retriable* ones are retried after
 ``retry_backoff_ms`` (``NotCoordinatorError``/``CoordinatorNotAvailableError``
@@ -159,17 +160,19 @@ _COMMON: Dict[_E, ErrorKind] = {
     **{e: ErrorKind.FATAL for e in _FENCED},
     TransactionalIdAuthorizationFailedError: ErrorKind.FATAL,
     TransactionAbortableError: ErrorKind.ABORTABLE,
+    UnknownTopicOrPartitionError: ErrorKind.RETRIABLE,  # Kafka's is a RetriableException
 }
-#: per request kind: error class -> kind; a class not listed (including InvalidTxnStateError,
-#: InvalidTransactionTimeoutError, InvalidRequestError) is fatal, as Kafka's "unexpected error"
+#: per request kind: error class -> kind. A class not listed is retriable when its ``retriable`` flag
+#: is set (Kafka: ``error.exception() instanceof RetriableException``), else fatal (Kafka's
+#: "unexpected error"; so are InvalidTxnStateError, InvalidTransactionTimeoutError, InvalidRequestError).
+#: InvalidProducerIdMappingError: abortable with an epoch bump (KIP-360), as docs/transactions.md and
+#: errors.py state; Kafka 4's client makes INVALID_PRODUCER_ID_MAPPING fatal and keeps the bump for
+#: UNKNOWN_PRODUCER_ID, which pylog's coordinator never answers.
 ERROR_TABLE: Dict[int, Dict[_E, ErrorKind]] = {
     INIT_PRODUCER_ID: dict(_COMMON),
-    ADD_PARTITIONS: {**_COMMON, UnknownTopicOrPartitionError: ErrorKind.RETRIABLE,
-                     InvalidProducerIdMappingError: ErrorKind.ABORTABLE_BUMP},
+    ADD_PARTITIONS: {**_COMMON, InvalidProducerIdMappingError: ErrorKind.ABORTABLE_BUMP},
     ADD_OFFSETS: {**_COMMON, InvalidProducerIdMappingError: ErrorKind.ABORTABLE_BUMP},
     TXN_OFFSET_COMMIT: {**_COMMON, RequestTimedOutError: ErrorKind.FIND_COORDINATOR,
-                        ConcurrentTransactionsError: ErrorKind.FATAL,  # the group coordinator never answers it
-                        UnknownTopicOrPartitionError: ErrorKind.RETRIABLE,
                         UnknownMemberIdError: ErrorKind.ABORTABLE, IllegalGenerationError: ErrorKind.ABORTABLE,
                         CommitFailedError: ErrorKind.ABORTABLE, FencedInstanceIdError: ErrorKind.ABORTABLE},
     END_TXN: {**_COMMON, InvalidProducerIdMappingError: ErrorKind.ABORTABLE_BUMP},
@@ -184,7 +187,10 @@ def classify(kind: int, error: _E) -> ErrorKind:
     >>> classify(ADD_PARTITIONS, ProducerFencedError).value
     'fatal'
     """
-    return ERROR_TABLE[kind].get(error, ErrorKind.FATAL)
+    found = ERROR_TABLE[kind].get(error)
+    if found is not None:
+        return found
+    return ErrorKind.RETRIABLE if getattr(error, "retriable", False) else ErrorKind.FATAL
 
 
 class TxnResult:
@@ -313,10 +319,10 @@ class TransactionManager:
         """Commit ``offsets`` (keyed by ``(topic, partition)`` or TopicPartition, values an offset or
         OffsetAndMetadata) for the consumer group of ``group_metadata`` (a
         :class:`~pylog.replication.txn_messages.ConsumerGroupMetadata`, or a group id str) inside the
-        transaction: AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator."""
-        same = self._begin_call("send_offsets_to_transaction")
-        if same is not None:
-            return same
+        transaction: AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator. As Kafka's, each
+        call sends its own requests and may be followed at once by ``send``/``commit_transaction``
+        (the EndTxn goes after the TxnOffsetCommit)."""
+        self._no_other_call("send_offsets_to_transaction")
         commit = as_commit_offsets(offsets)
         if isinstance(group_metadata, str) and group_metadata:
             group = tm.ConsumerGroupMetadata(group_metadata)
@@ -329,7 +335,8 @@ class TransactionManager:
         if self.state != TxnState.IN_TRANSACTION:
             raise InvalidTxnStateError(f"cannot send offsets with transactional id {self.transactional_id!r} in state "
                                        f"{self.state.name}: no transaction is in progress")
-        result = self._start_call("send_offsets_to_transaction", ADD_OFFSETS)
+        result = TxnResult("send_offsets_to_transaction")  # not a pending call: each call sends its own
+        self._enqueue(ADD_OFFSETS, result)
         h = self._queue[-1]
         h.group, h.offsets = group, tuple(sorted(commit.items()))
         return result

@@ -43,8 +43,10 @@ from pylog.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     NotCoordinatorError,
+    NotLeaderError,
     ProducerFencedError,
     PylogError,
+    RequestTimedOutError,
     TransactionAbortableError,
     TransactionAbortedError,
     TransactionalIdAuthorizationFailedError,
@@ -236,13 +238,21 @@ def test_begin_twice_is_invalid_txn_state_and_commit_in_abortable_error_raises_t
         m.commit_transaction()
 
 
-def test_a_pending_call_refuses_another_call() -> None:
+def test_a_pending_call_refuses_another_call_but_send_offsets_is_not_one() -> None:
     m, s = reach(S.IN_TRANSACTION)
-    m.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(5, "meta")}, "g")
-    with pytest.raises(InvalidTxnStateError, match="previous send_offsets_to_transaction"):
-        m.commit_transaction()
+    r = m.commit_transaction()
+    with pytest.raises(InvalidTxnStateError, match="previous commit_transaction"):
+        m.maybe_add_partition(("out", 1))
     s.run(m)
-    m.commit_transaction()
+    assert r.done and m.state == S.READY
+    m.begin_transaction()
+    o = m.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(5, "meta")}, "g")
+    o2 = m.send_offsets_to_transaction({TopicPartition("in", 0): 6}, "g")
+    assert o2 is not o
+    c = m.commit_transaction()  # at once, as Kafka allows: the EndTxn goes after both TxnOffsetCommits
+    assert s.run(m) == [ADD_OFFSETS, ADD_OFFSETS, FIND_COORDINATOR, TXN_OFFSET_COMMIT, TXN_OFFSET_COMMIT, END_TXN]
+    assert [x.message.offsets[0][2] for x in s.sent if x.kind == TXN_OFFSET_COMMIT] == [5, 6]
+    assert o.done and o2.done and c.done and c.error is None
 
 
 def test_bad_arguments_are_named() -> None:
@@ -369,8 +379,10 @@ CLASSIFICATION = {
     NotCoordinatorError: (F, F, F, F, F),
     CoordinatorNotAvailableError: (F, F, F, F, F),
     CoordinatorLoadInProgressError: (R, R, R, R, R),
-    ConcurrentTransactionsError: (R, R, R, X, R),
-    UnknownTopicOrPartitionError: (X, R, X, R, X),
+    ConcurrentTransactionsError: (R, R, R, R, R),
+    UnknownTopicOrPartitionError: (R, R, R, R, R),
+    NotLeaderError: (R, R, R, R, R),  # any other retriable error class (Kafka's RetriableException)
+    RequestTimedOutError: (R, R, R, F, R),
     TransactionAbortableError: (A, A, A, A, A),
     InvalidProducerIdMappingError: (X, AB, AB, X, AB),
     UnknownMemberIdError: (X, X, X, A, X),
