@@ -393,7 +393,9 @@ class TransactionManager:
         return None
 
     def has_pending_request(self) -> bool:
-        return bool(self._queue or self.new_partitions) or self._in_flight is not None
+        """Is a request queued or in flight (new partitions count only inside a transaction)?"""
+        return (bool(self._queue) or self._in_flight is not None
+                or (bool(self.new_partitions) and self.state == TxnState.IN_TRANSACTION))
 
     def next_request(self, now_ms: int, correlation_id: int, has_incomplete_batches: bool = False
                      ) -> Optional[TxnRequest]:
@@ -450,6 +452,10 @@ class TransactionManager:
         self._in_flight = None
         error: Optional[_E] = getattr(response, "error", None)
         message = getattr(response, "message", "")
+        if self.state == TxnState.FATAL_ERROR:  # fenced meanwhile (e.g. by a produce answer): nothing changes
+            assert self.last_error is not None
+            h.result._fail(self.last_error)
+            return True
         if h.kind == FIND_COORDINATOR:
             if error is None and response.node_id >= 0:
                 self._coordinators[(h.key_type, h.key)] = response.node_id
@@ -658,6 +664,11 @@ class TransactionManager:
             if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
                 self.epoch_bump_required = False  # the coordinator bumped it already
             self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        if self.state == TxnState.ABORTABLE_ERROR:  # a batch failed while the commit's EndTxn was out
+            assert self.last_error is not None
+            h.result._fail(self.last_error)
+            self._call_done(h.result)
+            return
         self._clear_transaction()
         if (self.epoch_bump_required or self.producer_id < 0) and self.state == TxnState.ABORTING_TRANSACTION:
             # KIP-360 bump, or an InitProducerId that failed with an abortable error: get an epoch first

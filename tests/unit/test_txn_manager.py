@@ -357,6 +357,18 @@ def test_a_batch_error_on_the_produce_path() -> None:
     assert m.state == S.FATAL_ERROR
 
 
+def test_an_answer_after_a_fence_changes_nothing() -> None:
+    m, s = reach(S.IN_TRANSACTION)
+    m.maybe_add_partition(("out", 1))
+    req = m.next_request(0, 50)
+    assert req is not None and req.kind == ADD_PARTITIONS
+    m.on_batch_error(TopicPartition("out", 0), ProducerFencedError("fenced on produce"))
+    assert m.on_response(tm.AddPartitionsToTxnResponse(50), 0)
+    assert m.state == S.FATAL_ERROR and not m.is_send_to_partition_allowed(("out", 1))
+    assert m.next_request(0, 51) is None and not m.has_pending_request()
+    m._check()
+
+
 def test_a_late_or_unknown_answer_is_ignored() -> None:
     m, s = reach(S.IN_TRANSACTION)
     m.commit_transaction()
