@@ -367,6 +367,15 @@ def test_an_answer_after_a_fence_changes_nothing() -> None:
     assert m.state == S.FATAL_ERROR and not m.is_send_to_partition_allowed(("out", 1))
     assert m.next_request(0, 51) is None and not m.has_pending_request()
     m._check()
+    m, s = reach(S.COMMITTING_TRANSACTION)
+    req = m.next_request(0, 60)
+    assert req is not None and req.kind == END_TXN
+    r = m._call[1] if m._call else None
+    m.on_batch_error(TopicPartition("out", 0), ProducerFencedError("fenced on produce"))
+    assert m.on_response(tm.EndTxnResponse(60, producer_id=7, producer_epoch=1), 0)
+    assert m.state == S.FATAL_ERROR and m.producer_epoch == 0
+    assert r is not None and r.done and isinstance(r.error, ProducerFencedError)
+    m._check()
 
 
 def test_a_late_or_unknown_answer_is_ignored() -> None:
@@ -698,3 +707,16 @@ def test_abort_after_an_abortable_init_producer_id_initializes_again() -> None:
     a = m.abort_transaction()
     assert s.step(m) is not None and m.state == S.READY  # no EndTxn (nothing started): InitProducerId again
     assert s.sent[-1].kind == INIT_PRODUCER_ID and a.done and a.error is None and m.producer_id == 7
+
+
+def test_an_end_txn_answered_after_a_batch_failed_fails_the_commit() -> None:
+    m, s = reach(S.COMMITTING_TRANSACTION)
+    r = m.commit_transaction()
+    req = m.next_request(0, 70)
+    assert req is not None and req.kind == END_TXN
+    m.on_batch_error(TopicPartition("out", 0), TransactionAbortableError("late batch failure"))
+    assert m.on_response(tm.EndTxnResponse(70, producer_id=7, producer_epoch=1), 0)
+    assert m.state == S.ABORTABLE_ERROR and r.done and isinstance(r.error, TransactionAbortableError)
+    m._check()
+    m.abort_transaction()
+    assert s.run(m) == [END_TXN] and m.state == S.READY
