@@ -506,6 +506,7 @@ class Broker:
         self.pending_offsets: Dict[Tuple[int, str], Dict[Tuple[str, int], int]] = {}  # (pid, group) -> offsets
         self.committed_offsets: Dict[str, Dict[Tuple[str, int], int]] = {}
         self.held: List[Any] = []
+        self.corr = 10_000
 
     def drive(self, out: TxnOutcome) -> TxnOutcome:
         """Acknowledge appends and markers until the outcome answers the request (or nothing is left)."""
@@ -564,8 +565,9 @@ class Broker:
     def run(self, m: TransactionManager, hold: Optional[int] = None) -> None:
         """Send the manager's requests until it has none; a request of kind ``hold`` is also kept
         in ``held`` (to be delivered again later)."""
-        for corr in range(10_000, 10_100):
-            req = m.next_request(self.now, corr + 100 * id(m) % 1000)
+        for _ in range(100):
+            self.corr += 1
+            req = m.next_request(self.now, self.corr)
             if req is None:
                 if m.has_pending_request():
                     self.now += 100  # backing off after a retriable error
