@@ -423,3 +423,17 @@ class InvalidRequestError(PylogError, ValueError):
     """A request that is malformed as such (e.g. an empty transactional id). Fatal."""
 
     kafka_name = "INVALID_REQUEST"
+
+
+class TransactionAbortedError(PylogError):
+    """A record of a transaction that was aborted before the record was sent (Kafka's
+    TransactionAbortedException): ``abort_transaction()`` fails every batch not yet sent with it."""
+
+    kafka_name = "TRANSACTION_ABORTED"
+
+
+class TransactionalIdAuthorizationFailedError(PylogError):
+    """The client may not use this transactional id (Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+    pylog has no ACLs and never raises it itself; a Kafka-protocol peer may answer it. Fatal."""
+
+    kafka_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
