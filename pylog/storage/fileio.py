@@ -70,6 +70,16 @@ class FileIO:
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
+    def identity(self, fd: int) -> Tuple[int, int]:
+        """``(st_dev, st_ino)`` of the open file: which file it is, whatever its name now.
+
+        A segment whose descriptor was released reopens its path and compares
+        (:mod:`pylog.storage.segment_cache`): a rename keeps the identity, a file
+        deleted and created again under the same name does not.
+        """
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+
     def pread(self, fd: int, n: int, offset: int) -> bytes:
         """Read up to ``n`` bytes at ``offset`` (short only at end of file)."""
         chunks = []

@@ -44,6 +44,7 @@ from pylog.errors import CorruptRecordError, KafkaStorageError
 from pylog.storage.fileio import FileIO
 from pylog.storage.record import BatchInfo
 from pylog.storage.segment import LogSegment
+from pylog.storage.segment_cache import SegmentCache
 
 log = logging.getLogger("pylog.storage")
 
@@ -142,9 +143,9 @@ def _complete_swaps(io: FileIO, directory: str, names: List[str], *, index_inter
 
 def load_segments(
     io: FileIO, directory: str, *, index_interval_bytes: int, read_only: bool, now_ms: int,
-    result: Optional["RecoveryResult"] = None,
+    result: Optional["RecoveryResult"] = None, cache: Optional[SegmentCache] = None,
 ) -> "SortedDict[int, LogSegment]":
-    """Open every segment in ``directory``.
+    """Open every segment in ``directory`` (through ``cache``: at most its bound stay open).
 
     A writer first completes interrupted swaps, then removes temp files
     (``.cleaned``, ``.deleted``, ``.tmp``) and orphan indexes. A reader
@@ -153,7 +154,7 @@ def load_segments(
     it was or as cleaned while a writer's cleaner swaps segments in.
     """
     if read_only:
-        return _load_read_only(io, directory, index_interval_bytes=index_interval_bytes, now_ms=now_ms)
+        return _load_read_only(io, directory, index_interval_bytes=index_interval_bytes, now_ms=now_ms, cache=cache)
     removed: List[str] = result.temp_files_removed if result is not None else []
     names = io.listdir(directory)
     _complete_swaps(io, directory, names, index_interval_bytes=index_interval_bytes, removed=removed)
@@ -175,12 +176,14 @@ def load_segments(
     for n in sorted(logs):
         base = _base_offset(n)
         segments[base] = LogSegment(
-            io, directory, base, index_interval_bytes=index_interval_bytes, read_only=False, created_ms=now_ms
+            io, directory, base, index_interval_bytes=index_interval_bytes, read_only=False, created_ms=now_ms,
+            cache=cache,
         )
     return segments
 
 
-def _load_read_only(io: FileIO, directory: str, *, index_interval_bytes: int, now_ms: int) -> "SortedDict[int, LogSegment]":
+def _load_read_only(io: FileIO, directory: str, *, index_interval_bytes: int, now_ms: int,
+                    cache: Optional[SegmentCache] = None) -> "SortedDict[int, LogSegment]":
     for _attempt in range(20):
         segments: SortedDict = SortedDict()
         names = io.listdir(directory)
@@ -196,7 +199,7 @@ def _load_read_only(io: FileIO, directory: str, *, index_interval_bytes: int, no
                     continue  # being replaced by a complete cleaned segment
                 segments[base] = LogSegment(
                     io, directory, base, index_interval_bytes=index_interval_bytes, read_only=True,
-                    created_ms=now_ms, suffix=suffix,
+                    created_ms=now_ms, suffix=suffix, cache=cache,
                 )
             return segments
         except FileNotFoundError:

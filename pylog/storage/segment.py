@@ -9,10 +9,20 @@ scan forward to the first batch whose last offset reaches it.
 Durability: :meth:`append` writes to the OS (survives a process crash, not
 power loss); :meth:`flush` fsyncs the log and both indexes.
 Thread-safety: none; :class:`pylog.storage.log.Log` serialises access.
+
+Open files: a segment made with a ``cache`` (a
+:class:`~pylog.storage.segment_cache.SegmentCache`, the log's
+``max_open_segments``) may have its descriptors and map released while it is
+not in use, and reopens them on its next use; a segment that was written
+since its last :meth:`flush` is fsynced first, so a release never loses an
+fsync error. Reopening checks that the file is still the same file (device
+and inode) and no shorter than the segment: otherwise
+:class:`KafkaStorageError` or :class:`CorruptRecordError` names it.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -25,6 +35,7 @@ from pylog._native import ffi, lib
 from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.segment_cache import SegmentCache, tick
 from pylog.storage.record import BatchInfo, Record, scan
 
 log = logging.getLogger("pylog.storage")
@@ -146,6 +157,7 @@ class LogSegment:
         read_only: bool = False,
         created_ms: int = 0,
         suffix: str = "",
+        cache: Optional[SegmentCache] = None,
     ):
         self.io = io
         self.base_offset = base_offset
@@ -160,10 +172,14 @@ class LogSegment:
         # are removed again when a later step fails (EMFILE, ENOSPC, EIO), so a
         # failed roll leaves the directory as it was (see Log.roll).
         created: List[str] = []
+        if cache is not None:
+            cache.make_room()
         if not read_only and not io.exists(self.log_path):
             created.append(self.log_path)
         self._fd: Optional[int] = io.open(self.log_path, create=not read_only, read_only=read_only)
         try:
+            #: the .log's (st_dev, st_ino): a released segment reopens only this very file
+            self._identity = io.identity(self._fd)
             if not read_only and io.size(self._fd) == 0:
                 # Kafka creates both index files with the segment; an index file is
                 # then missing only when it was lost, which means "rebuild".
@@ -184,6 +200,9 @@ class LogSegment:
             _undo_create(io, fd, created)
             raise
         self.created_ms = created_ms
+        #: written since the last flush (a release fsyncs first)
+        self._dirty = False
+        self._cache_used = tick()
         self._state = ffi.new("plg_segment_state_t *")
         self._append_scratch: Optional[Tuple[Any, Any, Any, Any]] = None  # see append()
         st = self._state
@@ -225,6 +244,10 @@ class LogSegment:
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
         #: whenever the file shrinks (:meth:`truncate_to`, :meth:`recover`) and on a roll.
         self.recent_starts: Dict[int, int] = {}
+        #: the log's open-segment cache (None: always open, or closed)
+        self._cache = cache
+        if cache is not None:
+            cache.opened(self)
 
     # ---- properties ---------------------------------------------------------
     @property
@@ -233,9 +256,69 @@ class LogSegment:
 
     @property
     def fd(self) -> int:
-        if self._fd is None:
-            raise KafkaStorageError(f"segment {self.log_path} is closed")
-        return self._fd
+        """The .log's descriptor, reopened when the open-segment cache released it."""
+        self._cache_used = tick()
+        fd = self._fd
+        if fd is None:
+            if self._cache is None:
+                raise KafkaStorageError(f"segment {self.log_path} is closed")
+            self._cache.ensure_open(self)
+            fd = self._fd
+            assert fd is not None
+        return fd
+
+    # ---- the open-segment cache (pylog.storage.segment_cache) ------------------------
+    def _cache_open(self) -> None:
+        """Reopen the released .log: the same file (device, inode), at least as long as the segment."""
+        path = self.log_path
+        try:
+            fd = self.io.open(path, create=False, read_only=self.read_only)
+        except FileNotFoundError as exc:
+            raise KafkaStorageError(
+                errno.ENOENT, f"segment {path} was removed while its descriptor was released "
+                f"(max_open_segments): offsets from {self.base_offset} are gone") from exc
+        except OSError as exc:
+            raise KafkaStorageError(exc.errno, f"reopening segment {path} failed: {exc.strerror or exc}") from exc
+        try:
+            identity, size = self.io.identity(fd), self.io.size(fd)
+            if identity != self._identity:
+                raise KafkaStorageError(
+                    errno.ESTALE, f"segment {path} was replaced by another file while its descriptor was released "
+                    f"(max_open_segments); reopen the log")
+            if size < self._state.size and not self.read_only:
+                raise CorruptRecordError(
+                    f"segment shrank from {self._state.size} to {size} bytes while its descriptor was released "
+                    f"(max_open_segments)", path=path, position=size)
+        except BaseException as exc:
+            self.io.close(fd)
+            if isinstance(exc, OSError) and not isinstance(exc, KafkaStorageError):
+                raise KafkaStorageError(exc.errno, f"reopening segment {path} failed: {exc.strerror or exc}") from exc
+            raise
+        self._fd = fd
+
+    def _cache_release(self) -> None:
+        """Give back the descriptors and the map (the cache evicts this segment); it reopens on next use.
+
+        Durability: a segment written since its last :meth:`flush` is flushed first (an OSError
+        is raised, the segment stays open); an inactive segment was flushed when it was rolled.
+        """
+        if self._dirty and not self.read_only:
+            self.flush()
+        self._drop_map()
+        fd, self._fd = self._fd, None
+        first: Optional[OSError] = None
+        if fd is not None:
+            try:
+                self.io.close(fd)
+            except OSError as exc:
+                first = exc
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.close()
+            except OSError as exc:
+                first = first or exc
+        if first is not None:
+            log.warning("closing the released segment %s: %s", self.log_path, first)
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -320,6 +403,7 @@ class LogSegment:
         position = st.size
         n = len(data)  # type: ignore[arg-type]
         fd = self._fd
+        self._dirty = True
         try:
             self.io.pwrite(self.fd if fd is None else fd, data, position)
         except OSError as exc:
@@ -553,6 +637,7 @@ class LogSegment:
         (reads copy out), and it is dropped before this process truncates
         the file (:meth:`truncate_to`, :meth:`recover`) and on close.
         """
+        self._cache_used = tick()
         size = self._state.size
         if size == 0 or self.read_only:
             return None
@@ -641,6 +726,7 @@ class LogSegment:
         """
         if not self._indexes_ready:
             self.ensure_indexes()
+        self._cache_used = tick()
         size = self._state.size
         ptr = self._map_ptr
         if ptr is None or self._map_len < size:
@@ -723,6 +809,7 @@ class LogSegment:
         """
         self._drop_map()
         self.recent_starts.clear()
+        self._dirty = True
         # The indexes are rebuilt aside and replace the old ones only once the scan is
         # done: a refused segment (truncate=False) keeps its index files as they were.
         offset_entries = bytearray()
@@ -809,6 +896,7 @@ class LogSegment:
         position = found[0]
         removed = self.size - position
         self._drop_map()
+        self._dirty = True
         self.recent_starts.clear()
         self.verified_bytes = min(self.verified_bytes, position)
         # Memory first, then the files: if a file cannot be cut (EIO) the segment still
@@ -900,18 +988,22 @@ class LogSegment:
 
         First cuts bytes a failed append or truncation could not remove
         (:meth:`_cut_stale_tail`)."""
-        if self.read_only:
-            return
+        if self.read_only or (self._fd is None and not self._dirty and self._cache is not None):
+            return  # released by the open-segment cache, which flushed it first
         if self._stale_tail:
             self._cut_stale_tail(self._state.size, raise_error=True)
         self.io.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self._dirty = False
 
     def close(self) -> None:
         """Release the map and the three descriptors. Every one is released even if closing an
         earlier one raises; the first OSError is raised after. Idempotent."""
         first: Optional[OSError] = None
+        if self._cache is not None:
+            self._cache.discard(self)
+            self._cache = None
         self._drop_map()
         if self._fd is not None:
             fd, self._fd = self._fd, None
@@ -960,6 +1052,9 @@ class LogSegment:
         """
         if self.io.exists(self.log_path):
             self.io.unlink(self.log_path)
+        if self._cache is not None:
+            self._cache.discard(self)
+            self._cache = None
         self._drop_map()
         if self._fd is not None:
             fd, self._fd = self._fd, None
