@@ -74,8 +74,9 @@ class FileIO:
         """``(st_dev, st_ino)`` of the open file: which file it is, whatever its name now.
 
         A segment whose descriptor was released reopens its path and compares
-        (:mod:`pylog.storage.segment_cache`): a rename keeps the identity, a file
-        deleted and created again under the same name does not.
+        (:mod:`pylog.storage.segment_cache`): a rename keeps the identity, another
+        file renamed over the name does not (a file deleted and created again may
+        get the freed inode number back: then only the size check guards).
         """
         st = os.fstat(fd)
         return st.st_dev, st.st_ino

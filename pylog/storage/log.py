@@ -184,7 +184,7 @@ class LogConfig(NamedTuple):
         need_int("retention_bytes", -1)
         need_int("retention_ms", -1)
         need_int("recovery_checkpoint_interval_ms", 0)
-        need_int("max_open_segments", 1)
+        need_int("max_open_segments", 2)  # the active segment and one being read
         policy = self.cleanup_policy
         parts = policy.split(",") if isinstance(policy, str) else None
         if not parts or any(p not in CLEANUP_POLICIES for p in parts) or len(set(parts)) != len(parts):
