@@ -308,6 +308,8 @@ def check_segments(
     """
     bases = list(segments.keys())
     sizes = [segments[b].size for b in bases]
+    # index of the last segment holding bytes: the segments after i are all empty iff i >= it
+    last_with_data = max((i for i, s in enumerate(sizes) if s), default=-1)
     prev_end: Optional[int] = None
     prev_seg: Optional[LogSegment] = None
     for i, base in enumerate(bases):
@@ -351,7 +353,7 @@ def check_segments(
                 result.truncated_at.append(f"{prev_seg.log_path}@end: {problem}")
                 log.warning("repaired %s: %s; deleted segments %s", result.path, problem, later)
                 return
-        tail = all(s == 0 for s in sizes[i + 1 :])
+        tail = i >= last_with_data  # (was all(s == 0 for s in sizes[i + 1:]): quadratic in segments)
         seg.ensure_indexes(truncate_damage=tail or repair)
         prev_end = base if empty else seg.next_offset()
         prev_seg = seg

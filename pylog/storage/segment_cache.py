@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import operator
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol
 
@@ -186,10 +187,12 @@ class SegmentCache:
         pins = self._pins
         kept = None if self._keep is None else self._keep()
         candidates: List[CachedFile] = [
-            e for k, e in open_.items() if k not in pins and e is not spare and e is not kept
+            e for k, e in open_.items() if e is not spare and e is not kept and k not in pins
         ]
-        candidates.sort(key=_used)
-        for victim in candidates[: len(open_) - limit]:
+        need = len(open_) - limit
+        # the usual case is one: a min() pass, no sort
+        victims = [min(candidates, key=_used)] if need == 1 and candidates else sorted(candidates, key=_used)[:need]
+        for victim in victims:
             victim._cache_release()
             del open_[id(victim)]
             self.evictions += 1
@@ -207,5 +210,4 @@ class SegmentCache:
             assert len(unforced) <= 1, f"{len(self._open)} open > {self.max_open} with {len(unforced)} releasable"
 
 
-def _used(entry: CachedFile) -> int:
-    return entry._cache_used
+_used: Callable[[CachedFile], int] = operator.attrgetter("_cache_used")

@@ -10,7 +10,7 @@
 * ``max_open_segments`` is validated and can be changed on an open log.
 
 The property tests (concurrent readers, the LRU model) are in
-tests/property/test_segment_cache.py.
+tests/property/test_segment_lru_readers.py.
 """
 from __future__ import annotations
 

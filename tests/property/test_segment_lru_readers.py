@@ -21,7 +21,7 @@ Two state machines:
   the log's directory never has more than three descriptors per open segment.
 
 Replay a failure with the seed hypothesis prints
-(``.venv/bin/python -m pytest tests/property/test_segment_cache.py``).
+(``.venv/bin/python -m pytest tests/property/test_segment_lru_readers.py``).
 """
 from __future__ import annotations
 
