@@ -81,6 +81,12 @@ class FileIO:
         st = os.fstat(fd)
         return st.st_dev, st.st_ino
 
+    def path_identity(self, path: str) -> Tuple[Tuple[int, int], int]:
+        """``((st_dev, st_ino), size)`` of the file at ``path`` without opening it (raises
+        OSError, e.g. FileNotFoundError): how a segment that starts released learns its size."""
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino), st.st_size
+
     def pread(self, fd: int, n: int, offset: int) -> bytes:
         """Read up to ``n`` bytes at ``offset`` (short only at end of file)."""
         chunks = []

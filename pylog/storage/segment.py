@@ -17,7 +17,11 @@ not in use, and reopens them on its next use; a segment that was written
 since its last :meth:`flush` is fsynced first, so a release never loses an
 fsync error. Reopening checks that the file is still the same file (device
 and inode) and no shorter than the segment: otherwise
-:class:`KafkaStorageError` or :class:`CorruptRecordError` names it.
+:class:`KafkaStorageError` or :class:`CorruptRecordError` names it (a
+``read_only`` reader's segment that the writer deleted since it was listed:
+:class:`OffsetOutOfRangeError`, as any read below a moved log start). With a
+cache, a writer's existing segment starts released (its size from ``stat``):
+it opens on first use.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from pylog import _native
 from pylog._native import ffi, lib
-from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
+from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.segment_cache import SegmentCache, tick
@@ -172,15 +176,25 @@ class LogSegment:
         # are removed again when a later step fails (EMFILE, ENOSPC, EIO), so a
         # failed roll leaves the directory as it was (see Log.roll).
         created: List[str] = []
-        if cache is not None:
-            cache.make_room()
         if not read_only and not io.exists(self.log_path):
             created.append(self.log_path)
-        self._fd: Optional[int] = io.open(self.log_path, create=not read_only, read_only=read_only)
+        self._fd: Optional[int] = None
+        if cache is not None and not created and not read_only:
+            # A writer's existing file under the open-segment cache starts released: stat, no
+            # descriptor (a 10,000-segment log opens each file once, when first used, not twice).
+            # A reader opens at once: the writer may delete the file after the listing, and the
+            # reader's loader lists again when an open fails (loader._load_read_only).
+            self._identity, size = io.path_identity(self.log_path)
+        else:
+            if cache is not None:
+                cache.make_room()
+            self._fd = io.open(self.log_path, create=not read_only, read_only=read_only)
         try:
-            #: the .log's (st_dev, st_ino): a released segment reopens only this very file
-            self._identity = io.identity(self._fd)
-            if not read_only and io.size(self._fd) == 0:
+            if self._fd is not None:
+                #: the .log's (st_dev, st_ino): a released segment reopens only this very file
+                self._identity = io.identity(self._fd)
+                size = io.size(self._fd)
+            if not read_only and size == 0:
                 # Kafka creates both index files with the segment; an index file is
                 # then missing only when it was lost, which means "rebuild".
                 for index in (self.offset_index, self.time_index):
@@ -197,7 +211,8 @@ class LogSegment:
                             io.close(ifd)
         except OSError:
             fd, self._fd = self._fd, None
-            _undo_create(io, fd, created)
+            if fd is not None:
+                _undo_create(io, fd, created)
             raise
         self.created_ms = created_ms
         #: written since the last flush (a release fsyncs first)
@@ -207,7 +222,7 @@ class LogSegment:
         self._append_scratch: Optional[Tuple[Any, Any, Any, Any]] = None  # see append()
         st = self._state
         st.base_offset = base_offset
-        st.size = io.size(self._fd)
+        st.size = size
         st.index_interval_bytes = index_interval_bytes
         st.max_timestamp_so_far = -1
         st.offset_of_max_timestamp = base_offset
@@ -246,7 +261,7 @@ class LogSegment:
         self.recent_starts: Dict[int, int] = {}
         #: the log's open-segment cache (None: always open, or closed)
         self._cache = cache
-        if cache is not None:
+        if cache is not None and self._fd is not None:
             cache.opened(self)
 
     # ---- properties ---------------------------------------------------------
@@ -274,6 +289,10 @@ class LogSegment:
         try:
             fd = self.io.open(path, create=False, read_only=self.read_only)
         except FileNotFoundError as exc:
+            if self.read_only:  # the writer deleted it (retention, delete_records_before) since the listing
+                raise OffsetOutOfRangeError(
+                    f"segment {path} (offsets from {self.base_offset}) was deleted by the writer since this "
+                    f"reader listed the segments: refresh() to see the new log start") from exc
             raise KafkaStorageError(
                 errno.ENOENT, f"segment {path} was removed while its descriptor was released "
                 f"(max_open_segments): offsets from {self.base_offset} are gone") from exc
