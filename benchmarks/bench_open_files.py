@@ -22,6 +22,8 @@ machine's load (``uptime``): this machine is shared.
 
 Run: .venv/bin/python benchmarks/bench_open_files.py [--segments 10000] [--records 10]
      [--value-size 100] [--max-open default,all] [--gets 20000] [--repeat 3]
+The "before" figures: the same script under a pylog without the bound, e.g.
+     <main checkout>/.venv/bin/python benchmarks/bench_open_files.py --max-open none
 """
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.logdir import CLEAN_SHUTDOWN_FILE, LOG_START_FILE, RECOVERY_POINT_FILE
 from pylog.storage.record import encode_batch
-from pylog.storage.segment_cache import DEFAULT_MAX_OPEN_SEGMENTS
+try:
+    from pylog.storage.segment_cache import DEFAULT_MAX_OPEN_SEGMENTS
+except ImportError:  # a pylog from before the bound (run with --max-open none for the "before" figures)
+    DEFAULT_MAX_OPEN_SEGMENTS = 0
 
 
 def value(offset: int, size: int) -> bytes:
@@ -81,16 +86,17 @@ def log_fds(part: str) -> int:
     return n
 
 
-def measure(part: str, max_open: int, n: int, size: int, gets: int, repeat: int, seed: int,
+def measure(part: str, max_open: Optional[int], n: int, size: int, gets: int, repeat: int, seed: int,
             records: int) -> Dict[str, float]:
     out: Dict[str, float] = {}
     rnd = random.Random(seed)
     everywhere = [rnd.randrange(n) for _ in range(gets)]
-    hot_segments = max(1, min(max_open - 1, n // records) - 1)
+    hot_segments = max(1, min((max_open or n) - 1, n // records) - 1)
     newest = [n - 1 - rnd.randrange(hot_segments * records) for _ in range(gets)]
     for _ in range(repeat):
         t0 = time.perf_counter()
-        log = pylog.Log.open(part, retention_ms=-1, max_open_segments=max_open)
+        cfg = {} if max_open is None else {"max_open_segments": max_open}
+        log = pylog.Log.open(part, retention_ms=-1, **cfg)
         t_open = time.perf_counter() - t0
         try:
             after_open = log_fds(part)
@@ -139,7 +145,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--records", type=int, default=10, help="records per segment (default 10)")
     p.add_argument("--value-size", type=int, default=100)
     p.add_argument("--max-open", default="default,all",
-                   help="comma-separated max_open_segments values; 'default' and 'all' allowed")
+                   help="comma-separated max_open_segments values; 'default', 'all' (one more than the "
+                        "segments) and 'none' (not passed: for a pylog from before the bound) allowed")
     p.add_argument("--gets", type=int, default=20_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=2026)
@@ -155,10 +162,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         n = args.segments * args.records
         rows: List[str] = []
         for spec in args.max_open.split(","):
-            mo = DEFAULT_MAX_OPEN_SEGMENTS if spec == "default" else args.segments + 1 if spec == "all" else int(spec)
+            mo: Optional[int] = (DEFAULT_MAX_OPEN_SEGMENTS if spec == "default" else args.segments + 1 if spec == "all"
+                                 else None if spec == "none" else int(spec))
             print(f"max_open_segments={mo} ...", file=sys.stderr)
             r = measure(part, mo, n, args.value_size, args.gets, args.repeat, args.seed, args.records)
-            label = f"{mo}" + (" (default)" if spec == "default" else " (all open)" if spec == "all" else "")
+            label = ("not set (pylog before the bound)" if mo is None else f"{mo}" +
+                     (" (default)" if spec == "default" else " (all open)" if spec == "all" else ""))
             rows.append(f"| {label} | {r['open_fds']:.0f} | {r['peak_fds']:.0f} | {r['open_ms']:.0f} | "
                         f"{r['read_rps']:,.0f} | {r['get_all_us']:.1f} | {r['get_newest_us']:.1f} |")
         print(f"\n{args.segments:,} segments x {args.records} records of {args.value_size} B; best of {args.repeat}\n")

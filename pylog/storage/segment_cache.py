@@ -25,9 +25,13 @@ of the last use, written by the entry on every use with :func:`tick`, no lock
 needed), ``_cache_open()`` (open the files again; raises a
 :mod:`pylog.errors` exception naming the file when it is gone or damaged)
 and ``_cache_release()`` (close descriptors and maps). Recency is a global
-counter rather than a linked list, so a use costs one attribute store and an
-eviction scans the open entries: O(``max_open``) per eviction, paid only when a
-released segment is opened again (which costs system calls anyway).
+counter rather than a linked list, so a use costs one attribute store and no
+lock. The open entries sit in a min-heap keyed by the tick they had when
+filed; an eviction pops the smallest, and refiles it under its current tick
+if it was used since (its filed tick is then stale): the first popped entry
+whose filed tick is current is the least recently used one, since every
+other entry's last use is at or after its filed tick. O(log ``max_open``)
+amortised per eviction.
 
 Durability: releasing a segment writes nothing that was not already written
 and loses nothing. An inactive segment was fsynced when it was rolled
@@ -46,10 +50,10 @@ lock evicts. Code that uses a segment without holding the lock pins it first.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
-import operator
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 #: the next use-tick (process-wide, strictly increasing; ``next`` on a count is atomic under the GIL)
 tick: Callable[[], int] = itertools.count(1).__next__
@@ -86,6 +90,10 @@ class SegmentCache:
         self._keep = keep
         self._open: Dict[int, CachedFile] = {}  # id(entry) -> entry, for every entry holding its files
         self._pins: Dict[int, int] = {}  # id(entry) -> pin count (> 0)
+        #: (tick when filed, filing number, entry); an item is live while _filed[id(entry)] is its number
+        self._heap: List[Tuple[int, int, CachedFile]] = []
+        self._filed: Dict[int, int] = {}
+        self._filing = itertools.count().__next__
         #: counters for tests and metrics: entries released, and released entries opened again
         self.evictions = 0
         self.reopens = 0
@@ -114,6 +122,7 @@ class SegmentCache:
         with self.lock:
             entry._cache_used = tick()
             self._open[id(entry)] = entry
+            self._file(entry)
 
     def ensure_open(self, entry: CachedFile) -> None:
         """Open ``entry``'s files again if they were released, making room first (so a tight
@@ -129,6 +138,7 @@ class SegmentCache:
             self._evict(self.max_open - 1, entry)
             entry._cache_open()
             self._open[id(entry)] = entry
+            self._file(entry)
             self.reopens += 1
 
     def pin(self, entry: CachedFile) -> None:
@@ -164,6 +174,7 @@ class SegmentCache:
         with self.lock:
             self._open.pop(id(entry), None)
             self._pins.pop(id(entry), None)
+            self._filed.pop(id(entry), None)  # its heap item is dropped when popped
 
     def resize(self, max_open: int) -> None:
         """Change the bound (a reconfigured log); releases entries at once when it shrinks."""
@@ -174,9 +185,19 @@ class SegmentCache:
             self._evict(max_open, None)
 
     # ---- eviction ---------------------------------------------------------------
+    def _file(self, entry: CachedFile) -> None:
+        n = self._filing()
+        self._filed[id(entry)] = n
+        heap = self._heap
+        heapq.heappush(heap, (entry._cache_used, n, entry))
+        if len(heap) > 4 * len(self._open) + 64:  # dead items of released entries: rebuild
+            filed = self._filed
+            self._heap = [it for it in heap if filed.get(id(it[2])) == it[1]]
+            heapq.heapify(self._heap)
+
     def _evict(self, limit: int, spare: Optional[CachedFile]) -> None:
         """Release least recently used entries until at most ``limit`` are open (never ``spare``,
-        a pinned or a kept one). Called with the lock held.
+        a pinned or the kept one). Called with the lock held.
 
         A release that raises (the fsync of a segment with unflushed bytes failed) leaves that
         entry open and propagates: the caller's operation reports the disk error.
@@ -184,21 +205,36 @@ class SegmentCache:
         open_ = self._open
         if len(open_) <= limit:
             return
-        pins = self._pins
+        heap, filed, pins = self._heap, self._filed, self._pins
         kept = None if self._keep is None else self._keep()
-        candidates: List[CachedFile] = [
-            e for k, e in open_.items() if e is not spare and e is not kept and k not in pins
-        ]
-        need = len(open_) - limit
-        # the usual case is one: a min() pass, no sort
-        victims = [min(candidates, key=_used)] if need == 1 and candidates else sorted(candidates, key=_used)[:need]
-        for victim in victims:
-            victim._cache_release()
-            del open_[id(victim)]
-            self.evictions += 1
+        held: List[Tuple[int, int, CachedFile]] = []
+        try:
+            while len(open_) > limit and heap:
+                item = heapq.heappop(heap)
+                used, n, e = item
+                if filed.get(id(e)) != n:
+                    continue  # released or discarded since it was filed
+                if e._cache_used != used:  # used since: file it under its last use
+                    heapq.heappush(heap, (e._cache_used, n, e))
+                    continue
+                if e is spare or e is kept or id(e) in pins:
+                    held.append(item)
+                    continue
+                held.append(item)  # back in the heap if the release raises
+                e._cache_release()
+                held.pop()
+                del open_[id(e)]
+                del filed[id(e)]
+                self.evictions += 1
+        finally:
+            for item in held:
+                heapq.heappush(heap, item)
 
     def _check(self) -> None:
         """Assert the invariants: pinned entries are open; beyond ``max_open`` only pinned/kept ones."""
+        live = {(id(e), n) for _, n, e in self._heap}
+        for k in self._open:
+            assert (k, self._filed.get(k)) in live, "an open entry is not in the heap"
         for k in self._pins:
             assert k in self._open, "a pinned entry is released"
             assert self._pins[k] > 0
@@ -210,4 +246,3 @@ class SegmentCache:
             assert len(unforced) <= 1, f"{len(self._open)} open > {self.max_open} with {len(unforced)} releasable"
 
 
-_used: Callable[[CachedFile], int] = operator.attrgetter("_cache_used")

@@ -135,6 +135,25 @@ def test_a_deleted_released_segment_raises_kafka_storage_error_naming_it(tmp_pat
         log.abandon()
 
 
+def test_a_reader_whose_released_segment_the_writer_deleted_gets_offset_out_of_range(tmp_path) -> None:
+    path = str(tmp_path / "t-0")
+    writer = _log_with_segments(path, 4)
+    reader = pylog.Log.open(path, read_only=True, max_open_segments=2)
+    try:
+        seg = reader.segments.peekitem(0)[1]
+        assert seg._fd is None  # listed first, released by the later ones
+        writer.delete_records_before(writer.segments.keys()[1])  # retention: the first segment goes
+        with pytest.raises(pylog.errors.OffsetOutOfRangeError, match="refresh") as err:
+            list(reader.read(0))
+        assert seg.log_path in str(err.value)
+        reader.refresh()
+        assert reader.log_start_offset == writer.log_start_offset
+        assert [r.offset for r in reader.read(reader.log_start_offset)][0] == reader.log_start_offset
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_a_replaced_released_segment_raises_kafka_storage_error_naming_it(tmp_path) -> None:
     with _log_with_segments(str(tmp_path / "t-0"), 4) as log:
         seg = _released(log)
