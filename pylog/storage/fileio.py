@@ -70,6 +70,23 @@ class FileIO:
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
+    def identity(self, fd: int) -> Tuple[int, int]:
+        """``(st_dev, st_ino)`` of the open file: which file it is, whatever its name now.
+
+        A segment whose descriptor was released reopens its path and compares
+        (:mod:`pylog.storage.segment_cache`): a rename keeps the identity, another
+        file renamed over the name does not (a file deleted and created again may
+        get the freed inode number back: then only the size check guards).
+        """
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+
+    def path_identity(self, path: str) -> Tuple[Tuple[int, int], int]:
+        """``((st_dev, st_ino), size)`` of the file at ``path`` without opening it (raises
+        OSError, e.g. FileNotFoundError): how a segment that starts released learns its size."""
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino), st.st_size
+
     def pread(self, fd: int, n: int, offset: int) -> bytes:
         """Read up to ``n`` bytes at ``offset`` (short only at end of file)."""
         chunks = []

@@ -44,6 +44,7 @@ from pylog.errors import CorruptRecordError, KafkaStorageError
 from pylog.storage.fileio import FileIO
 from pylog.record import BatchInfo
 from pylog.storage.segment import LogSegment
+from pylog.storage.segment_cache import SegmentCache
 
 log = logging.getLogger("pylog.storage")
 
@@ -142,9 +143,9 @@ def _complete_swaps(io: FileIO, directory: str, names: List[str], *, index_inter
 
 def load_segments(
     io: FileIO, directory: str, *, index_interval_bytes: int, read_only: bool, now_ms: int,
-    result: Optional["RecoveryResult"] = None,
+    result: Optional["RecoveryResult"] = None, cache: Optional[SegmentCache] = None,
 ) -> "SortedDict[int, LogSegment]":
-    """Open every segment in ``directory``.
+    """Open every segment in ``directory`` (through ``cache``: at most its bound stay open).
 
     A writer first completes interrupted swaps, then removes temp files
     (``.cleaned``, ``.deleted``, ``.tmp``) and orphan indexes. A reader
@@ -153,7 +154,7 @@ def load_segments(
     it was or as cleaned while a writer's cleaner swaps segments in.
     """
     if read_only:
-        return _load_read_only(io, directory, index_interval_bytes=index_interval_bytes, now_ms=now_ms)
+        return _load_read_only(io, directory, index_interval_bytes=index_interval_bytes, now_ms=now_ms, cache=cache)
     removed: List[str] = result.temp_files_removed if result is not None else []
     names = io.listdir(directory)
     _complete_swaps(io, directory, names, index_interval_bytes=index_interval_bytes, removed=removed)
@@ -175,12 +176,14 @@ def load_segments(
     for n in sorted(logs):
         base = _base_offset(n)
         segments[base] = LogSegment(
-            io, directory, base, index_interval_bytes=index_interval_bytes, read_only=False, created_ms=now_ms
+            io, directory, base, index_interval_bytes=index_interval_bytes, read_only=False, created_ms=now_ms,
+            cache=cache,
         )
     return segments
 
 
-def _load_read_only(io: FileIO, directory: str, *, index_interval_bytes: int, now_ms: int) -> "SortedDict[int, LogSegment]":
+def _load_read_only(io: FileIO, directory: str, *, index_interval_bytes: int, now_ms: int,
+                    cache: Optional[SegmentCache] = None) -> "SortedDict[int, LogSegment]":
     for _attempt in range(20):
         segments: SortedDict = SortedDict()
         names = io.listdir(directory)
@@ -196,7 +199,7 @@ def _load_read_only(io: FileIO, directory: str, *, index_interval_bytes: int, no
                     continue  # being replaced by a complete cleaned segment
                 segments[base] = LogSegment(
                     io, directory, base, index_interval_bytes=index_interval_bytes, read_only=True,
-                    created_ms=now_ms, suffix=suffix,
+                    created_ms=now_ms, suffix=suffix, cache=cache,
                 )
             return segments
         except FileNotFoundError:
@@ -305,6 +308,8 @@ def check_segments(
     """
     bases = list(segments.keys())
     sizes = [segments[b].size for b in bases]
+    # index of the last segment holding bytes: the segments after i are all empty iff i >= it
+    last_with_data = max((i for i, s in enumerate(sizes) if s), default=-1)
     prev_end: Optional[int] = None
     prev_seg: Optional[LogSegment] = None
     for i, base in enumerate(bases):
@@ -348,7 +353,7 @@ def check_segments(
                 result.truncated_at.append(f"{prev_seg.log_path}@end: {problem}")
                 log.warning("repaired %s: %s; deleted segments %s", result.path, problem, later)
                 return
-        tail = all(s == 0 for s in sizes[i + 1 :])
+        tail = i >= last_with_data  # (was all(s == 0 for s in sizes[i + 1:]): quadratic in segments)
         seg.ensure_indexes(truncate_damage=tail or repair)
         prev_end = base if empty else seg.next_offset()
         prev_seg = seg

@@ -85,6 +85,7 @@ from pylog.record import (
 from pylog._native.batch import _INFO_LAYOUT, _INFO_ORDER  # allowlisted until _append_fetched scans via pylog.record
 from pylog.storage.reader import records_of_chunk
 from pylog.storage.segment import LogSegment
+from pylog.storage.segment_cache import DEFAULT_MAX_OPEN_SEGMENTS, SegmentCache
 
 if TYPE_CHECKING:
     from pylog.metrics import Metric
@@ -139,6 +140,8 @@ class LogConfig(NamedTuple):
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0  # a record younger than this is not compacted
     max_compaction_lag_ms: int = 2**63 - 1  # a dirty record older than this forces a clean
+    # Segments whose files stay open (LRU; the active one always): pylog/storage/segment_cache.py.
+    max_open_segments: int = DEFAULT_MAX_OPEN_SEGMENTS
 
     @property
     def compact(self) -> bool:
@@ -180,6 +183,7 @@ class LogConfig(NamedTuple):
         need_int("retention_bytes", -1)
         need_int("retention_ms", -1)
         need_int("recovery_checkpoint_interval_ms", 0)
+        need_int("max_open_segments", 2)  # the active segment and one being read
         policy = self.cleanup_policy
         parts = policy.split(",") if isinstance(policy, str) else None
         if not parts or any(p not in CLEANUP_POLICIES for p in parts) or len(set(parts)) != len(parts):
@@ -342,6 +346,8 @@ class Log:
         self.io = io
         self.clock_ms = clock
         self._lock = threading.RLock()
+        #: at most config.max_open_segments segments hold descriptors and maps (the active one always)
+        self._segment_cache = SegmentCache(config.max_open_segments, lock=self._lock, keep=self._keeps_open)
         self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one's output, used under the lock
         self._compact_of: Optional[LogConfig] = None  # the config _compact was computed from
         self._compact = False
@@ -404,7 +410,7 @@ class Log:
         self.recovery = RecoveryResult(self.dir, clean_shutdown=not needs_recovery, recovery_point=recovery_point)
         self.segments: SortedDict = load_segments(
             io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=False, now_ms=now,
-            result=self.recovery,
+            result=self.recovery, cache=self._segment_cache,
         )
         epoch_path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
         try:
@@ -461,7 +467,8 @@ class Log:
 
     def _load_read_only(self) -> None:
         self.segments = load_segments(
-            self.io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=True, now_ms=self.clock_ms()
+            self.io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=True, now_ms=self.clock_ms(),
+            cache=self._segment_cache,
         )
         self.epochs = LeaderEpochCache()
         ld_path = os.path.dirname(self.dir)
@@ -511,6 +518,7 @@ class Log:
         with self._lock:
             self._ensure_open()
             self.config = config
+            self._segment_cache.resize(config.max_open_segments)
             if not self.read_only:
                 self.active_segment.map_limit = config.segment_bytes
 
@@ -540,9 +548,15 @@ class Log:
         if self.read_only:
             raise KafkaStorageError(f"log {self.dir} was opened read_only")
 
+    def _keeps_open(self) -> Optional[LogSegment]:
+        """The segment the open-segment cache never releases: the active one (None while loading)."""
+        segs = self.__dict__.get("segments")
+        return segs.peekitem(-1)[1] if segs else None
+
     def _new_segment(self, base_offset: int) -> LogSegment:
         seg = LogSegment(
-            self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms()
+            self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms(),
+            cache=self._segment_cache,
         )
         seg.map_limit = self.config.segment_bytes  # the writer's map never needs more room
         return seg
@@ -1569,7 +1583,7 @@ class Log:
             self._ensure_writable()
             seg = LogSegment(
                 self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                created_ms=self.clock_ms(), suffix=CLEANED_SUFFIX,
+                created_ms=self.clock_ms(), suffix=CLEANED_SUFFIX, cache=self._segment_cache,
             )
             if seg.size:
                 seg.truncate_to(base_offset)

@@ -9,10 +9,24 @@ scan forward to the first batch whose last offset reaches it.
 Durability: :meth:`append` writes to the OS (survives a process crash, not
 power loss); :meth:`flush` fsyncs the log and both indexes.
 Thread-safety: none; :class:`pylog.storage.log.Log` serialises access.
+
+Open files: a segment made with a ``cache`` (a
+:class:`~pylog.storage.segment_cache.SegmentCache`, the log's
+``max_open_segments``) may have its descriptors and map released while it is
+not in use, and reopens them on its next use; a segment that was written
+since its last :meth:`flush` is fsynced first, so a release never loses an
+fsync error. Reopening checks that the file is still the same file (device
+and inode) and no shorter than the segment: otherwise
+:class:`KafkaStorageError` or :class:`CorruptRecordError` names it (a
+``read_only`` reader's segment that the writer deleted since it was listed:
+:class:`OffsetOutOfRangeError`, as any read below a moved log start). With a
+cache, a writer's existing segment starts released (its size from ``stat``):
+it opens on first use.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -20,13 +34,14 @@ import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from pylog._native.index import LOOKUP_CACHE_BATCHES, LookupCache, MappedLog, SegmentState
-from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, PylogError
+from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError, PylogError
 from pylog.record import LOG_OVERHEAD, BatchInfo, Record, RecordBatch, scan
 from pylog.record.codec import decode_headers
 from pylog.record.framing import base_offset_of, batch_length_of, find_batch
 from pylog.record.types import status_reason
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.segment_cache import SegmentCache, tick
 
 log = logging.getLogger("pylog.storage")
 READ_CHUNK = 64 * 1024
@@ -108,6 +123,7 @@ class LogSegment:
         read_only: bool = False,
         created_ms: int = 0,
         suffix: str = "",
+        cache: Optional[SegmentCache] = None,
     ):
         self.io = io
         self.base_offset = base_offset
@@ -124,9 +140,23 @@ class LogSegment:
         created: List[str] = []
         if not read_only and not io.exists(self.log_path):
             created.append(self.log_path)
-        self._fd: Optional[int] = io.open(self.log_path, create=not read_only, read_only=read_only)
+        self._fd: Optional[int] = None
+        if cache is not None and not created and not read_only:
+            # A writer's existing file under the open-segment cache starts released: stat, no
+            # descriptor (a 10,000-segment log opens each file once, when first used, not twice).
+            # A reader opens at once: the writer may delete the file after the listing, and the
+            # reader's loader lists again when an open fails (loader._load_read_only).
+            self._identity, size = io.path_identity(self.log_path)
+        else:
+            if cache is not None:
+                cache.make_room()
+            self._fd = io.open(self.log_path, create=not read_only, read_only=read_only)
         try:
-            if not read_only and io.size(self._fd) == 0:
+            if self._fd is not None:
+                #: the .log's (st_dev, st_ino): a released segment reopens only this very file
+                self._identity = io.identity(self._fd)
+                size = io.size(self._fd)
+            if not read_only and size == 0:
                 # Kafka creates both index files with the segment; an index file is
                 # then missing only when it was lost, which means "rebuild".
                 for index in (self.offset_index, self.time_index):
@@ -143,13 +173,17 @@ class LogSegment:
                             io.close(ifd)
         except OSError:
             fd, self._fd = self._fd, None
-            _undo_create(io, fd, created)
+            if fd is not None:
+                _undo_create(io, fd, created)
             raise
         self.created_ms = created_ms
+        #: written since the last flush (a release fsyncs first)
+        self._dirty = False
+        self._cache_used = tick()
         self._state = SegmentState()
         st = self._state
         st.base_offset = base_offset
-        st.size = io.size(self._fd)
+        st.size = size
         st.index_interval_bytes = index_interval_bytes
         st.max_timestamp_so_far = -1
         st.offset_of_max_timestamp = base_offset
@@ -182,6 +216,10 @@ class LogSegment:
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
         #: whenever the file shrinks (:meth:`truncate_to`, :meth:`recover`) and on a roll.
         self.recent_starts: Dict[int, int] = {}
+        #: the log's open-segment cache (None: always open, or closed)
+        self._cache = cache
+        if cache is not None and self._fd is not None:
+            cache.opened(self)
 
     # ---- properties ---------------------------------------------------------
     @property
@@ -190,9 +228,73 @@ class LogSegment:
 
     @property
     def fd(self) -> int:
-        if self._fd is None:
-            raise KafkaStorageError(f"segment {self.log_path} is closed")
-        return self._fd
+        """The .log's descriptor, reopened when the open-segment cache released it."""
+        self._cache_used = tick()
+        fd = self._fd
+        if fd is None:
+            if self._cache is None:
+                raise KafkaStorageError(f"segment {self.log_path} is closed")
+            self._cache.ensure_open(self)
+            fd = self._fd
+            assert fd is not None
+        return fd
+
+    # ---- the open-segment cache (pylog.storage.segment_cache) ------------------------
+    def _cache_open(self) -> None:
+        """Reopen the released .log: the same file (device, inode), at least as long as the segment."""
+        path = self.log_path
+        try:
+            fd = self.io.open(path, create=False, read_only=self.read_only)
+        except FileNotFoundError as exc:
+            if self.read_only:  # the writer deleted it (retention, delete_records_before) since the listing
+                raise OffsetOutOfRangeError(
+                    f"segment {path} (offsets from {self.base_offset}) was deleted by the writer since this "
+                    f"reader listed the segments: refresh() to see the new log start") from exc
+            raise KafkaStorageError(
+                errno.ENOENT, f"segment {path} was removed while its descriptor was released "
+                f"(max_open_segments): offsets from {self.base_offset} are gone") from exc
+        except OSError as exc:
+            raise KafkaStorageError(exc.errno, f"reopening segment {path} failed: {exc.strerror or exc}") from exc
+        try:
+            identity, size = self.io.identity(fd), self.io.size(fd)
+            if identity != self._identity:
+                raise KafkaStorageError(
+                    errno.ESTALE, f"segment {path} was replaced by another file while its descriptor was released "
+                    f"(max_open_segments); reopen the log")
+            if size < self._state.size and not self.read_only:
+                raise CorruptRecordError(
+                    f"segment shrank from {self._state.size} to {size} bytes while its descriptor was released "
+                    f"(max_open_segments)", path=path, position=size)
+        except BaseException as exc:
+            self.io.close(fd)
+            if isinstance(exc, OSError) and not isinstance(exc, KafkaStorageError):
+                raise KafkaStorageError(exc.errno, f"reopening segment {path} failed: {exc.strerror or exc}") from exc
+            raise
+        self._fd = fd
+
+    def _cache_release(self) -> None:
+        """Give back the descriptors and the map (the cache evicts this segment); it reopens on next use.
+
+        Durability: a segment written since its last :meth:`flush` is flushed first (an OSError
+        is raised, the segment stays open); an inactive segment was flushed when it was rolled.
+        """
+        if self._dirty and not self.read_only:
+            self.flush()
+        self._drop_map()
+        fd, self._fd = self._fd, None
+        first: Optional[OSError] = None
+        if fd is not None:
+            try:
+                self.io.close(fd)
+            except OSError as exc:
+                first = exc
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.close()
+            except OSError as exc:
+                first = first or exc
+        if first is not None:
+            log.warning("closing the released segment %s: %s", self.log_path, first)
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -277,6 +379,7 @@ class LogSegment:
         position = st.size
         n = len(data)  # type: ignore[arg-type]
         fd = self._fd
+        self._dirty = True
         try:
             self.io.pwrite(self.fd if fd is None else fd, data, position)
         except OSError as exc:
@@ -505,6 +608,7 @@ class LogSegment:
         (reads copy out), and it is dropped before this process truncates
         the file (:meth:`truncate_to`, :meth:`recover`) and on close.
         """
+        self._cache_used = tick()
         size = self._state.size
         if size == 0 or self.read_only:
             return None
@@ -591,6 +695,7 @@ class LogSegment:
         """
         if not self._indexes_ready:
             self.ensure_indexes()
+        self._cache_used = tick()
         size = self._state.size
         mapped = self._map_ptr
         if mapped is None or self._map_len < size:
@@ -632,6 +737,7 @@ class LogSegment:
         """
         self._drop_map()
         self.recent_starts.clear()
+        self._dirty = True
         # The indexes are rebuilt aside and replace the old ones only once the scan is
         # done: a refused segment (truncate=False) keeps its index files as they were.
         offset_entries = bytearray()
@@ -716,6 +822,7 @@ class LogSegment:
         position = found[0]
         removed = self.size - position
         self._drop_map()
+        self._dirty = True
         self.recent_starts.clear()
         self.verified_bytes = min(self.verified_bytes, position)
         # Memory first, then the files: if a file cannot be cut (EIO) the segment still
@@ -807,18 +914,22 @@ class LogSegment:
 
         First cuts bytes a failed append or truncation could not remove
         (:meth:`_cut_stale_tail`)."""
-        if self.read_only:
-            return
+        if self.read_only or (self._fd is None and not self._dirty and self._cache is not None):
+            return  # released by the open-segment cache, which flushed it first
         if self._stale_tail:
             self._cut_stale_tail(self._state.size, raise_error=True)
         self.io.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self._dirty = False
 
     def close(self) -> None:
         """Release the map and the three descriptors. Every one is released even if closing an
         earlier one raises; the first OSError is raised after. Idempotent."""
         first: Optional[OSError] = None
+        if self._cache is not None:
+            self._cache.discard(self)
+            self._cache = None
         self._drop_map()
         if self._fd is not None:
             fd, self._fd = self._fd, None
@@ -867,6 +978,9 @@ class LogSegment:
         """
         if self.io.exists(self.log_path):
             self.io.unlink(self.log_path)
+        if self._cache is not None:
+            self._cache.discard(self)
+            self._cache = None
         self._drop_map()
         if self._fd is not None:
             fd, self._fd = self._fd, None
