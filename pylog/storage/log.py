@@ -37,6 +37,7 @@ batch (framing and CRC are checked on every read).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import struct
@@ -61,6 +62,7 @@ from pylog.errors import (
     KafkaStorageError,
     LogClosedError,
     OffsetOutOfRangeError,
+    PylogError,
     RecordTooLargeError,
 )
 from pylog.metrics import RateMeter
@@ -71,6 +73,7 @@ from pylog.storage.loader import (
     CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, check_segments, load_segments, recover,
 )
 from pylog.storage.logdir import LogDir, parse_partition_dir
+from pylog.storage.producer_state import ProducerBatch, ProducerStateManager
 from pylog.storage.record import (
     BATCH_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
@@ -90,11 +93,13 @@ from pylog.storage.segment import LogSegment
 if TYPE_CHECKING:
     from pylog.metrics import Metric
 
+_logger = logging.getLogger("pylog.storage")
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 CLEANUP_POLICIES = ("delete", "compact")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _DAY_MS = 24 * 3600 * 1000
 _LEADER_EPOCH_FIELD = struct.Struct(">i")  # partitionLeaderEpoch, bytes 12-15 of a v2 batch
+_BATCH_LENGTH = struct.Struct(">i")  # batchLength, bytes 8-11 of a v2 batch
 _TAIL_SCAN_BATCHES = 16  # batch infos per plg_scan call in Log._fetch_tail
 T = TypeVar("T")
 
@@ -198,6 +203,13 @@ class LogConfig(NamedTuple):
                 f"min_compaction_lag_ms ({self.min_compaction_lag_ms}) must not exceed "
                 f"max_compaction_lag_ms ({self.max_compaction_lag_ms})"
             )
+
+
+def _producer_batches(batches: Sequence[BatchInfo]) -> List[ProducerBatch]:
+    """The idempotent batches of ``batches`` as the producer state takes them."""
+    return [ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset, b.last_offset,
+                          b.max_timestamp, b.attributes)
+            for b in batches if b.producer_id >= 0 and b.base_sequence >= 0]
 
 
 def _require_keys(records: Sequence[RecordInput], topic: str, partition: int) -> None:
@@ -345,6 +357,10 @@ class Log:
         self._lock = threading.RLock()
         self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one's output, used under the lock
         self._compact_of: Optional[LogConfig] = None  # the config _compact was computed from
+        #: idempotent-producer state, loaded by the first use of :attr:`producer_state`
+        self._producers: Optional[ProducerStateManager] = None
+        #: client batches :meth:`append_as_leader` recognised as retries and did not write again
+        self.duplicate_appends_total = 0
         self._compact = False
         self._closed = False
         self._logdir: Optional[LogDir] = None
@@ -452,6 +468,10 @@ class Log:
         changed = self.epochs.truncate_from_start(self.log_start_offset) or changed
         if changed or needs_recovery:
             self._write_epochs()
+        if needs_recovery:
+            # A producer snapshot past the recovered log end describes records that are gone: drop
+            # it now, before appends reuse those offsets (the state itself loads on first use).
+            ProducerStateManager(self.dir, io).delete_snapshots_above(self.log_end_offset)
         with ld.lock:  # another partition's thread may be writing the checkpoints (iterating these)
             ld.recovery_points[tp] = self.recovery_point
             ld.log_start_offsets[tp] = self.log_start_offset
@@ -606,34 +626,68 @@ class Log:
             found = scan(batch, verify_crc=False)
             return self._append_validated(batch, found.batches)
 
+    def append_as_leader(self, records: Union[bytes, bytearray, memoryview, Sequence[RecordInput]], *,
+                         leader_epoch: int) -> AppendResult:
+        """A leader's append of a produce request (Kafka's ``UnifiedLog.appendAsLeader``, origin CLIENT).
+
+        ``records`` is one encoded RecordBatch v2 (bytes-like: exactly one
+        batch, Kafka's rule for a produce request, else
+        :class:`InvalidRecordError`) or a list of values / Records to encode
+        here. The batch gets the next offsets and ``leader_epoch``. A batch
+        with a producer id and sequence is validated against this log's
+        :attr:`producer_state` before anything is written: a retry of one
+        of the producer's last 5 batches is not written again and its
+        original offsets come back (``position`` -1;
+        :attr:`duplicate_appends_total` counts them); an out-of-order
+        sequence or a fenced epoch raises OutOfOrderSequenceError /
+        InvalidProducerEpochError. One descent: validate and stamp, write,
+        record the producer state, roll (with its snapshot) - nothing for
+        the caller to do afterwards.
+
+        Complexity: O(bytes) (the CRC) + O(1). Durability: see the module
+        docstring. Thread-safety: takes the log's lock.
+        """
+        if not isinstance(records, (bytes, bytearray, memoryview)):
+            return self.append(list(records), leader_epoch=leader_epoch)
+        n = len(records)
+        if n < BATCH_OVERHEAD or _BATCH_LENGTH.unpack_from(records, 8)[0] + 12 != n:
+            raise InvalidRecordError(
+                f"produce to {self.topic}-{self.partition}: a request must carry exactly one RecordBatch v2 "
+                f"({n} bytes given)")
+        return self._append_bytes(records, True, leader_epoch, self.producer_state)
+
     def append_batches(
         self, data: Union[bytes, bytearray, memoryview], *, assign_offsets: bool = True, leader_epoch: Optional[int] = None,
-        headers_out: Optional[List[Tuple[int, int, int, int, int, int]]] = None,
     ) -> AppendResult:
         """Append already-encoded RecordBatch v2 bytes (from a producer or a leader).
 
         With ``assign_offsets`` (a leader appending a producer's batches) the
         batches get consecutive offsets from the log end and, when given,
-        ``leader_epoch``. Without it (a follower copying the leader) their
-        offsets are kept and must start at or after the log end. Every batch
-        is CRC-checked first; an invalid one raises CorruptRecordError and
-        nothing is written.
-
-        ``headers_out`` (followers only: ``assign_offsets=False``), when given,
-        receives ``(producer_id, producer_epoch, base_sequence, base_offset,
-        last_offset, max_timestamp)`` of every batch appended, in order (what
-        the follower's producer state needs, without a second scan).
+        ``leader_epoch``. Without it (a follower copying the leader: Kafka's
+        ``appendAsFollower``) their offsets are kept and must start at or
+        after the log end. Every batch is CRC-checked first; an invalid one
+        raises CorruptRecordError and nothing is written. Either way the
+        batches' producer ids and sequences go into :attr:`producer_state`
+        (when loaded), so a follower deduplicates once it leads; nothing is
+        validated against it here (:meth:`append_as_leader` does that).
 
         Complexity: O(bytes) (the CRC) + O(batches). Durability: see the
         module docstring. Thread-safety: takes the log's lock.
         """
+        return self._append_bytes(data, assign_offsets, leader_epoch, None)
+
+    def _append_bytes(self, data: Union[bytes, bytearray, memoryview], assign_offsets: bool,
+                      leader_epoch: Optional[int], client: Optional[ProducerStateManager]) -> AppendResult:
+        """The pipeline for encoded batches: validate and stamp (one of three validators, from the
+        fastest that applies), then :meth:`_write_validated`. ``client``: the producer state a
+        leader validates a client batch against before writing (None: no validation)."""
         if not assign_offsets:
-            fetched = self._append_fetched(data, headers_out)
+            fetched = self._append_fetched(data)
             if fetched is not None:
                 return fetched
         buf = bytearray(data)
         if not assign_offsets or not self._is_compacted():  # (a compacted topic's leader checks keys)
-            one = self._append_one(buf, assign_offsets, leader_epoch)
+            one = self._append_one(buf, assign_offsets, leader_epoch, client)
             if one is not None:
                 return one
         found = scan(buf, verify_crc=True)
@@ -657,44 +711,49 @@ class Log:
                     span = b.last_offset - b.base_offset
                     infos.append(b._replace(base_offset=nxt, last_offset=nxt + span, partition_leader_epoch=epoch))
                     nxt += span + 1
+                if client is not None:
+                    for pb in _producer_batches(infos):
+                        dup = self._duplicate_of(client, pb)
+                        if dup is not None:
+                            return dup
                 return self._append_validated(buf, infos)
-            else:
-                if found.batches[0].base_offset < self.log_end_offset:
-                    raise self._below_end(found.batches[0].base_offset)
-                if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
-                    res = self._append_across_segments(buf, found.batches)
-                else:
-                    res = self._append_validated(buf, found.batches, follower=True)
-                if headers_out is not None:
-                    headers_out.extend((b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset,
-                                        b.last_offset, b.max_timestamp) for b in found.batches)
-                return res
-            return self._append_validated(buf, found.batches)
+            if found.batches[0].base_offset < self.log_end_offset:
+                raise self._below_end(found.batches[0].base_offset)
+            if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
+                return self._append_across_segments(buf, found.batches)
+            return self._append_validated(buf, found.batches, follower=True)
 
-    def _append_fetched(self, data: Union[bytes, bytearray, memoryview],
-                        headers_out: Optional[List[Tuple[int, int, int, int, int, int]]]) -> Optional[AppendResult]:
+    def _duplicate_of(self, ps: ProducerStateManager, batch: ProducerBatch) -> Optional[AppendResult]:
+        """The original offsets when ``batch`` retries one the producer state retains, else None
+        (raises for a fenced epoch or a sequence out of order)."""
+        dup = ps.validate(batch)
+        if dup is None:
+            return None
+        self.duplicate_appends_total += 1
+        return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp, -1,
+                            dup.last_offset - dup.first_offset + 1)
+
+    def _append_fetched(self, data: Union[bytes, bytearray, memoryview]) -> Optional[AppendResult]:
         """A follower's append of fetched batches (:meth:`append_batches` without
         ``assign_offsets``), the usual case: one C walk (framing, magic,
         increasing offsets, CRC) over the caller's bytes, no copy, no
         :class:`BatchInfo` objects. Returns None, having written nothing, for
         anything unusual (an invalid batch, a legacy one, a chunk to split
         across segments): the general path then appends it or raises the
-        precise error. A batch below the log end raises here, as there. (It
-        declines only what :meth:`_append_one` refuses too, so the one-batch
-        path of :meth:`append_batches` never appends a follower's chunk after
-        it without ``headers_out``.)"""
+        precise error. A batch below the log end raises here, as there."""
         n = len(data)
         if n < BATCH_OVERHEAD:
             return None
         infos, n_out, valid = self._scan_buffers()
         with self._lock:
             self._ensure_writable()
+            track = self._producers is not None
             ptr = ffi.from_buffer(data)
-            walked, prev_last, n_records = 0, -1, 0
+            walked, prev_last, n_records, n_batches = 0, -1, 0, 0
             max_ts, offset_of_max, big_size, big_offset = -1, -1, -1, -1
             first_offset = -1
             epoch_starts: List[Tuple[int, int]] = []
-            headers: List[Tuple[int, int, int, int, int, int]] = []
+            producers: List[ProducerBatch] = []
             last_epoch = None
             while walked < n:
                 rc = lib.plg_scan(ptr + walked, n - walked, lib.PLG_SCAN_VERIFY_CRC, infos, _TAIL_SCAN_BATCHES,
@@ -704,13 +763,14 @@ class Log:
                     return None
                 # Every info at once as tuples (BatchInfo's field order), not field by field through cffi.
                 for row in _INFO_LAYOUT.iter_unpack(ffi.buffer(infos, got * _INFO_LAYOUT.size)):
-                    _, size, magic, _, base, last, _, ts, epoch, pid, p_epoch, seq, count, _ = _INFO_ORDER(row)
+                    _, size, magic, attrs, base, last, _, ts, epoch, pid, p_epoch, seq, count, _ = _INFO_ORDER(row)
                     if magic != 2 or base <= prev_last:
                         return None
                     if first_offset < 0:
                         first_offset = base
                     prev_last = last
                     n_records += count
+                    n_batches += 1
                     if ts > max_ts or offset_of_max < 0:
                         max_ts, offset_of_max = ts, last
                     if size >= big_size:  # as max() over (size, base offset)
@@ -718,24 +778,23 @@ class Log:
                     if epoch != last_epoch:  # assign() ignores later batches of the latest epoch
                         epoch_starts.append((epoch, base))
                         last_epoch = epoch
-                    headers.append((pid, p_epoch, seq, base, last, ts))
+                    if track and pid >= 0 and seq >= 0:
+                        producers.append(ProducerBatch(pid, p_epoch, seq, base, last, ts, attrs))
                 walked += valid[0]
             if first_offset < self.log_end_offset:
                 raise self._below_end(first_offset)
-            if n > self.config.segment_bytes and len(headers) > 1:
+            if n > self.config.segment_bytes and n_batches > 1:
                 return None  # split across segments by the general path
-            res = self._write_validated(data, first_offset, prev_last, max_ts, offset_of_max, n_records,
-                                        epoch_starts, (big_size, big_offset), follower=True)
-            if headers_out is not None:
-                headers_out.extend(headers)
-            return res
+            return self._write_validated(data, first_offset, prev_last, max_ts, offset_of_max, n_records,
+                                         epoch_starts, (big_size, big_offset), follower=True, producers=producers)
 
     def _append_across_segments(self, buf: bytearray, batches: List[BatchInfo]) -> AppendResult:
         """A follower's fetch can hold more than ``segment_bytes``: append it in runs of whole
         batches that each fit in one segment (rolling between them), as if fetched in pieces.
 
         A single batch larger than ``segment_bytes`` still raises RecordTooLargeError. A run
-        appended before a later run fails stays (it is a valid prefix of the leader's log).
+        appended before a later run fails stays (it is a valid prefix of the leader's log, and
+        the producer state took it in with the run).
         """
         view = memoryview(buf)
         limit = self.config.segment_bytes
@@ -774,11 +833,13 @@ class Log:
                                             ffi.new("uint64_t *"), ffi.new("uint64_t *"))
         return scratch
 
-    def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int]) -> Optional[AppendResult]:
+    def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int],
+                    client: Optional[ProducerStateManager] = None) -> Optional[AppendResult]:
         """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
         brought one batch). One C call checks its framing and CRC - and for a leader stamps the
-        next offset and the epoch; returns None (nothing done) when ``buf`` is anything else, for
-        the general path to handle or refuse."""
+        next offset and the epoch; then the client's producer state validates it (``client``), and
+        it is written. Returns None (nothing done) when ``buf`` is anything else, for the general
+        path to handle or refuse."""
         n = len(buf)
         if n < BATCH_OVERHEAD:
             return None
@@ -797,9 +858,18 @@ class Log:
                 base, epoch = info.base_offset, info.partition_leader_epoch
                 if base < self.log_end_offset:
                     raise self._below_end(base)
+            producers: Sequence[ProducerBatch] = ()
+            if info.producer_id >= 0 and info.base_sequence >= 0 and (client is not None or self._producers is not None):
+                batch = ProducerBatch(info.producer_id, info.producer_epoch, info.base_sequence, base,
+                                      info.last_offset, info.max_timestamp, info.attributes)
+                if client is not None:
+                    dup = self._duplicate_of(client, batch)
+                    if dup is not None:
+                        return dup
+                producers = (batch,)
             return self._write_validated(buf, base, info.last_offset, info.max_timestamp, info.last_offset,
                                          info.records_count, ((epoch, base),), (info.size, base),
-                                         follower=not assign_offsets)
+                                         follower=not assign_offsets, producers=producers)
 
     def _below_end(self, base_offset: int) -> InvalidOffsetError:
         return InvalidOffsetError(
@@ -815,17 +885,20 @@ class Log:
         return self._write_validated(data, first.base_offset, last.last_offset, max_ts, offset_of_max,
                                      sum(b.records_count for b in batches),
                                      [(b.partition_leader_epoch, b.base_offset) for b in batches],
-                                     max((b.size, b.base_offset) for b in batches), follower=follower)
+                                     max((b.size, b.base_offset) for b in batches), follower=follower,
+                                     producers=_producer_batches(batches) if self._producers is not None else ())
 
     def _write_validated(self, data: Union[bytes, bytearray, memoryview], first_offset: int, last_offset: int, max_ts: int,
                          offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
-                         largest_batch: Tuple[int, int], *, follower: bool = False) -> AppendResult:
+                         largest_batch: Tuple[int, int], *, follower: bool = False,
+                         producers: Sequence[ProducerBatch] = ()) -> AppendResult:
         """Write validated, offset-stamped batches ``[first_offset, last_offset]`` at the log end
         (under the lock): size limits, roll, segment append, epoch cache, flush policy, counters.
         ``largest_batch`` is (size, base offset) of the largest batch, for the size limit's error.
         A ``follower`` copying its leader skips ``max_message_bytes``, as Kafka's ``appendAsFollower``
         does (the leader checked it under the config of the time; a smaller value now must not strand
-        a lagging replica); ``segment_bytes`` applies to both.
+        a lagging replica); ``segment_bytes`` applies to both. ``producers``: the idempotent
+        batches written, which the producer state (when loaded) records once the write stands.
         All-or-nothing: a failure after the bytes are written cuts them off again."""
         size = len(data)
         big_size, big_offset = largest_batch
@@ -874,6 +947,12 @@ class Log:
             if prev_epochs is not None:
                 self.epochs = LeaderEpochCache(prev_epochs)
             self._raise_storage_error(exc, f"append at offset {first_offset}")
+        ps = self._producers
+        if ps is not None:
+            if producers:
+                ps.append(producers, self.log_end_offset)
+            else:
+                ps.map_end_offset = self.log_end_offset
         self.appended_records_total += n_records
         self.appended_bytes_total += size
         self._append_records_rate.record(now, n_records)
@@ -941,6 +1020,8 @@ class Log:
                     seg.close()  # an empty .log left behind is discarded on open (drop_abandoned_segments)
                 raise
             self.segments[base] = seg
+            if base == self.log_end_offset:
+                self._snapshot_producer_state()  # Kafka snapshots the producer state at every roll
             self._set_recovery_point(self.log_end_offset if base == self.log_end_offset else self.recovery_point)
             self._checkpoint()
             self.enforce_retention()
@@ -1038,6 +1119,101 @@ class Log:
 
     def _write_epochs(self) -> None:
         checkpoint.write_epochs(self.io, os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT), self.epochs.entries)
+
+    # -------------------------------------------------------- producer state
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent-producer state of this partition (Kafka's ``UnifiedLog.producerStateManager``).
+
+        Loaded on first use (a replica's :class:`pylog.replication.partition.Partition`
+        uses it from the start; a log nobody produces to idempotently never pays
+        for it): the newest valid ``.snapshot`` at or below the log end, then the
+        batch headers after it (:meth:`read_batch_infos`). From then on the log
+        keeps it equal to its records, whatever appends: every batch written
+        with a producer id and sequence is recorded (:meth:`append_as_leader`
+        validates a client's first), a roll at the log end snapshots it, a
+        truncation reloads it (snapshots above the cut are deleted whether or
+        not it is loaded, and an open that recovered a crash deletes those
+        above the recovered end), :meth:`truncate_fully_and_start_at` empties
+        it, and a clean :meth:`close` snapshots it when it moved past its
+        newest snapshot. ``map_end_offset`` equals :attr:`log_end_offset`.
+
+        Raises :class:`KafkaStorageError` on a read-only or closed log, or
+        when the log cannot be read back. Complexity: O(1) once loaded; the
+        load reads the snapshot and the batch headers after it.
+        Thread-safety: the load takes the log's lock; use the manager under
+        it or from the one thread that appends.
+        """
+        ps = self._producers
+        if ps is not None:
+            return ps
+        with self._lock:
+            self._ensure_writable()
+            if self._producers is None:
+                ps = ProducerStateManager(self.dir, self.io)
+                ps.load(self.log_start_offset, self.log_end_offset, self.read_batch_infos)
+                self._producers = ps
+            return self._producers
+
+    def read_batch_infos(self, start: int, end: int) -> List[BatchInfo]:
+        """Headers of the batches holding offsets in ``[max(start, log start), end)``, in order
+        (what a producer-state rebuild replays). Complexity: O(bytes of those batches), read
+        as :meth:`read_batches` does (CRC-checked). Thread-safety: takes the log's lock."""
+        out: List[BatchInfo] = []
+        with self._lock:
+            off = max(start, self.log_start_offset)
+            while off < end:
+                batches = self.read_batches(off, 1 << 20, max_offset=end)
+                if not batches:
+                    break
+                for b in batches:
+                    if b.last_offset >= off:
+                        out.append(b.info)
+                    off = b.last_offset + 1
+        return out
+
+    def _snapshot_producer_state(self, *, only_if_moved: bool = False) -> None:
+        """Write ``<log end>.snapshot`` when the state is loaded and covers exactly the log (a roll:
+        the new segment's base; a close, ``only_if_moved``: when the state moved past its newest
+        snapshot). A failure is logged: the log stands, the next load replays the records instead."""
+        ps = self._producers
+        if ps is None or ps.map_end_offset != self.log_end_offset:
+            return
+        try:
+            if only_if_moved and ps.map_end_offset <= max(ps.snapshot_offsets(), default=0):
+                return
+            ps.take_snapshot()
+        except OSError as exc:
+            _logger.warning("%s-%d: producer snapshot at offset %d failed: %s", self.topic, self.partition,
+                            ps.map_end_offset, exc)
+
+    def _sync_producer_state(self) -> None:
+        """After the log end moved down (a truncation, complete or not): make the producer state
+        cover exactly ``[log start, log end)``, and drop snapshots above the end. The last resort,
+        when even the headers cannot be read back, keeps only what is below the end."""
+        leo = self.log_end_offset
+        ps = self._producers
+        if ps is None:
+            try:
+                ProducerStateManager(self.dir, self.io).delete_snapshots_above(leo)
+            except OSError as exc:  # a later load deletes them too (they are above its log end)
+                _logger.warning("%s-%d: removing producer snapshots above %d failed: %s", self.topic,
+                                self.partition, leo, exc)
+            return
+        saved = ps.producers  # a reload replaces the dict, leaving this one as it was
+        try:
+            if self.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
+                ps.producers = {}
+            elif ps.map_end_offset < leo:
+                ps.update_from_infos(self.read_batch_infos(ps.map_end_offset, leo))
+            elif ps.map_end_offset > leo:
+                ps.truncate_and_reload(self.log_start_offset, leo, self.read_batch_infos)
+        except (PylogError, OSError) as exc:
+            _logger.warning("%s-%d: producer state could not be read back to offset %d (%s): keeping what "
+                            "lies below it", self.topic, self.partition, leo, exc)
+            ps.producers = saved
+            ps.keep_below(leo)
+        ps.map_end_offset = leo
 
     # ------------------------------------------------------------------ read
     def _check_offset(self, offset: int) -> None:
@@ -1316,36 +1492,45 @@ class Log:
                 return 0
             if offset < self.log_start_offset:
                 return self.truncate_fully_and_start_at(offset)
-            removed = 0
-            start_before, rp_before, epochs_before = self.log_start_offset, self.recovery_point, self.epochs.entries
-            doomed = [b for b in self.segments.keys() if b > offset][: len(self.segments) - 1]
-            removed += self._delete_newest_segments(len(doomed))
-            seg = self.active_segment
-            cut_error: Optional[OSError] = None
+            end_before = self.log_end_offset
             try:
-                removed += seg.truncate_to(offset)
-            except OSError as exc:  # the segment ends at the cut in memory anyway (its flush retries the files)
-                cut_error = exc
-            # The in-memory state follows the files at once, so that a failing
-            # fsync below leaves the log consistent (if not yet durable).
-            self.log_end_offset = seg.next_offset()
-            # A batch straddling the log start is removed whole, which can put
-            # the log end below the log start (Kafka: logStartOffset = min(target, logStartOffset)).
-            self._clamp_to_log_end()
-            epochs_changed = self.epochs.entries != epochs_before
-            start_moved = self.log_start_offset != start_before
-            rp_moved = self.recovery_point != rp_before
-            cleaned_to = self.cleaner_checkpoint
-            if cleaned_to is not None and cleaned_to > self.log_end_offset:
-                self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
-            if cut_error is not None:
-                raise cut_error
-            seg.flush()
-            if epochs_changed:
-                self._write_epochs()
-            if rp_moved or start_moved:
-                self._checkpoint()
-            return removed
+                return self._truncate_suffix(offset)
+            finally:
+                if self.log_end_offset < end_before:  # the producer state follows, even part-way
+                    self._sync_producer_state()
+
+    def _truncate_suffix(self, offset: int) -> int:
+        """:meth:`truncate_to` for ``log start <= offset < log end`` (under the lock)."""
+        removed = 0
+        start_before, rp_before, epochs_before = self.log_start_offset, self.recovery_point, self.epochs.entries
+        doomed = [b for b in self.segments.keys() if b > offset][: len(self.segments) - 1]
+        removed += self._delete_newest_segments(len(doomed))
+        seg = self.active_segment
+        cut_error: Optional[OSError] = None
+        try:
+            removed += seg.truncate_to(offset)
+        except OSError as exc:  # the segment ends at the cut in memory anyway (its flush retries the files)
+            cut_error = exc
+        # The in-memory state follows the files at once, so that a failing
+        # fsync below leaves the log consistent (if not yet durable).
+        self.log_end_offset = seg.next_offset()
+        # A batch straddling the log start is removed whole, which can put
+        # the log end below the log start (Kafka: logStartOffset = min(target, logStartOffset)).
+        self._clamp_to_log_end()
+        epochs_changed = self.epochs.entries != epochs_before
+        start_moved = self.log_start_offset != start_before
+        rp_moved = self.recovery_point != rp_before
+        cleaned_to = self.cleaner_checkpoint
+        if cleaned_to is not None and cleaned_to > self.log_end_offset:
+            self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
+        if cut_error is not None:
+            raise cut_error
+        seg.flush()
+        if epochs_changed:
+            self._write_epochs()
+        if rp_moved or start_moved:
+            self._checkpoint()
+        return removed
 
     def _delete_newest_segments(self, n: int) -> int:
         """Delete the ``n`` newest segments (never all), newest first; returns their bytes.
@@ -1438,7 +1623,19 @@ class Log:
                 err = self._storage_error(exc, f"truncate fully and start at {offset}")
                 self.abandon()
                 raise err from exc
+            self._clear_producer_state(offset)
             return removed
+
+    def _clear_producer_state(self, offset: int) -> None:
+        """The log restarted empty at ``offset``: no producer is known, no snapshot is valid."""
+        ps = self._producers if self._producers is not None else ProducerStateManager(self.dir, self.io)
+        try:
+            ps.clear(offset)
+        except OSError as exc:  # every old snapshot lies below the new log start: a load skips it
+            ps.producers = {}
+            ps.map_end_offset = offset
+            _logger.warning("%s-%d: removing producer snapshots after restarting at %d failed: %s", self.topic,
+                            self.partition, offset, exc)
 
     @_storage_errors("delete records before")
     def delete_records_before(self, offset: int) -> int:
@@ -1696,6 +1893,8 @@ class Log:
                     self.active_segment.on_become_inactive()
                     self.flush()
                     self._checkpoint()
+                    if self._producers is not None:
+                        self._snapshot_producer_state(only_if_moved=True)  # Kafka's close: the next load replays nothing
                 clean = True
             except OSError as exc:
                 self._raise_storage_error(exc, "close")
@@ -1773,6 +1972,9 @@ class Log:
         epochs_ = [e for e, _ in self.epochs.entries]
         assert starts == sorted(set(starts)) and epochs_ == sorted(set(epochs_))
         assert all(s <= self.log_end_offset for s in starts)
+        if self._producers is not None:
+            assert self._producers.map_end_offset == self.log_end_offset, (self._producers.map_end_offset, self)
+            self._producers._check()
 
 
 
