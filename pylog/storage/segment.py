@@ -131,6 +131,7 @@ class SegmentRecovery(NamedTuple):
     truncated_bytes: int
     batches: List[BatchInfo]
     reason: str  # "" when the whole segment was valid
+    start_position: int = 0  # where the scan started (0: the whole segment; see LogSegment.recover)
 
 
 class LogSegment:
@@ -710,34 +711,54 @@ class LogSegment:
         return {n: int(getattr(st, n)) for n in names}
 
     # ---- recovery / truncation -------------------------------------------------
-    def recover(self, *, truncate: bool = True) -> SegmentRecovery:
+    def recover(self, *, truncate: bool = True, from_offset: Optional[int] = None) -> SegmentRecovery:
         """Validate every batch (size, magic, CRC, increasing offsets), rebuild both
         indexes, and truncate the file after the last valid batch.
+
+        ``from_offset`` (the log's recovery point: every batch below it, and the
+        index entries for them, were fsynced) starts the scan at the offset-index
+        entry at or below it instead of at byte 0, keeping the index entries up
+        to that one (:meth:`_recovery_start` says when it may, and checks the
+        entry against the ``.log``); otherwise, and when the entry does not
+        check out, the whole segment is scanned.
 
         With ``truncate=False`` invalid bytes are not cut: the file is left as
         it is and :class:`CorruptRecordError` raised naming it, the position
         and the reason (the segment is then unusable until reopened).
 
-        Complexity: O(segment bytes). Durability: truncation and index rebuilds
-        are written but not fsynced; the caller flushes.
+        Complexity: O(segment bytes), or O(bytes from the index entry at or below
+        ``from_offset``) + O(index entries after it). Durability: truncation and
+        index rebuilds are written but not fsynced; the caller flushes.
         """
         self._drop_map()
         self.recent_starts.clear()
         # The indexes are rebuilt aside and replace the old ones only once the scan is
         # done: a refused segment (truncate=False) keeps its index files as they were.
-        offset_entries = bytearray()
-        time_entries = bytearray()
-        st = self._state
-        st.size = 0
-        st.bytes_since_last_index_entry = 0
-        st.max_timestamp_so_far = -1
-        st.offset_of_max_timestamp = self.base_offset
-        st.last_index_offset = self.base_offset - 1
-        st.last_time_index_timestamp = -1
-        st.last_time_index_offset = self.base_offset
-        self.first_batch_timestamp = None
         file_size = self.io.size(self.fd)
-        pos = 0
+        start = self._recovery_start(from_offset, file_size)
+        st = self._state
+        st.bytes_since_last_index_entry = 0
+        self.first_batch_timestamp = None
+        if start is None:
+            offset_entries, time_entries, start_position = bytearray(), bytearray(), 0
+            st.size = 0
+            st.max_timestamp_so_far = -1
+            st.offset_of_max_timestamp = self.base_offset
+            st.last_index_offset = self.base_offset - 1
+            st.last_time_index_timestamp = -1
+            st.last_time_index_offset = self.base_offset
+        else:
+            # The state just before the batch of the kept entry was appended, with its entries
+            # already made (so the rescan of that batch adds none: bytes_since_last_index_entry 0).
+            start_position, entry_offset, offset_entries, time_entries = start
+            st.size = start_position
+            st.last_index_offset = entry_offset
+            ts, toff = ((-1, self.base_offset) if not time_entries else
+                        struct.unpack_from(">qi", time_entries, len(time_entries) - 12))
+            toff = toff + self.base_offset if time_entries else toff
+            st.max_timestamp_so_far = st.last_time_index_timestamp = ts
+            st.offset_of_max_timestamp = st.last_time_index_offset = toff
+        pos = start_position
         batches: List[BatchInfo] = []
         reason = ""
         idx = ffi.new("uint8_t[8]")
@@ -763,7 +784,7 @@ class LogSegment:
                     offset_entries += ffi.buffer(idx, 8)
                 if flags[0] & 2:
                     time_entries += ffi.buffer(tidx, 12)
-                if self.first_batch_timestamp is None:
+                if self.first_batch_timestamp is None and not start_position:
                     self.first_batch_timestamp = info.max_timestamp
                 batches.append(info._replace(position=pos + info.position))
             if reason:
@@ -793,8 +814,75 @@ class LogSegment:
             if not reason:
                 reason = "bytes after the last valid batch"
         self._indexes_ready = True
-        self.verified_bytes = valid
-        return SegmentRecovery(valid, truncated, batches, reason)
+        self.verified_bytes = valid if not start_position else 0  # the kept prefix was not CRC-checked here
+        return SegmentRecovery(valid, truncated, batches, reason, start_position)
+
+    def _recovery_start(self, from_offset: Optional[int],
+                        file_size: int) -> Optional[Tuple[int, int, bytearray, bytearray]]:
+        """Where :meth:`recover` may start when every batch below ``from_offset`` is durable:
+        ``(position, offset, offset entries to keep, time entries to keep)`` for the newest
+        offset-index entry below ``from_offset``, or None (scan the whole segment).
+
+        The index files are read raw: their entries past ``from_offset`` were written after the
+        last fsync and may be missing, stale or torn, so the walk back from the end over them
+        only looks for the newest entry below ``from_offset``; the kept prefixes must then pass
+        the C index check, and the kept entry must point at a CRC-valid batch whose last offset
+        is the entry's offset. Anything else returns None. Complexity: O(index entries past
+        ``from_offset``) + O(kept entries) in C + one batch read.
+        """
+        base = self.base_offset
+        if from_offset is None or from_offset <= base or self.read_only:
+            return None
+        try:
+            idx = self.io.read_file(self.offset_index.path)
+            tidx = self.io.read_file(self.time_index.path)
+        except OSError:
+            return None
+        # Candidates: entries below from_offset that follow the one before them (zeros or stale
+        # bytes of a torn tail do not), newest first; the first whose batch and kept prefixes
+        # check out is the start. A few tries, then the whole segment.
+        k = len(idx) // 8 - 1
+        tries = 0
+        while k >= 0 and tries < 8:
+            rel, pos = struct.unpack_from(">ii", idx, 8 * k)
+            if 0 <= rel < from_offset - base and pos > 0 and (k == 0 or all(a > b for a, b in zip(
+                    (rel, pos), struct.unpack_from(">ii", idx, 8 * k - 8)))):
+                tries += 1
+                start = self._checked_start(idx, tidx, k, base + rel, pos, file_size)
+                if start is not None:
+                    return start
+            k -= 1
+        return None
+
+    def _checked_start(self, idx: bytes, tidx: bytes, k: int, offset: int, pos: int,
+                       file_size: int) -> Optional[Tuple[int, int, bytearray, bytearray]]:
+        """:meth:`_recovery_start`'s check of offset-index entry ``k`` = (``offset``, ``pos``)."""
+        base = self.base_offset
+        head = self.io.pread(self.fd, 12, pos)
+        if len(head) < 12:
+            return None
+        length = int.from_bytes(head[8:12], "big", signed=True)
+        if length <= 0 or pos + 12 + length > file_size:
+            return None
+        found = scan(self.io.pread(self.fd, length + 12, pos), verify_crc=True, max_batches=1)
+        if not found.batches or found.batches[0].last_offset != offset or found.batches[0].base_offset < base:
+            return None
+        j = len(tidx) // 12 - 1
+        while j >= 0:
+            ts, trel = struct.unpack_from(">qi", tidx, 12 * j)
+            if 0 <= trel <= offset - base:  # a time entry is only made when the timestamp grew
+                if j == 0:
+                    break
+                prev_ts, prev_rel = struct.unpack_from(">qi", tidx, 12 * j - 12)
+                if ts > prev_ts and trel >= prev_rel:
+                    break
+            j -= 1
+        keep, tkeep = bytearray(idx[: 8 * (k + 1)]), bytearray(tidx[: 12 * (j + 1)])
+        n = ffi.new("uint64_t *")
+        for data, is_time in ((keep, 0), (tkeep, 1)):
+            if lib.plg_index_check(ffi.from_buffer(data), len(data), is_time, file_size, n) != _native.OK:
+                return None
+        return pos, offset, keep, tkeep
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns bytes removed.
