@@ -165,11 +165,18 @@ class _Index:
         self.io.truncate(self._ensure_fd(), self._written)
         self._stale_tail = False
 
-    def replace_entries(self, data: bytearray) -> None:
-        """Replace every entry with ``data`` (a rebuild): the file is emptied, then
-        written with one positional write (no fsync). Raises OSError; the entries
-        are in memory either way (pending if the write failed)."""
-        self.reset()
+    def replace_entries(self, data: bytearray, unchanged_prefix: int = 0) -> None:
+        """Replace every entry with ``data`` (a rebuild): the file is cut (to
+        ``unchanged_prefix`` bytes, which the caller read from it and kept as the
+        start of ``data``; else emptied), then the rest written with one positional
+        write (no fsync). Raises OSError; the entries are in memory either way
+        (pending if the write failed)."""
+        if not unchanged_prefix:
+            self.reset()
+        else:
+            self._written = unchanged_prefix
+            self._stale_tail = True
+            self._cut_file()
         self._data = data
         self.write_pending()
 

@@ -741,6 +741,7 @@ class LogSegment:
         self.first_batch_timestamp = None
         if start is None:
             offset_entries, time_entries, start_position = bytearray(), bytearray(), 0
+            kept = (0, 0)
             st.size = 0
             st.max_timestamp_so_far = -1
             st.offset_of_max_timestamp = self.base_offset
@@ -751,6 +752,7 @@ class LogSegment:
             # The state just before the batch of the kept entry was appended, with its entries
             # already made (so the rescan of that batch adds none: bytes_since_last_index_entry 0).
             start_position, entry_offset, offset_entries, time_entries = start
+            kept = (len(offset_entries), len(time_entries))  # already in the files: only cut after them
             st.size = start_position
             st.last_index_offset = entry_offset
             ts, toff = ((-1, self.base_offset) if not time_entries else
@@ -807,8 +809,8 @@ class LogSegment:
                 f"log here, deleting every later segment",
                 path=self.log_path, position=valid,
             )
-        self.offset_index.replace_entries(offset_entries)
-        self.time_index.replace_entries(time_entries)
+        self.offset_index.replace_entries(offset_entries, kept[0])
+        self.time_index.replace_entries(time_entries, kept[1])
         if truncated:
             self.io.truncate(self.fd, valid)
             if not reason:
