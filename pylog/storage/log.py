@@ -39,13 +39,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import struct
 import threading
 import time
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Any, Callable, Iterator, List, Literal, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union,
+    TYPE_CHECKING, Callable, List, Literal, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union,
 )
 
 from sortedcontainers import SortedDict
@@ -60,7 +59,6 @@ from pylog.errors import (
     InvalidRecordError,
     InvalidTopicError,
     KafkaStorageError,
-    LogClosedError,
     OffsetOutOfRangeError,
     PylogError,
     RecordTooLargeError,
@@ -69,9 +67,9 @@ from pylog.metrics import RateMeter
 from pylog.storage import checkpoint
 from pylog.storage.epoch_cache import LeaderEpochCache
 from pylog.storage.fileio import FileIO
-from pylog.storage.loader import (
-    CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, check_segments, load_segments, recover,
-)
+from pylog.storage.local_log import _TAIL_SCAN_BATCHES, LocalLog
+from pylog.storage.log_config import CLEANUP_POLICIES, LogConfig, validate_topic  # (re-exported here)
+from pylog.storage.loader import RecoveryResult, check_segments, load_segments, recover
 from pylog.storage.logdir import LogDir, parse_partition_dir
 from pylog.storage.producer_state import ProducerBatch, ProducerStateManager
 from pylog.storage.record import (
@@ -87,7 +85,6 @@ from pylog.storage.record import (
     scan,
     set_base_offset,
 )
-from pylog.storage.reader import records_of_chunk
 from pylog.storage.segment import LogSegment
 
 if TYPE_CHECKING:
@@ -95,26 +92,11 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("pylog.storage")
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-CLEANUP_POLICIES = ("delete", "compact")
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_DAY_MS = 24 * 3600 * 1000
 _LEADER_EPOCH_FIELD = struct.Struct(">i")  # partitionLeaderEpoch, bytes 12-15 of a v2 batch
 _BATCH_LENGTH = struct.Struct(">i")  # batchLength, bytes 8-11 of a v2 batch
-_TAIL_SCAN_BATCHES = 16  # batch infos per plg_scan call in Log._fetch_tail
 T = TypeVar("T")
 
 
-def validate_topic(topic: object) -> str:
-    """Return ``topic`` if it is a legal Kafka topic name, else raise InvalidTopicError."""
-    if not isinstance(topic, str):
-        raise InvalidTopicError(f"topic name must be a str, not {type(topic).__name__}")
-    if topic in (".", ".."):
-        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
-    if not _TOPIC_RE.match(topic):
-        raise InvalidTopicError(
-            f"topic name {topic!r} is invalid: use 1 to 249 characters from [a-zA-Z0-9._-]"
-        )
-    return topic
 
 
 class AppendResult(NamedTuple):
@@ -127,82 +109,6 @@ class AppendResult(NamedTuple):
     records_count: int
 
 
-class LogConfig(NamedTuple):
-    """Per-partition settings, with Kafka's defaults and snake_case names."""
-
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 7 * _DAY_MS
-    index_interval_bytes: int = 4096
-    max_message_bytes: int = 1048588
-    flush_messages: Optional[int] = None  # None: never by count; 1: fsync every append
-    flush_ms: Optional[int] = None  # None: never by time
-    retention_bytes: int = -1  # -1: unlimited
-    retention_ms: int = 7 * _DAY_MS  # -1: unlimited
-    recovery_checkpoint_interval_ms: int = 60_000
-    # Log cleaner (Kafka's cleanup.policy and friends; see docs/compaction.md).
-    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
-    delete_retention_ms: int = _DAY_MS  # how long a tombstone outlives its first cleaning
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0  # a record younger than this is not compacted
-    max_compaction_lag_ms: int = 2**63 - 1  # a dirty record older than this forces a clean
-
-    @property
-    def compact(self) -> bool:
-        """True when the cleaner compacts this log by key."""
-        return "compact" in self.cleanup_policy.split(",")
-
-    @property
-    def delete(self) -> bool:
-        """True when retention by time and size deletes old segments."""
-        return "delete" in self.cleanup_policy.split(",")
-
-    @classmethod
-    def from_kwargs(cls, **kwargs: object) -> "LogConfig":
-        unknown = set(kwargs) - set(cls._fields)
-        if unknown:
-            raise InvalidConfigurationError(
-                f"unknown log config {', '.join(sorted(unknown))}; known: {', '.join(cls._fields)}"
-            )
-        cfg = cls(**kwargs)  # type: ignore[arg-type]
-        cfg.validate()
-        return cfg
-
-    def validate(self) -> None:
-        def need_int(name: str, lo: int, allow_none: bool = False) -> None:
-            v = getattr(self, name)
-            if v is None and allow_none:
-                return
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise InvalidConfigurationError(f"{name} must be an int, not {type(v).__name__} ({v!r})")
-            if v < lo:
-                raise InvalidConfigurationError(f"{name} must be >= {lo}, got {v}")
-
-        need_int("segment_bytes", 14 + 61)
-        need_int("segment_ms", 1)
-        need_int("index_interval_bytes", 0)
-        need_int("max_message_bytes", 61)
-        need_int("flush_messages", 1, allow_none=True)
-        need_int("flush_ms", 0, allow_none=True)
-        need_int("retention_bytes", -1)
-        need_int("retention_ms", -1)
-        need_int("recovery_checkpoint_interval_ms", 0)
-        policy = self.cleanup_policy
-        parts = policy.split(",") if isinstance(policy, str) else None
-        if not parts or any(p not in CLEANUP_POLICIES for p in parts) or len(set(parts)) != len(parts):
-            raise InvalidConfigurationError(
-                f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', got {policy!r}"
-            )
-        need_int("delete_retention_ms", 0)
-        need_int("min_compaction_lag_ms", 0)
-        need_int("max_compaction_lag_ms", 1)
-        ratio = self.min_cleanable_dirty_ratio
-        if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0.0 <= ratio <= 1.0:
-            raise InvalidConfigurationError(f"min_cleanable_dirty_ratio must be a number in [0, 1], got {ratio!r}")
-        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise InvalidConfigurationError(
-                f"min_compaction_lag_ms ({self.min_compaction_lag_ms}) must not exceed "
-                f"max_compaction_lag_ms ({self.max_compaction_lag_ms})"
-            )
 
 
 def _producer_batches(batches: Sequence[BatchInfo]) -> List[ProducerBatch]:
@@ -268,11 +174,10 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Log:
-    """One partition: append, read by offset or time, truncate, retain, recover."""
+class Log(LocalLog):
+    """One partition: append, read by offset or time, truncate, retain, recover (Kafka's ``UnifiedLog``
+    over the segments of :class:`~pylog.storage.local_log.LocalLog`)."""
 
-    #: plg_scan's outputs for _fetch_tail and _append_fetched, made on first use (under the lock)
-    _scan_scratch: Optional[Tuple[object, object, object]] = None
     #: Log.open(repair=True): truncate at a damaged middle segment or a hole instead of refusing
     _repair = False
 
@@ -535,38 +440,9 @@ class Log:
             if not self.read_only:
                 self.active_segment.map_limit = config.segment_bytes
 
-    # ------------------------------------------------------------ properties
-    @property
-    def active_segment(self) -> LogSegment:
-        return self.segments.peekitem(-1)[1]
-
-    @property
-    def size_in_bytes(self) -> int:
-        return sum(s.size for s in self.segments.values())
-
     @property
     def latest_epoch(self) -> int:
         return self.epochs.latest_epoch
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise LogClosedError(f"log {self.dir} is closed")
-
-    def _ensure_writable(self) -> None:
-        self._ensure_open()
-        if self.read_only:
-            raise KafkaStorageError(f"log {self.dir} was opened read_only")
-
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        seg = LogSegment(
-            self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms()
-        )
-        seg.map_limit = self.config.segment_bytes  # the writer's map never needs more room
-        return seg
 
     # ---------------------------------------------------------------- append
     def append(
@@ -824,15 +700,6 @@ class Log:
             self._compact_of, self._compact = cfg, cfg.compact
         return self._compact
 
-    def _scan_buffers(self) -> Tuple[Any, Any, Any]:
-        """The log's ``plg_scan`` output buffers (batch infos, count, valid bytes), made on first use and
-        reused (callers hold the log's lock or run on the one thread that appends)."""
-        scratch = self._scan_scratch
-        if scratch is None:
-            scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
-                                            ffi.new("uint64_t *"), ffi.new("uint64_t *"))
-        return scratch
-
     def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int],
                     client: Optional[ProducerStateManager] = None) -> Optional[AppendResult]:
         """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
@@ -959,17 +826,6 @@ class Log:
         self._append_bytes_rate.record(now, size)
         return AppendResult(first_offset, last_offset, max_ts, position, count)
 
-    def _raise_storage_error(self, exc: OSError, what: str) -> NoReturn:
-        if isinstance(exc, KafkaStorageError):
-            raise exc
-        raise self._storage_error(exc, what) from exc
-
-    def _storage_error(self, exc: OSError, what: str) -> KafkaStorageError:
-        if isinstance(exc, KafkaStorageError):
-            return exc
-        where = f" ({exc.filename})" if exc.filename else ""
-        return KafkaStorageError(exc.errno, f"{what} in {self.dir} failed: {exc.strerror or exc}{where}")
-
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int, now: Optional[int] = None) -> LogSegment:
         seg = self.active_segment
         if now is None:
@@ -1008,18 +864,7 @@ class Log:
             old = self.active_segment
             if old.size == 0 and old.base_offset == base:
                 return old
-            old.on_become_inactive()
-            old.flush()
-            seg = self._new_segment(base)  # creates all three files or none
-            try:
-                self.io.fsync_dir(self.dir)
-            except OSError:
-                try:
-                    seg.delete()
-                except OSError:
-                    seg.close()  # an empty .log left behind is discarded on open (drop_abandoned_segments)
-                raise
-            self.segments[base] = seg
+            seg = self._roll_segment(old, base)
             if base == self.log_end_offset:
                 self._snapshot_producer_state()  # Kafka snapshots the producer state at every roll
             self._set_recovery_point(self.log_end_offset if base == self.log_end_offset else self.recovery_point)
@@ -1214,258 +1059,6 @@ class Log:
             ps.producers = saved
             ps.keep_below(leo)
         ps.map_end_offset = leo
-
-    # ------------------------------------------------------------------ read
-    def _check_offset(self, offset: int) -> None:
-        if not isinstance(offset, int) or isinstance(offset, bool):
-            raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
-                f"log start {self.log_start_offset}, log end {self.log_end_offset}"
-            )
-
-    def read_batches(
-        self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None, verify_crc: bool = True
-    ) -> List[RecordBatch]:
-        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch).
-
-        ``max_offset`` (exclusive, e.g. the high watermark) stops before any
-        batch starting at or after it. Batches are CRC-checked; a bad one
-        raises :class:`CorruptRecordError` naming the file and position.
-        ``verify_crc=False`` skips only the CRC (the framing - lengths, magic,
-        increasing offsets - is still checked, so nothing past a batch's end
-        is ever read): for :meth:`fetch`, whose receiver checks the CRC
-        itself. Every other reader keeps the default.
-
-        Complexity: O(log segments + log index entries + bytes read).
-        """
-        return [
-            RecordBatch(info._replace(position=position + info.position),
-                        view[info.position : info.position + info.size], seg.log_path)
-            for seg, position, view, infos in self._read_spans(offset, max_bytes, max_offset, verify_crc)
-            for info in infos
-        ]
-
-    def _read_spans(
-        self, offset: int, max_bytes: int, max_offset: Optional[int], verify_crc: bool
-    ) -> List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]]:
-        """What :meth:`read_batches` returns, as ``(segment, position, view, infos)`` per chunk read:
-        ``view`` holds the chunk read at ``position`` of ``segment``, ``infos`` the batches taken
-        from it (positions relative to ``view``; they start at 0 and are consecutive). The rules
-        (and errors) are :meth:`read_batches`'s; :meth:`fetch` joins the spans' bytes without
-        making a :class:`RecordBatch` per batch."""
-        if not isinstance(max_bytes, int) or max_bytes < 0:
-            raise InvalidConfigurationError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
-        with self._lock:
-            self._ensure_open()
-            self._check_offset(offset)
-            limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-            out: List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]] = []
-            remaining = max_bytes
-            idx = max(0, self.segments.bisect_right(offset) - 1)
-            bases = self.segments.keys()
-            target = offset
-            while idx < len(bases) and target < limit:
-                seg = self.segments[bases[idx]]
-                found = seg.translate_offset(target, allow_torn_tail=self.read_only and idx == len(bases) - 1)
-                if found is None:
-                    idx += 1
-                    continue
-                position = found[0]
-                chunk = seg.read(position, max(remaining, 1))
-                view = memoryview(chunk)
-                res = scan(view, verify_crc=verify_crc)
-                if not res.batches and res.status == _native.ETRUNCATED and not out:
-                    # The first batch is larger than max_bytes: return it whole (Kafka).
-                    head = seg.read(position, 12)
-                    if len(head) == 12:
-                        whole = seg.read(position, int.from_bytes(head[8:12], "big", signed=True) + 12)
-                        view = memoryview(whole)
-                        res = scan(view, verify_crc=verify_crc, max_batches=1)
-                if res.status not in (_native.OK, _native.ETRUNCATED) and not res.batches:
-                    if self.read_only and position + res.valid_bytes >= seg.size - 0 and idx == len(bases) - 1:
-                        break  # a batch still being written by the writer process
-                    raise CorruptRecordError(
-                        f"invalid batch in {self.topic}-{self.partition}: {res.reason}",
-                        path=seg.log_path,
-                        position=position + res.valid_bytes,
-                    )
-                stop = False
-                taken = 0
-                for info in res.batches:
-                    if info.base_offset >= limit:
-                        stop = True
-                        break
-                    taken += 1
-                    remaining -= info.size
-                    target = info.last_offset + 1
-                if taken:
-                    out.append((seg, position, view, res.batches[:taken]))
-                if res.status not in (_native.OK, _native.ETRUNCATED) and not stop and remaining > 0:
-                    # Return the valid batches before the bad one; the next read,
-                    # which starts at the bad batch, raises the error above.
-                    break
-                if stop or remaining <= 0 or not res.batches:
-                    break
-            return out
-
-    def read(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> Iterator[Record]:
-        """Records from ``offset`` on, up to about ``max_bytes`` of batches (at least one).
-
-        Records below ``offset`` in the first batch and at or after
-        ``max_offset`` are skipped. Raises :class:`OffsetOutOfRangeError` for
-        an offset outside [log_start_offset, log_end_offset].
-
-        The batches are read and CRC-checked as by :meth:`read_batches`, then
-        turned into records a run of plain batches per C call, the way the
-        consumer's ``poll`` does (:mod:`pylog.storage.reader`); records
-        holding only bytes, ``None`` and ints are not tracked by the cycle
-        collector. Complexity: O(log segments + log index entries + bytes
-        read). Thread-safety: the read takes the log's lock; the records are
-        built outside it.
-        """
-        spans = self._read_spans(offset, max_bytes, max_offset, True)
-        limit = self.log_end_offset if max_offset is None else max_offset
-        for seg, position, view, infos in spans:
-            records, error = records_of_chunk(view, infos, seg.log_path, position, offset, limit)
-            yield from records
-            if error is not None:
-                raise error
-
-    def get(self, offset: int) -> Record:
-        """The record at ``offset`` (a point read).
-
-        Uncompressed v2 data takes one C call over a memory map of the
-        segment, through the segment's lookup cache (per-batch record anchors
-        and the ranges whose CRC this process checked:
-        :meth:`LogSegment.lookup_record` says what is promised about
-        corruption); anything else (compressed, legacy, a read-only opener)
-        falls back to :meth:`read`. The record holds one Python object per
-        field. Raises :class:`OffsetOutOfRangeError` when no record has that
-        offset.
-
-        Complexity: O(log segments + log index entries + the batch headers
-        from the index entry to the record's batch + 1/64 of that batch's
-        records); the first read of a batch in this process also CRC-checks
-        it. Thread-safety: takes the log's lock.
-        """
-        with self._lock:
-            if self._closed or type(offset) is not int:
-                self._ensure_open()
-                self._check_offset(offset)
-            if self.log_start_offset <= offset < self.log_end_offset:
-                segs = self.segments
-                if len(segs) == 1:  # SortedDict is a dict: the C-level view skips its Python layers
-                    seg = next(iter(dict.values(segs)))
-                else:
-                    seg = segs.peekitem(segs.bisect_right(offset) - 1)[1]
-                rec = seg.lookup_record(offset)
-                if rec is not None:
-                    return rec
-                for rec in self.read(offset, 1):
-                    if rec.offset == offset:
-                        return rec
-                    break
-            else:
-                self._check_offset(offset)
-            raise OffsetOutOfRangeError(
-                f"no record at offset {offset} in {self.topic}-{self.partition} "
-                f"(log start {self.log_start_offset}, log end {self.log_end_offset})"
-            )
-
-    def fetch(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> bytes:
-        """Raw bytes of whole batches from ``offset``: what a leader serves a follower's or a
-        consumer's fetch.
-
-        As in Kafka, the CRC is checked on append and by the receiver, not
-        again when serving: the follower's :meth:`append_batches` and the
-        consumer's decoding validate every batch, so a byte damaged on this
-        disk is caught there (:class:`CorruptRecordError`) and never taken
-        for data. The framing is still checked here; a damaged length or
-        magic raises :class:`CorruptRecordError`.
-
-        The usual follower fetch - from where one of this process's recent
-        appends started, to the log end, within ``max_bytes`` - is served
-        from the active segment's map with one framing walk in C and one
-        copy (:meth:`_fetch_tail`); anything else takes the general path
-        below (the chunks :meth:`read_batches` would read, joined without a
-        :class:`RecordBatch` per batch).
-        """
-        tail = self._fetch_tail(offset, max_bytes, max_offset)
-        if tail is not None:
-            return tail
-        parts = []
-        for _, _, view, infos in self._read_spans(offset, max_bytes, max_offset, False):
-            last = infos[-1]
-            parts.append(view[: last.position + last.size])  # the batches taken are consecutive from 0
-        if len(parts) == 1:
-            return bytes(parts[0])
-        return b"".join(parts)
-
-    def _fetch_tail(self, offset: int, max_bytes: int, max_offset: Optional[int]) -> Optional[bytes]:
-        """:meth:`fetch`'s fast path, or None when it does not apply (the general path decides).
-
-        It applies when ``offset`` is where a recent append of this process
-        started in the active segment (:attr:`LogSegment.recent_starts`), the
-        fetch runs to the log end (no ``max_offset`` below it) and the bytes
-        from there to the end fit in ``max_bytes``. The same framing as the
-        general path (lengths, magic, increasing offsets; no CRC) is checked
-        by one :func:`lib.plg_scan` walk that builds no Python objects; any
-        doubt (a framing error included) falls back to the general path, which
-        raises what it finds.
-        """
-        with self._lock:
-            if self._closed or self.read_only or offset < self.log_start_offset:
-                return None
-            end = self.log_end_offset
-            if offset >= end or (max_offset is not None and max_offset < end):
-                return None
-            seg = self.segments.peekitem(-1)[1]
-            position = seg.recent_starts.get(offset)
-            if position is None:
-                return None
-            n = seg.size - position
-            if n <= 0 or n > max_bytes:
-                return None
-            ptr = seg._mapped()
-            if ptr is None:
-                return None
-            infos, n_out, valid = self._scan_buffers()
-            walked, prev_last = 0, offset - 1
-            while walked < n:
-                rc = lib.plg_scan(ptr + position + walked, n - walked, 0, infos, _TAIL_SCAN_BATCHES, n_out, valid)
-                got = n_out[0]
-                if rc != _native.OK or not got or infos[0].base_offset <= prev_last:
-                    return None
-                if walked == 0 and infos[0].base_offset != offset:
-                    return None
-                prev_last = infos[got - 1].last_offset
-                walked += valid[0]
-            if walked != n or prev_last != end - 1:
-                return None
-            return ffi.buffer(ptr + position, n)[:]
-
-    def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
-        """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.
-
-        Kafka's ListOffsets by timestamp: segments are chosen by their largest
-        timestamp, then the time index, offset index and a batch scan.
-        """
-        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
-            raise InvalidConfigurationError(
-                f"offset_for_time needs a timestamp in milliseconds (an int), not {type(timestamp_ms).__name__} "
-                f"({timestamp_ms!r:.40}) ({self.topic}-{self.partition})")
-        with self._lock:
-            self._ensure_open()
-            for seg in self.segments.values():
-                if seg.size == 0:
-                    continue
-                if seg.max_timestamp_so_far >= timestamp_ms or seg is self.active_segment:
-                    found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
-                    if found is not None:
-                        return found
-            return None
 
     # ------------------------------------------------------- truncation, retention
     @_storage_errors("truncate to")
@@ -1676,20 +1269,6 @@ class Log:
         if self.epochs.truncate_from_start(self.log_start_offset):
             self._write_epochs()
 
-    def _delete_segments_below(self, offset: int) -> List[int]:
-        deleted = []
-        bases = list(self.segments.keys())
-        for i, base in enumerate(bases[:-1]):
-            if bases[i + 1] <= offset:
-                self.segments[base].delete()  # oldest first: a failure leaves a consistent suffix
-                del self.segments[base]
-                deleted.append(base)
-            else:
-                break
-        if deleted:
-            self.io.fsync_dir(self.dir)
-        return deleted
-
     @_storage_errors("enforce retention")
     def enforce_retention(self, now_ms: Optional[int] = None, *, protect_from: Optional[int] = None) -> List[int]:
         """Delete whole old segments by ``retention_ms`` and ``retention_bytes``.
@@ -1760,87 +1339,6 @@ class Log:
         """Record how far the cleaner got (None forgets it). Durability: atomic, fsynced."""
         if self._logdir is not None:
             self._logdir.set_cleaner_offset((self.topic, self.partition), offset)
-
-    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
-        """An empty ``<base>.log.cleaned`` segment the cleaner writes into (removing a stale one)."""
-        with self._lock:
-            self._ensure_writable()
-            seg = LogSegment(
-                self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                created_ms=self.clock_ms(), suffix=CLEANED_SUFFIX,
-            )
-            if seg.size:
-                seg.truncate_to(base_offset)
-            return seg
-
-    def replace_segments(self, new_segments: Sequence[LogSegment], old_bases: Sequence[int]) -> None:
-        """Swap fully written ``.cleaned`` segments in for the segments at ``old_bases``.
-
-        Kafka's LocalLog.replaceSegments, crash-safe at every step:
-
-        1. the new segments (already fsynced by the caller) are renamed
-           ``.cleaned`` -> ``.swap`` and the directory fsynced: from here on,
-           recovery completes the swap (a ``.swap`` file is always complete);
-        2. the old segments are renamed to ``.deleted``, directory fsynced;
-        3. the new segments are renamed to their live names, directory fsynced;
-        4. the old files are unlinked.
-
-        A crash before step 1 leaves the old segments and a ``.cleaned`` file
-        that the next open removes; after it, the next open deletes the live
-        segments the ``.swap`` covers and renames it into place. Either way
-        every offset reads either as it was or as cleaned.
-
-        On an I/O error the log is closed (as a crashed one would be, so the
-        next open runs recovery) and :class:`KafkaStorageError` is raised.
-        The active segment can never be replaced.
-
-        Complexity: O(files renamed). Thread-safety: takes the log's lock.
-        """
-        with self._lock:
-            self._ensure_writable()
-            keys = list(self.segments.keys())
-            if not new_segments or not old_bases:
-                raise InvalidConfigurationError("replace_segments needs new segments and the bases they replace")
-            if keys[-1] in old_bases:
-                raise InvalidConfigurationError(
-                    f"{self.topic}-{self.partition}: the active segment {keys[-1]} cannot be replaced"
-                )
-            first = keys.index(old_bases[0]) if old_bases[0] in self.segments else -1
-            if first < 0 or keys[first : first + len(old_bases)] != list(old_bases):
-                raise InvalidConfigurationError(
-                    f"{self.topic}-{self.partition}: segments {list(old_bases)} are not consecutive segments of the log"
-                )
-            if new_segments[0].base_offset != old_bases[0] or any(
-                not (old_bases[0] <= n.base_offset < keys[first + len(old_bases)]) for n in new_segments
-            ):
-                raise InvalidConfigurationError(
-                    f"{self.topic}-{self.partition}: new segments {[n.base_offset for n in new_segments]} "
-                    f"do not cover the range of {list(old_bases)}"
-                )
-            try:
-                for seg in reversed(new_segments):
-                    seg.change_suffix(SWAP_SUFFIX)
-                self.io.fsync_dir(self.dir)
-                old = [self.segments[b] for b in old_bases]
-                for seg in old:
-                    seg.close()
-                    seg.change_suffix(DELETED_SUFFIX)
-                self.io.fsync_dir(self.dir)
-                for seg in new_segments:
-                    seg.change_suffix("")
-                self.io.fsync_dir(self.dir)
-                for b in old_bases:
-                    del self.segments[b]
-                for seg in new_segments:
-                    self.segments[seg.base_offset] = seg
-                for seg in old:
-                    seg.delete()
-            except OSError as exc:
-                err = self._storage_error(exc, "segment swap")
-                for seg in new_segments:
-                    seg.close()
-                self.abandon()
-                raise err from exc
 
     # --------------------------------------------------------------- metrics
     def metrics(self) -> List["Metric"]:
@@ -1914,16 +1412,6 @@ class Log:
                 if close_error is not None and clean:
                     self._raise_storage_error(close_error, "close")
 
-    def _close_segments(self) -> Optional[OSError]:
-        """Close every segment's files, going on past a failure; returns the first OSError."""
-        first: Optional[OSError] = None
-        for seg in self.segments.values():
-            try:
-                seg.close()
-            except OSError as exc:
-                first = first or exc
-        return first
-
     def abandon(self) -> None:
         """Drop the log as a killed process would: no flush, no checkpoint, no marker.
 
@@ -1978,5 +1466,5 @@ class Log:
 
 
 
-__all__ = ["Log", "LogConfig", "AppendResult", "validate_topic"]
+__all__ = ["Log", "LogConfig", "AppendResult", "validate_topic", "CLEANUP_POLICIES"]
 

@@ -55,7 +55,7 @@ import logging
 import os
 import struct
 from collections import deque
-from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional
+from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 from pylog._native import crc32c
 from pylog.errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
@@ -360,7 +360,7 @@ class ProducerStateManager:
                 self._delete_snapshot(off)
 
     def load(self, log_start_offset: int, log_end_offset: int,
-             read_infos: Callable[[int, int], List[object]]) -> None:
+             read_infos: Callable[[int, int], Sequence[object]]) -> None:
         """Rebuild: the newest valid snapshot at or below ``log_end_offset``, then replay the log after it.
 
         ``read_infos(start, end)`` returns the :class:`BatchInfo` of the batches in
@@ -390,7 +390,7 @@ class ProducerStateManager:
         self.map_end_offset = log_end_offset
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int,
-                            read_infos: Callable[[int, int], List[object]]) -> None:
+                            read_infos: Callable[[int, int], Sequence[object]]) -> None:
         """After the log was truncated to ``log_end_offset``: drop later snapshots, rebuild."""
         self.delete_snapshots_above(log_end_offset)
         self.load(log_start_offset, log_end_offset, read_infos)
