@@ -77,7 +77,8 @@ class LocalLog:
 
     @property
     def active_segment(self) -> LogSegment:
-        return self.segments.peekitem(-1)[1]
+        seg: LogSegment = self.segments.peekitem(-1)[1]
+        return seg
 
     @property
     def size_in_bytes(self) -> int:
@@ -267,7 +268,7 @@ class LocalLog:
                     seg = next(iter(dict.values(segs)))
                 else:
                     seg = segs.peekitem(segs.bisect_right(offset) - 1)[1]
-                rec = seg.lookup_record(offset)
+                rec: Optional[Record] = seg.lookup_record(offset)
                 if rec is not None:
                     return rec
                 for rec in self.read(offset, 1):
@@ -351,7 +352,8 @@ class LocalLog:
                 walked += valid[0]
             if walked != n or prev_last != end - 1:
                 return None
-            return ffi.buffer(ptr + position, n)[:]
+            data: bytes = ffi.buffer(ptr + position, n)[:]
+            return data
 
     def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
         """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.
@@ -369,7 +371,7 @@ class LocalLog:
                 if seg.size == 0:
                     continue
                 if seg.max_timestamp_so_far >= timestamp_ms or seg is self.active_segment:
-                    found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                    found: Optional[int] = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
                     if found is not None:
                         return found
             return None

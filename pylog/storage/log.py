@@ -188,7 +188,7 @@ class Log(LocalLog):
     @classmethod
     def open(
         cls,
-        path: Union[str, os.PathLike],
+        path: Union[str, "os.PathLike[str]"],
         *,
         read_only: bool = False,
         file_io: Optional[FileIO] = None,
