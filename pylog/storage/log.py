@@ -530,7 +530,12 @@ class Log(LocalLog):
             raise InvalidRecordError(
                 f"produce to {self.topic}-{self.partition}: a request must carry exactly one RecordBatch v2 "
                 f"({n} bytes given)")
-        return self._append_bytes(records, True, leader_epoch, self.producer_state)
+        ps = self._producers if self._producers is not None else self.producer_state
+        if not self._is_compacted():  # the usual request, straight to the one-batch validator
+            one = self._append_one(bytearray(records), True, leader_epoch, ps)
+            if one is not None:
+                return one
+        return self._append_bytes(records, True, leader_epoch, ps)
 
     def append_batches(
         self, data: Union[bytes, bytearray, memoryview], *, assign_offsets: bool = True, leader_epoch: Optional[int] = None,
@@ -726,17 +731,19 @@ class Log(LocalLog):
                 if base < self.log_end_offset:
                     raise self._below_end(base)
             producers: Sequence[ProducerBatch] = ()
-            if info.producer_id >= 0 and info.base_sequence >= 0 and (client is not None or self._producers is not None):
-                batch = ProducerBatch(info.producer_id, info.producer_epoch, info.base_sequence, base,
-                                      info.last_offset, info.max_timestamp, info.attributes)
-                if client is not None:
-                    dup = self._duplicate_of(client, batch)
-                    if dup is not None:
-                        return dup
-                producers = (batch,)
-            return self._write_validated(buf, base, info.last_offset, info.max_timestamp, info.last_offset,
-                                         info.records_count, ((epoch, base),), (info.size, base),
-                                         follower=not assign_offsets, producers=producers)
+            last, max_ts, pid = info.last_offset, info.max_timestamp, info.producer_id
+            if pid >= 0 and (client is not None or self._producers is not None):
+                seq, p_epoch = info.base_sequence, info.producer_epoch
+                if seq >= 0:
+                    if client is not None:  # ProducerStateManager.validate, without building the batch first
+                        dup = client.check(pid, p_epoch, seq, (seq + last - base) & 0x7FFFFFFF)
+                        if dup is not None:
+                            self.duplicate_appends_total += 1
+                            return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp, -1,
+                                                dup.last_offset - dup.first_offset + 1)
+                    producers = (ProducerBatch(pid, p_epoch, seq, base, last, max_ts, info.attributes),)
+            return self._write_validated(buf, base, last, max_ts, last, info.records_count, ((epoch, base),),
+                                         (info.size, base), follower=not assign_offsets, producers=producers)
 
     def _below_end(self, base_offset: int) -> InvalidOffsetError:
         return InvalidOffsetError(
@@ -818,8 +825,7 @@ class Log(LocalLog):
         if ps is not None:
             if producers:
                 ps.append(producers, self.log_end_offset)
-            else:
-                ps.map_end_offset = self.log_end_offset
+            ps.map_end_offset = self.log_end_offset
         self.appended_records_total += n_records
         self.appended_bytes_total += size
         self._append_records_rate.record(now, n_records)

@@ -259,10 +259,10 @@ class ProducerStateManager:
     def append(self, batches: Iterable[ProducerBatch], end_offset: int) -> None:
         """Record batches the log has just written (leader or follower), in log order, and move
         ``map_end_offset`` to ``end_offset`` (the new log end). Complexity: O(batches)."""
-        for b in batches:
-            if b.producer_id >= 0 and b.base_sequence >= 0:
-                self.update(b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, b.base_offset,
-                            b.last_offset, b.max_timestamp)
+        update = self.update
+        for pid, epoch, seq, base, last, ts, _attributes in batches:
+            if pid >= 0 and seq >= 0:
+                update(pid, epoch, seq, (seq + last - base) & _INT32_MAX, base, last, ts)
         if end_offset > self.map_end_offset:
             self.map_end_offset = end_offset
 
