@@ -28,7 +28,8 @@ non-ISR replicas (Kafka's "ISR-eligible" extension of maybeIncrementLeaderHW).
 
 Complexity: O(replicas) per request plus the log's own cost.
 Durability: the HW is checkpointed by :class:`ReplicaManager`
-(``replication-offset-checkpoint``); the epoch cache by the log.
+(``replication-offset-checkpoint``); the epoch cache and the idempotent-producer
+state (validated and kept by the log: :meth:`pylog.storage.log.Log.append_as_leader`) by the log.
 Thread-safety: none; one scheduler thread drives it.
 """
 from __future__ import annotations

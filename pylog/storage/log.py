@@ -1,4 +1,4 @@
-"""One partition's log: a sorted map of segments (Kafka's UnifiedLog/LocalLog).
+"""One partition's log (Kafka's ``UnifiedLog``) over its segments (:mod:`pylog.storage.local_log`).
 
 >>> import tempfile, os, pylog
 >>> d = tempfile.mkdtemp()
@@ -15,6 +15,15 @@ caller's batches), written whole or not at all. Segments roll on
 and :meth:`Log.delete_records_before`; :meth:`Log.truncate_to` removes a
 suffix (replicas use it to drop a divergent tail).
 
+Every append takes one pipeline: a validator checks (and for a leader
+stamps) the batches - one C call for one batch, one C walk for a
+follower's chunk, a scan for anything else - then one write path
+(``_write_validated``). The log owns the idempotent-producer state
+(:attr:`Log.producer_state`, :mod:`pylog.storage.producer_state`):
+:meth:`Log.append_as_leader` validates a client's batch against it, every
+write records its producer ids, a roll snapshots it, truncation reloads it
+and recovery rebuilds it; nothing above storage keeps it.
+
 Durability (see docs/durability.md):
 
 * after :meth:`append` returns, the batch is in the OS page cache: it survives
@@ -27,7 +36,12 @@ Durability (see docs/durability.md):
   periodic maintenance calls, so an idle log's tail is flushed too);
 * a clean :meth:`close` flushes, checkpoints and writes the clean-shutdown
   marker, so reopening scans nothing; after a crash, reopening validates the
-  segments past the recovery point and truncates a torn tail.
+  log from the offset-index entry at or below the recovery point and
+  truncates a torn tail;
+* producer snapshots are written atomically (temp file, fsync, rename) at
+  a roll and a clean close; one past the log end after a crash is deleted
+  on open, and the state is rebuilt from the newest valid snapshot plus the
+  batches after it.
 
 Thread-safety: every public method takes the log's lock, so one Log may be
 shared by threads. Another process may open the same partition with
