@@ -28,17 +28,17 @@ non-ISR replicas (Kafka's "ISR-eligible" extension of maybeIncrementLeaderHW).
 
 Complexity: O(replicas) per request plus the log's own cost.
 Durability: the HW is checkpointed by :class:`ReplicaManager`
-(``replication-offset-checkpoint``); the epoch cache by the log.
+(``replication-offset-checkpoint``); the epoch cache and the idempotent-producer
+state (validated and kept by the log: :meth:`pylog.storage.log.Log.append_as_leader`) by the log.
 Thread-safety: none; one scheduler thread drives it.
 """
 from __future__ import annotations
 
-import struct
+import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     CorruptRecordError,
-    InvalidRecordError,
     FencedLeaderEpochError,
     InvalidOffsetError,
     NotEnoughReplicasError,
@@ -60,22 +60,17 @@ from pylog.replication.messages import (
 )
 from pylog.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from pylog.storage.log import AppendResult, Log
-from pylog.storage.producer_state import ProducerStateManager, last_sequence
+from pylog.storage.producer_state import ProducerStateManager
 
 LEADER = "leader"
 FOLLOWER = "follower"
 NONE = "none"
 TRUNCATING = "truncating"
+_logger = logging.getLogger("pylog.replication")
 FETCHING = "fetching"
 #: a follower that stopped fetching after an append or truncation failed (Kafka's fetcher
 #: ``markPartitionFailed``); see :meth:`Partition.fail_fetching`
 FAILED = "failed"
-
-# RecordBatch v2 header fields read before an append: batchLength at 8; lastOffsetDelta,
-# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount from 23.
-_BATCH_LENGTH = struct.Struct(">i")
-_BATCH_FIELDS = struct.Struct(">iqqqhii")
-_BATCH_OVERHEAD = 61
 
 
 class ReplicaState:
@@ -139,11 +134,7 @@ class Partition:
         #: committed ISR changes this replica made as leader (AlterPartition accepted)
         self.isr_shrinks = 0
         self.isr_expands = 0
-        #: idempotent producer state (duplicates, sequences), rebuilt from ``.snapshot`` + log replay
-        self.producer_state = ProducerStateManager(log.dir, log.io)
-        self.producer_state.load(log.log_start_offset, log.log_end_offset, self._read_infos)
-        self._active_base = log.active_segment.base_offset
-        self.duplicates = 0
+        log.producer_state  # loaded now (from ``.snapshot`` + log replay), as a replica serves producers
         #: fetch responses whose bytes failed the follower's check (CRC, framing); the replica
         #: manager backs off after one, as Kafka's fetcher does for a partition in error
         self.corrupt_fetches = 0
@@ -156,6 +147,16 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent-producer state, which the log owns (:attr:`pylog.storage.log.Log.producer_state`)."""
+        return self.log.producer_state
+
+    @property
+    def duplicates(self) -> int:
+        """Produce requests answered as retries of a batch already in the log (nothing appended)."""
+        return self.log.duplicate_appends_total
 
     @property
     def is_leader(self) -> bool:
@@ -240,9 +241,7 @@ class Partition:
             # in the ISR); its appends fail and producers get KafkaStorageError until it restarts.
             self.storage_failed = True
             self.fetch_failure = f"leader-epoch checkpoint at offset {leo} failed: {type(exc).__name__}: {exc}"
-            import logging
-
-            logging.getLogger("pylog.replication").error(
+            _logger.error(
                 "%s-%d: broker %d leads epoch %d on a failing disk (leader-epoch checkpoint at offset %d): %s",
                 self.topic, self.partition, self.broker_id, st.leader_epoch, leo, exc)
         self.leader_epoch_start_offset = leo
@@ -298,12 +297,12 @@ class Partition:
         """Append a producer's records, stamped with the leader epoch.
 
         ``records`` is one encoded RecordBatch v2 (bytes-like; Kafka's rule for
-        produce requests) or a list of values / Records to encode here. A batch
-        with a producer id goes through the idempotence check first: a
-        duplicate of one of the producer's last 5 batches is not appended and
-        its original offsets are returned (``position`` -1); an out-of-order
-        sequence or a fenced epoch raises OutOfOrderSequenceError /
-        InvalidProducerEpochError.
+        produce requests) or a list of values / Records to encode here. The
+        log validates and appends it in one descent
+        (:meth:`pylog.storage.log.Log.append_as_leader`): a duplicate of one
+        of the producer's last 5 batches is not appended and its original
+        offsets are returned (``position`` -1); an out-of-order sequence or a
+        fenced epoch raises OutOfOrderSequenceError / InvalidProducerEpochError.
 
         Raises NotLeaderError, or NotEnoughReplicasError (nothing appended)
         when ``acks`` is all and the ISR is below the effective min ISR.
@@ -315,81 +314,9 @@ class Partition:
                 f"{self.topic}-{self.partition}: ISR {sorted(self.isr)} is smaller than "
                 f"min_insync_replicas={self.min_insync_replicas}; nothing was appended"
             )
-        if isinstance(records, (bytes, bytearray, memoryview)):
-            res = self._append_batch_as_leader(records)
-        else:
-            prev = self.log.log_end_offset
-            res = self.log.append(list(records), leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
-            self._after_append(prev)
+        res = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
         self.maybe_increment_hw(now_ms)
         return res
-
-    def _append_batch_as_leader(self, data: "bytes | bytearray | memoryview") -> AppendResult:
-        n = len(data)
-        if n < _BATCH_OVERHEAD or _BATCH_LENGTH.unpack_from(data, 8)[0] + 12 != n:
-            raise InvalidRecordError(
-                f"produce to {self.topic}-{self.partition}: a request must carry exactly one RecordBatch v2 "
-                f"({n} bytes given)")
-        delta, _, max_ts, pid, epoch, first_seq, count = _BATCH_FIELDS.unpack_from(data, 23)
-        ps = self.producer_state
-        if pid >= 0 and first_seq >= 0:
-            last_seq = (first_seq + delta) & 0x7FFFFFFF  # last_sequence(first_seq, delta + 1), inline
-            dup = ps.check(pid, epoch, first_seq, last_seq)
-            if dup is not None:
-                self.duplicates += 1
-                return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp, -1,
-                                    dup.last_offset - dup.first_offset + 1)
-            prev = self.log.log_end_offset
-            res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
-            self._after_leader_append(prev, res.position)
-            ps.update(pid, epoch, first_seq, last_seq, res.base_offset, res.last_offset, res.max_timestamp)
-        else:
-            prev = self.log.log_end_offset
-            res = self.log.append_batches(data, assign_offsets=True, leader_epoch=self.leader_epoch)
-            self._after_leader_append(prev, res.position)
-        return res
-
-    def _after_leader_append(self, prev_end: int, position: int) -> None:
-        """:meth:`_after_append` for an append written at byte ``position`` of the active segment:
-        an append that rolled the log starts its new segment at 0, so at any other position only
-        the producer state's end moves (no lookup of the active segment)."""
-        if position == 0:
-            self._after_append(prev_end)
-        else:
-            self.producer_state.map_end_offset = self.log.log_end_offset
-
-    def _after_append(self, prev_end: int) -> None:
-        """Called right after an append that started at ``prev_end``, before the producer state
-        takes in the appended batches. If the append rolled the log, snapshot the state as it was
-        at the roll, named by the new segment's base offset (Kafka snapshots at every roll); the
-        storage layer has no roll hook, so a roll is a change of the active segment's base."""
-        ps = self.producer_state
-        base = self.log.active_segment.base_offset
-        if base != self._active_base:
-            self._active_base = base
-            if base == prev_end == ps.map_end_offset:
-                try:
-                    ps.take_snapshot()
-                except OSError as exc:  # the append stands; the next open replays the log instead
-                    import logging
-
-                    logging.getLogger("pylog.replication").warning(
-                        "%s-%d: producer snapshot at offset %d failed: %s", self.topic, self.partition, base, exc)
-        ps.map_end_offset = self.log.log_end_offset
-
-    def _read_infos(self, start: int, end: int) -> List[object]:
-        """Headers of the batches in ``[start, end)`` of the local log (producer state replay)."""
-        out: List[object] = []
-        off = max(start, self.log.log_start_offset)
-        while off < end:
-            batches = self.log.read_batches(off, 1 << 20, max_offset=end)
-            if not batches:
-                break
-            for b in batches:
-                if b.last_offset >= off:
-                    out.append(b.info)
-                off = b.last_offset + 1
-        return out
 
     def handle_fetch(self, req: FetchRequest, now_ms: int) -> Tuple[FetchResponse, Optional[AlterPartitionRequest]]:
         """Serve a follower or consumer fetch; may return an ISR expansion to propose."""
@@ -631,8 +558,6 @@ class Partition:
                 self._truncate(resp.log_end_offset)  # only after an unclean election
             elif req.fetch_offset < resp.log_start_offset:
                 self.log.truncate_fully_and_start_at(resp.log_start_offset)
-                self.producer_state.clear(resp.log_start_offset)
-                self._active_base = self.log.active_segment.base_offset
                 self.high_watermark = resp.log_start_offset
                 self.truncations += 1
             return 0
@@ -640,16 +565,15 @@ class Partition:
             return 0
         appended = 0
         if resp.records:
-            headers: List[Tuple[int, int, int, int, int, int]] = []
             try:
-                res = self.log.append_batches(resp.records, assign_offsets=False, headers_out=headers)
+                # The log takes the batches' producer ids into its producer state as it writes them,
+                # so a new leader deduplicates too.
+                res = self.log.append_batches(resp.records, assign_offsets=False)
             except (InvalidOffsetError, CorruptRecordError) as exc:
                 # Not contiguous with our log (or damaged in transit): find the divergence point again.
                 if isinstance(exc, CorruptRecordError):
                     self.corrupt_fetches += 1
-                    import logging
-
-                    logging.getLogger("pylog.replication").error(
+                    _logger.error(
                         "%s-%d: broker %d fetched invalid data from leader %d at offset %d: %s",
                         self.topic, self.partition, self.broker_id, self.leader, req.fetch_offset, exc)
                 self.follower_state = TRUNCATING
@@ -660,15 +584,6 @@ class Partition:
                 self.fail_fetching(req.fetch_offset, exc, "append")
                 return 0
             appended = res.records_count
-            self._after_append(req.fetch_offset)
-            # Build the same producer state as the leader, so a new leader deduplicates too
-            # (from the headers the append read: no second scan of the bytes).
-            ps = self.producer_state
-            for pid, epoch, first_seq, base, last, max_ts in headers:
-                if pid >= 0 and first_seq >= 0:
-                    ps.update(pid, epoch, first_seq, last_sequence(first_seq, last - base + 1), base, last, max_ts)
-            if res.last_offset + 1 > ps.map_end_offset:
-                ps.map_end_offset = res.last_offset + 1
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
@@ -683,64 +598,34 @@ class Partition:
         """Stop fetching this partition after ``what`` failed at ``offset`` (Kafka's fetcher
         ``markPartitionFailed``): the error is logged, nothing is raised.
 
-        The replica's bookkeeping is made to match what is in its log: a multi-run append that
-        failed part-way keeps the runs that landed (a valid prefix of the leader's log) and the
-        producer state takes them in from the log; a truncation that failed part-way reloads it.
-        The HW is at most the LEO. The follower sends nothing more for this partition, so its
+        The replica's bookkeeping matches what is in its log: a multi-run append that failed
+        part-way keeps the runs that landed (a valid prefix of the leader's log), which the log's
+        producer state took in as they landed; a truncation that failed part-way reloaded it (the
+        log keeps its producer state equal to its records). The HW is at most the LEO. The follower sends nothing more for this partition, so its
         leader drops it from the ISR after ``replica_lag_time_max_ms``. A disk error
         (KafkaStorageError, OSError) is sticky until the broker restarts (Kafka takes the log
         directory offline); any other error is retried on the next leader or leader epoch.
 
-        Complexity: O(batches that landed) reading their headers back. Durability: none added.
+        Complexity: O(1). Durability: none added.
         Thread-safety: none (the scheduler thread).
         """
         storage = isinstance(exc, OSError)
         self.follower_state = FAILED
         self.storage_failed = self.storage_failed or storage
         self.fetch_failure = f"{what} at offset {offset} failed: {type(exc).__name__}: {exc}"
-        self._reconcile_producer_state()
         if self.high_watermark > self.log.log_end_offset:
             self.high_watermark = self.log.log_end_offset
-        import logging
-
-        logging.getLogger("pylog.replication").error(
+        _logger.error(
             "%s-%d: broker %d stopped fetching from leader %d (epoch %d): %s at offset %d failed "
             "(log end offset now %d; %s): %s: %s", self.topic, self.partition, self.broker_id, self.leader,
             self.leader_epoch, what, offset, self.log.log_end_offset,
             "disk error: offline until the broker restarts" if self.storage_failed else "retried on a new leader epoch",
             type(exc).__name__, exc)
 
-    def _reconcile_producer_state(self) -> None:
-        """After a failed append or truncation: make the producer state cover exactly ``[start, LEO)``."""
-        ps, log = self.producer_state, self.log
-        leo = log.log_end_offset
-        try:
-            self._active_base = log.active_segment.base_offset
-            if log.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
-                ps.producers = {}
-            elif ps.map_end_offset < leo:
-                ps.update_from_infos(self._read_infos(ps.map_end_offset, leo))
-            elif ps.map_end_offset > leo:
-                ps.truncate_and_reload(log.log_start_offset, leo, self._read_infos)
-        except (PylogError, OSError):
-            # The disk will not even give the headers back: keep only what is below the log end
-            # (deduplication may miss a batch that landed; the replica is out of the ISR anyway).
-            for pid in list(ps.producers):
-                entry = ps.producers[pid]
-                kept = [b for b in entry.batches if b.last_offset < leo]
-                entry.batches.clear()
-                entry.batches.extend(kept)
-                if not kept:
-                    del ps.producers[pid]
-        ps.map_end_offset = leo
-
     def _truncate(self, offset: int) -> None:
         if offset < self.log.log_end_offset:
             self.log.truncate_to(offset)
-            self.truncations += 1
-            self.producer_state.truncate_and_reload(self.log.log_start_offset, self.log.log_end_offset,
-                                                    self._read_infos)
-            self._active_base = self.log.active_segment.base_offset
+            self.truncations += 1  # (the log reloads its producer state)
         if self.high_watermark > self.log.log_end_offset:
             self.high_watermark = self.log.log_end_offset
 

@@ -26,13 +26,14 @@ Thread-safety: none; the owning segment's log serialises access.
 from __future__ import annotations
 
 import struct
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 from pylog._native.index import index_check, offset_index_lookup, time_index_lookup
 from pylog.errors import CorruptIndexError
 from pylog.storage.fileio import FileIO
 
 _OFFSET_ENTRY = struct.Struct(">ii")  # an .index entry: relative offset, position
+_TIME_ENTRY = struct.Struct(">qi")  # a .timeindex entry: timestamp, relative offset
 
 #: at most this many entries of an index are in memory only (the file lags by at most this many)
 PENDING_ENTRIES = 64
@@ -163,11 +164,18 @@ class _Index:
         self.io.truncate(self._ensure_fd(), self._written)
         self._stale_tail = False
 
-    def replace_entries(self, data: bytearray) -> None:
-        """Replace every entry with ``data`` (a rebuild): the file is emptied, then
-        written with one positional write (no fsync). Raises OSError; the entries
-        are in memory either way (pending if the write failed)."""
-        self.reset()
+    def replace_entries(self, data: bytearray, unchanged_prefix: int = 0) -> None:
+        """Replace every entry with ``data`` (a rebuild): the file is cut (to
+        ``unchanged_prefix`` bytes, which the caller read from it and kept as the
+        start of ``data``; else emptied), then the rest written with one positional
+        write (no fsync). Raises OSError; the entries are in memory either way
+        (pending if the write failed)."""
+        if not unchanged_prefix:
+            self.reset()
+        else:
+            self._written = unchanged_prefix
+            self._stale_tail = True
+            self._cut_file()
         self._data = data
         self.write_pending()
 
@@ -243,6 +251,20 @@ class OffsetIndex(_Index):
         while keep < n and self.base_offset + struct.unpack_from(">i", data, keep * 8)[0] < offset:
             keep += 1
         self._truncate_entries(keep)
+
+
+def offset_entry_at(data: Union[bytes, bytearray], k: int) -> Tuple[int, int]:
+    """``(relative offset, position)`` of entry ``k`` of ``.index`` bytes ``data`` (the caller checks
+    ``0 <= k < len(data) // 8``). O(1)."""
+    rel, pos = _OFFSET_ENTRY.unpack_from(data, 8 * k)
+    return int(rel), int(pos)
+
+
+def time_entry_at(data: Union[bytes, bytearray], k: int) -> Tuple[int, int]:
+    """``(timestamp, relative offset)`` of entry ``k`` of ``.timeindex`` bytes ``data`` (the caller
+    checks ``0 <= k < len(data) // 12``). O(1)."""
+    ts, rel = _TIME_ENTRY.unpack_from(data, 12 * k)
+    return int(ts), int(rel)
 
 
 def offset_index_entries(data: bytes) -> List[Tuple[int, int]]:

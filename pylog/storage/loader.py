@@ -219,6 +219,12 @@ def recover(
 ) -> None:
     """Re-validate segments from the recovery point on; truncate at the first bad byte.
 
+    The segment holding the recovery point is scanned from its offset-index
+    entry at or below the recovery point (:meth:`LogSegment.recover`), not
+    from its first byte: the bytes before it were fsynced with their index
+    entries before the recovery point moved past them. Later segments are
+    scanned whole.
+
     The first bad byte of the last segment holding data truncates it (a torn
     write) and deletes the (empty) segments after it. A bad byte in an earlier
     segment raises :class:`CorruptRecordError` (naming the file, the position
@@ -239,9 +245,11 @@ def recover(
         # segment before it creates the next): damage anywhere before it is
         # corruption, refused unless the caller asked for repair.
         tail = all(segments[b].size == 0 for b in bases[i + 1 :])
-        rec = seg.recover(truncate=tail or repair)
+        # The segment holding the recovery point is scanned from the index entry at or below it:
+        # every batch and index entry before that point was fsynced (docs/durability.md).
+        rec = seg.recover(truncate=tail or repair, from_offset=result.recovery_point if i == start_idx else None)
         result.segments_scanned += 1
-        result.bytes_scanned += rec.valid_bytes + rec.truncated_bytes
+        result.bytes_scanned += rec.valid_bytes - rec.start_position + rec.truncated_bytes
         on_batches(rec.batches)
         if rec.truncated_bytes:
             result.bytes_truncated += rec.truncated_bytes

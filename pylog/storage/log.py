@@ -1,4 +1,4 @@
-"""One partition's log: a sorted map of segments (Kafka's UnifiedLog/LocalLog).
+"""One partition's log (Kafka's ``UnifiedLog``) over its segments (:mod:`pylog.storage.local_log`).
 
 >>> import tempfile, os, pylog
 >>> d = tempfile.mkdtemp()
@@ -15,6 +15,15 @@ caller's batches), written whole or not at all. Segments roll on
 and :meth:`Log.delete_records_before`; :meth:`Log.truncate_to` removes a
 suffix (replicas use it to drop a divergent tail).
 
+Every append takes one pipeline: a validator checks (and for a leader
+stamps) the batches - one C call for one batch, one C walk for a
+follower's chunk, a scan for anything else - then one write path
+(``_write_validated``). The log owns the idempotent-producer state
+(:attr:`Log.producer_state`, :mod:`pylog.storage.producer_state`):
+:meth:`Log.append_as_leader` validates a client's batch against it, every
+write records its producer ids, a roll snapshots it, truncation reloads it
+and recovery rebuilds it; nothing above storage keeps it.
+
 Durability (see docs/durability.md):
 
 * after :meth:`append` returns, the batch is in the OS page cache: it survives
@@ -27,7 +36,12 @@ Durability (see docs/durability.md):
   periodic maintenance calls, so an idle log's tail is flushed too);
 * a clean :meth:`close` flushes, checkpoints and writes the clean-shutdown
   marker, so reopening scans nothing; after a crash, reopening validates the
-  segments past the recovery point and truncates a torn tail.
+  log from the offset-index entry at or below the recovery point and
+  truncates a torn tail;
+* producer snapshots are written atomically (temp file, fsync, rename) at
+  a roll and a clean close; one past the log end after a crash is deleted
+  on open, and the state is rebuilt from the newest valid snapshot plus the
+  batches after it.
 
 Thread-safety: every public method takes the log's lock, so one Log may be
 shared by threads. Another process may open the same partition with
@@ -37,20 +51,17 @@ batch (framing and CRC are checked on every read).
 from __future__ import annotations
 
 import functools
+import logging
 import os
-import re
-import struct
 import threading
 import time
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Any, Callable, Iterator, List, Literal, NamedTuple, NoReturn, Optional, Sequence, Tuple, TypeVar, Union,
+    TYPE_CHECKING, Callable, List, Literal, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union,
 )
 
 from sortedcontainers import SortedDict
 
-from pylog import _native
-from pylog._native import ffi, lib
 from pylog.errors import (
     CorruptCheckpointError,
     CorruptRecordError,
@@ -59,18 +70,19 @@ from pylog.errors import (
     InvalidRecordError,
     InvalidTopicError,
     KafkaStorageError,
-    LogClosedError,
     OffsetOutOfRangeError,
+    PylogError,
     RecordTooLargeError,
 )
 from pylog.metrics import RateMeter
 from pylog.storage import checkpoint
 from pylog.storage.epoch_cache import LeaderEpochCache
 from pylog.storage.fileio import FileIO
-from pylog.storage.loader import (
-    CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, RecoveryResult, check_segments, load_segments, recover,
-)
+from pylog.storage.local_log import LocalLog
+from pylog.storage.log_config import CLEANUP_POLICIES, LogConfig, validate_topic  # (re-exported here)
+from pylog.storage.loader import RecoveryResult, check_segments, load_segments, recover
 from pylog.storage.logdir import LogDir, parse_partition_dir
+from pylog.storage.producer_state import ProducerBatch, ProducerStateManager
 from pylog.record import (
     BATCH_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
@@ -82,34 +94,18 @@ from pylog.record import (
     scan,
     set_base_offset,
 )
-from pylog._native.batch import _INFO_LAYOUT, _INFO_ORDER  # allowlisted until _append_fetched scans via pylog.record
-from pylog.storage.reader import records_of_chunk
+from pylog.record.framing import batch_length_of, check_one, leader_epoch_of, stamp_one
 from pylog.storage.segment import LogSegment
-from pylog.storage.segment_cache import DEFAULT_MAX_OPEN_SEGMENTS, SegmentCache
+from pylog.storage.segment_cache import SegmentCache
 
 if TYPE_CHECKING:
     from pylog.metrics import Metric
 
+_logger = logging.getLogger("pylog.storage")
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-CLEANUP_POLICIES = ("delete", "compact")
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_DAY_MS = 24 * 3600 * 1000
-_LEADER_EPOCH_FIELD = struct.Struct(">i")  # partitionLeaderEpoch, bytes 12-15 of a v2 batch
-_TAIL_SCAN_BATCHES = 16  # batch infos per plg_scan call in Log._fetch_tail
 T = TypeVar("T")
 
 
-def validate_topic(topic: object) -> str:
-    """Return ``topic`` if it is a legal Kafka topic name, else raise InvalidTopicError."""
-    if not isinstance(topic, str):
-        raise InvalidTopicError(f"topic name must be a str, not {type(topic).__name__}")
-    if topic in (".", ".."):
-        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
-    if not _TOPIC_RE.match(topic):
-        raise InvalidTopicError(
-            f"topic name {topic!r} is invalid: use 1 to 249 characters from [a-zA-Z0-9._-]"
-        )
-    return topic
 
 
 class AppendResult(NamedTuple):
@@ -122,85 +118,13 @@ class AppendResult(NamedTuple):
     records_count: int
 
 
-class LogConfig(NamedTuple):
-    """Per-partition settings, with Kafka's defaults and snake_case names."""
 
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 7 * _DAY_MS
-    index_interval_bytes: int = 4096
-    max_message_bytes: int = 1048588
-    flush_messages: Optional[int] = None  # None: never by count; 1: fsync every append
-    flush_ms: Optional[int] = None  # None: never by time
-    retention_bytes: int = -1  # -1: unlimited
-    retention_ms: int = 7 * _DAY_MS  # -1: unlimited
-    recovery_checkpoint_interval_ms: int = 60_000
-    # Log cleaner (Kafka's cleanup.policy and friends; see docs/compaction.md).
-    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
-    delete_retention_ms: int = _DAY_MS  # how long a tombstone outlives its first cleaning
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0  # a record younger than this is not compacted
-    max_compaction_lag_ms: int = 2**63 - 1  # a dirty record older than this forces a clean
-    # Segments whose files stay open (LRU; the active one always): pylog/storage/segment_cache.py.
-    max_open_segments: int = DEFAULT_MAX_OPEN_SEGMENTS
 
-    @property
-    def compact(self) -> bool:
-        """True when the cleaner compacts this log by key."""
-        return "compact" in self.cleanup_policy.split(",")
-
-    @property
-    def delete(self) -> bool:
-        """True when retention by time and size deletes old segments."""
-        return "delete" in self.cleanup_policy.split(",")
-
-    @classmethod
-    def from_kwargs(cls, **kwargs: object) -> "LogConfig":
-        unknown = set(kwargs) - set(cls._fields)
-        if unknown:
-            raise InvalidConfigurationError(
-                f"unknown log config {', '.join(sorted(unknown))}; known: {', '.join(cls._fields)}"
-            )
-        cfg = cls(**kwargs)  # type: ignore[arg-type]
-        cfg.validate()
-        return cfg
-
-    def validate(self) -> None:
-        def need_int(name: str, lo: int, allow_none: bool = False) -> None:
-            v = getattr(self, name)
-            if v is None and allow_none:
-                return
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise InvalidConfigurationError(f"{name} must be an int, not {type(v).__name__} ({v!r})")
-            if v < lo:
-                raise InvalidConfigurationError(f"{name} must be >= {lo}, got {v}")
-
-        need_int("segment_bytes", 14 + 61)
-        need_int("segment_ms", 1)
-        need_int("index_interval_bytes", 0)
-        need_int("max_message_bytes", 61)
-        need_int("flush_messages", 1, allow_none=True)
-        need_int("flush_ms", 0, allow_none=True)
-        need_int("retention_bytes", -1)
-        need_int("retention_ms", -1)
-        need_int("recovery_checkpoint_interval_ms", 0)
-        need_int("max_open_segments", 2)  # the active segment and one being read
-        policy = self.cleanup_policy
-        parts = policy.split(",") if isinstance(policy, str) else None
-        if not parts or any(p not in CLEANUP_POLICIES for p in parts) or len(set(parts)) != len(parts):
-            raise InvalidConfigurationError(
-                f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', got {policy!r}"
-            )
-        need_int("delete_retention_ms", 0)
-        need_int("min_compaction_lag_ms", 0)
-        need_int("max_compaction_lag_ms", 1)
-        ratio = self.min_cleanable_dirty_ratio
-        if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0.0 <= ratio <= 1.0:
-            raise InvalidConfigurationError(f"min_cleanable_dirty_ratio must be a number in [0, 1], got {ratio!r}")
-        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise InvalidConfigurationError(
-                f"min_compaction_lag_ms ({self.min_compaction_lag_ms}) must not exceed "
-                f"max_compaction_lag_ms ({self.max_compaction_lag_ms})"
-            )
+def _producer_batches(batches: Sequence[BatchInfo]) -> List[ProducerBatch]:
+    """The idempotent batches of ``batches`` as the producer state takes them."""
+    return [ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset, b.last_offset,
+                          b.max_timestamp, b.attributes)
+            for b in batches if b.producer_id >= 0 and b.base_sequence >= 0]
 
 
 def _require_keys(records: Sequence[RecordInput], topic: str, partition: int) -> None:
@@ -259,11 +183,10 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Log:
-    """One partition: append, read by offset or time, truncate, retain, recover."""
+class Log(LocalLog):
+    """One partition: append, read by offset or time, truncate, retain, recover (Kafka's ``UnifiedLog``
+    over the segments of :class:`~pylog.storage.local_log.LocalLog`)."""
 
-    #: plg_scan's outputs for _fetch_tail and _append_fetched, made on first use (under the lock)
-    _scan_scratch: Optional[Tuple[object, object, object]] = None
     #: Log.open(repair=True): truncate at a damaged middle segment or a hole instead of refusing
     _repair = False
 
@@ -274,7 +197,7 @@ class Log:
     @classmethod
     def open(
         cls,
-        path: Union[str, os.PathLike],
+        path: Union[str, "os.PathLike[str]"],
         *,
         read_only: bool = False,
         file_io: Optional[FileIO] = None,
@@ -348,8 +271,11 @@ class Log:
         self._lock = threading.RLock()
         #: at most config.max_open_segments segments hold descriptors and maps (the active one always)
         self._segment_cache = SegmentCache(config.max_open_segments, lock=self._lock, keep=self._keeps_open)
-        self._stamp_info = ffi.new("plg_batch_info_t *")  # _append_one's output, used under the lock
         self._compact_of: Optional[LogConfig] = None  # the config _compact was computed from
+        #: idempotent-producer state, loaded by the first use of :attr:`producer_state`
+        self._producers: Optional[ProducerStateManager] = None
+        #: client batches :meth:`append_as_leader` recognised as retries and did not write again
+        self.duplicate_appends_total = 0
         self._compact = False
         self._closed = False
         self._logdir: Optional[LogDir] = None
@@ -457,6 +383,10 @@ class Log:
         changed = self.epochs.truncate_from_start(self.log_start_offset) or changed
         if changed or needs_recovery:
             self._write_epochs()
+        if needs_recovery:
+            # A producer snapshot past the recovered log end describes records that are gone: drop
+            # it now, before appends reuse those offsets (the state itself loads on first use).
+            ProducerStateManager(self.dir, io).delete_snapshots_above(self.log_end_offset)
         with ld.lock:  # another partition's thread may be writing the checkpoints (iterating these)
             ld.recovery_points[tp] = self.recovery_point
             ld.log_start_offsets[tp] = self.log_start_offset
@@ -522,44 +452,9 @@ class Log:
             if not self.read_only:
                 self.active_segment.map_limit = config.segment_bytes
 
-    # ------------------------------------------------------------ properties
-    @property
-    def active_segment(self) -> LogSegment:
-        return self.segments.peekitem(-1)[1]
-
-    @property
-    def size_in_bytes(self) -> int:
-        return sum(s.size for s in self.segments.values())
-
     @property
     def latest_epoch(self) -> int:
         return self.epochs.latest_epoch
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise LogClosedError(f"log {self.dir} is closed")
-
-    def _ensure_writable(self) -> None:
-        self._ensure_open()
-        if self.read_only:
-            raise KafkaStorageError(f"log {self.dir} was opened read_only")
-
-    def _keeps_open(self) -> Optional[LogSegment]:
-        """The segment the open-segment cache never releases: the active one (None while loading)."""
-        segs = self.__dict__.get("segments")
-        return segs.peekitem(-1)[1] if segs else None
-
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        seg = LogSegment(
-            self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms(),
-            cache=self._segment_cache,
-        )
-        seg.map_limit = self.config.segment_bytes  # the writer's map never needs more room
-        return seg
 
     # ---------------------------------------------------------------- append
     def append(
@@ -619,38 +514,77 @@ class Log:
             found = scan(batch, verify_crc=False)
             return self._append_validated(batch, found.batches)
 
+    def append_as_leader(self, records: Union[bytes, bytearray, memoryview, Sequence[RecordInput]], *,
+                         leader_epoch: int) -> AppendResult:
+        """A leader's append of a produce request (Kafka's ``UnifiedLog.appendAsLeader``, origin CLIENT).
+
+        ``records`` is one encoded RecordBatch v2 (bytes-like: exactly one
+        batch, Kafka's rule for a produce request, else
+        :class:`InvalidRecordError`) or a list of values / Records to encode
+        here. The batch gets the next offsets and ``leader_epoch``. A batch
+        with a producer id and sequence is validated against this log's
+        :attr:`producer_state` before anything is written: a retry of one
+        of the producer's last 5 batches is not written again and its
+        original offsets come back (``position`` -1;
+        :attr:`duplicate_appends_total` counts them); an out-of-order
+        sequence or a fenced epoch raises OutOfOrderSequenceError /
+        InvalidProducerEpochError. One descent: validate and stamp, write,
+        record the producer state, roll (with its snapshot) - nothing for
+        the caller to do afterwards.
+
+        Complexity: O(bytes) (the CRC) + O(1). Durability: see the module
+        docstring. Thread-safety: takes the log's lock.
+        """
+        if not isinstance(records, (bytes, bytearray, memoryview)):
+            return self.append(list(records), leader_epoch=leader_epoch)
+        n = len(records)
+        if n < BATCH_OVERHEAD or batch_length_of(records) + 12 != n:
+            raise InvalidRecordError(
+                f"produce to {self.topic}-{self.partition}: a request must carry exactly one RecordBatch v2 "
+                f"({n} bytes given)")
+        ps = self._producers if self._producers is not None else self.producer_state
+        if not self._is_compacted():  # the usual request, straight to the one-batch validator
+            one = self._append_one(bytearray(records), True, leader_epoch, ps)
+            if one is not None:
+                return one
+        return self._append_bytes(records, True, leader_epoch, ps)
+
     def append_batches(
         self, data: Union[bytes, bytearray, memoryview], *, assign_offsets: bool = True, leader_epoch: Optional[int] = None,
-        headers_out: Optional[List[Tuple[int, int, int, int, int, int]]] = None,
     ) -> AppendResult:
         """Append already-encoded RecordBatch v2 bytes (from a producer or a leader).
 
         With ``assign_offsets`` (a leader appending a producer's batches) the
         batches get consecutive offsets from the log end and, when given,
-        ``leader_epoch``. Without it (a follower copying the leader) their
-        offsets are kept and must start at or after the log end. Every batch
-        is CRC-checked first; an invalid one raises CorruptRecordError and
-        nothing is written.
-
-        ``headers_out`` (followers only: ``assign_offsets=False``), when given,
-        receives ``(producer_id, producer_epoch, base_sequence, base_offset,
-        last_offset, max_timestamp)`` of every batch appended, in order (what
-        the follower's producer state needs, without a second scan).
+        ``leader_epoch``. Without it (a follower copying the leader: Kafka's
+        ``appendAsFollower``) their offsets are kept and must start at or
+        after the log end. Every batch is CRC-checked first; an invalid one
+        raises CorruptRecordError and nothing is written. Either way the
+        batches' producer ids and sequences go into :attr:`producer_state`
+        (when loaded), so a follower deduplicates once it leads; nothing is
+        validated against it here (:meth:`append_as_leader` does that).
 
         Complexity: O(bytes) (the CRC) + O(batches). Durability: see the
         module docstring. Thread-safety: takes the log's lock.
         """
+        return self._append_bytes(data, assign_offsets, leader_epoch, None)
+
+    def _append_bytes(self, data: Union[bytes, bytearray, memoryview], assign_offsets: bool,
+                      leader_epoch: Optional[int], client: Optional[ProducerStateManager]) -> AppendResult:
+        """The pipeline for encoded batches: validate and stamp (one of three validators, from the
+        fastest that applies), then :meth:`_write_validated`. ``client``: the producer state a
+        leader validates a client batch against before writing (None: no validation)."""
         if not assign_offsets:
-            fetched = self._append_fetched(data, headers_out)
+            fetched = self._append_fetched(data)
             if fetched is not None:
                 return fetched
         buf = bytearray(data)
         if not assign_offsets or not self._is_compacted():  # (a compacted topic's leader checks keys)
-            one = self._append_one(buf, assign_offsets, leader_epoch)
+            one = self._append_one(buf, assign_offsets, leader_epoch, client)
             if one is not None:
                 return one
         found = scan(buf, verify_crc=True)
-        if found.status != _native.OK or found.valid_bytes != len(buf) or not found.batches:
+        if not found.ok or found.valid_bytes != len(buf) or not found.batches:
             raise CorruptRecordError(
                 f"append to {self.topic}-{self.partition}: invalid batch ({found.reason})", position=found.valid_bytes
             )
@@ -670,85 +604,82 @@ class Log:
                     span = b.last_offset - b.base_offset
                     infos.append(b._replace(base_offset=nxt, last_offset=nxt + span, partition_leader_epoch=epoch))
                     nxt += span + 1
+                if client is not None:
+                    for pb in _producer_batches(infos):
+                        dup = self._duplicate_of(client, pb)
+                        if dup is not None:
+                            return dup
                 return self._append_validated(buf, infos)
-            else:
-                if found.batches[0].base_offset < self.log_end_offset:
-                    raise self._below_end(found.batches[0].base_offset)
-                if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
-                    res = self._append_across_segments(buf, found.batches)
-                else:
-                    res = self._append_validated(buf, found.batches, follower=True)
-                if headers_out is not None:
-                    headers_out.extend((b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset,
-                                        b.last_offset, b.max_timestamp) for b in found.batches)
-                return res
-            return self._append_validated(buf, found.batches)
+            if found.batches[0].base_offset < self.log_end_offset:
+                raise self._below_end(found.batches[0].base_offset)
+            if len(buf) > self.config.segment_bytes and len(found.batches) > 1:
+                return self._append_across_segments(buf, found.batches)
+            return self._append_validated(buf, found.batches, follower=True)
 
-    def _append_fetched(self, data: Union[bytes, bytearray, memoryview],
-                        headers_out: Optional[List[Tuple[int, int, int, int, int, int]]]) -> Optional[AppendResult]:
+    def _duplicate_of(self, ps: ProducerStateManager, batch: ProducerBatch) -> Optional[AppendResult]:
+        """The original offsets when ``batch`` retries one the producer state retains, else None
+        (raises for a fenced epoch or a sequence out of order)."""
+        dup = ps.validate(batch)
+        if dup is None:
+            return None
+        self.duplicate_appends_total += 1
+        return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp, -1,
+                            dup.last_offset - dup.first_offset + 1)
+
+    def _append_fetched(self, data: Union[bytes, bytearray, memoryview]) -> Optional[AppendResult]:
         """A follower's append of fetched batches (:meth:`append_batches` without
         ``assign_offsets``), the usual case: one C walk (framing, magic,
         increasing offsets, CRC) over the caller's bytes, no copy, no
         :class:`BatchInfo` objects. Returns None, having written nothing, for
         anything unusual (an invalid batch, a legacy one, a chunk to split
         across segments): the general path then appends it or raises the
-        precise error. A batch below the log end raises here, as there. (It
-        declines only what :meth:`_append_one` refuses too, so the one-batch
-        path of :meth:`append_batches` never appends a follower's chunk after
-        it without ``headers_out``.)"""
+        precise error. A batch below the log end raises here, as there."""
         n = len(data)
         if n < BATCH_OVERHEAD:
             return None
-        infos, n_out, valid = self._scan_buffers()
+        found = scan(data, verify_crc=True)
+        if not found.ok or found.valid_bytes != n or not found.batches:
+            return None
         with self._lock:
             self._ensure_writable()
-            ptr = ffi.from_buffer(data)
-            walked, prev_last, n_records = 0, -1, 0
+            track = self._producers is not None
+            prev_last, n_records = -1, 0
             max_ts, offset_of_max, big_size, big_offset = -1, -1, -1, -1
-            first_offset = -1
             epoch_starts: List[Tuple[int, int]] = []
-            headers: List[Tuple[int, int, int, int, int, int]] = []
+            producers: List[ProducerBatch] = []
             last_epoch = None
-            while walked < n:
-                rc = lib.plg_scan(ptr + walked, n - walked, lib.PLG_SCAN_VERIFY_CRC, infos, _TAIL_SCAN_BATCHES,
-                                  n_out, valid)
-                got = n_out[0]
-                if rc != _native.OK or not got:
+            for b in found.batches:
+                if b.magic != 2:
                     return None
-                # Every info at once as tuples (BatchInfo's field order), not field by field through cffi.
-                for row in _INFO_LAYOUT.iter_unpack(ffi.buffer(infos, got * _INFO_LAYOUT.size)):
-                    _, size, magic, _, base, last, _, ts, epoch, pid, p_epoch, seq, count, _ = _INFO_ORDER(row)
-                    if magic != 2 or base <= prev_last:
-                        return None
-                    if first_offset < 0:
-                        first_offset = base
-                    prev_last = last
-                    n_records += count
-                    if ts > max_ts or offset_of_max < 0:
-                        max_ts, offset_of_max = ts, last
-                    if size >= big_size:  # as max() over (size, base offset)
-                        big_size, big_offset = size, base
-                    if epoch != last_epoch:  # assign() ignores later batches of the latest epoch
-                        epoch_starts.append((epoch, base))
-                        last_epoch = epoch
-                    headers.append((pid, p_epoch, seq, base, last, ts))
-                walked += valid[0]
+                last, ts, epoch = b.last_offset, b.max_timestamp, b.partition_leader_epoch
+                prev_last = last
+                n_records += b.records_count
+                if ts > max_ts or offset_of_max < 0:
+                    max_ts, offset_of_max = ts, last
+                if b.size >= big_size:  # as max() over (size, base offset)
+                    big_size, big_offset = b.size, b.base_offset
+                if epoch != last_epoch:  # assign() ignores later batches of the latest epoch
+                    epoch_starts.append((epoch, b.base_offset))
+                    last_epoch = epoch
+                if track and b.producer_id >= 0 and b.base_sequence >= 0:
+                    producers.append(ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset,
+                                                   last, ts, b.attributes))
+            first_offset = found.batches[0].base_offset
+            n_batches = len(found.batches)
             if first_offset < self.log_end_offset:
                 raise self._below_end(first_offset)
-            if n > self.config.segment_bytes and len(headers) > 1:
+            if n > self.config.segment_bytes and n_batches > 1:
                 return None  # split across segments by the general path
-            res = self._write_validated(data, first_offset, prev_last, max_ts, offset_of_max, n_records,
-                                        epoch_starts, (big_size, big_offset), follower=True)
-            if headers_out is not None:
-                headers_out.extend(headers)
-            return res
+            return self._write_validated(data, first_offset, prev_last, max_ts, offset_of_max, n_records,
+                                         epoch_starts, (big_size, big_offset), follower=True, producers=producers)
 
     def _append_across_segments(self, buf: bytearray, batches: List[BatchInfo]) -> AppendResult:
         """A follower's fetch can hold more than ``segment_bytes``: append it in runs of whole
         batches that each fit in one segment (rolling between them), as if fetched in pieces.
 
         A single batch larger than ``segment_bytes`` still raises RecordTooLargeError. A run
-        appended before a later run fails stays (it is a valid prefix of the leader's log).
+        appended before a later run fails stays (it is a valid prefix of the leader's log, and
+        the producer state took it in with the run).
         """
         view = memoryview(buf)
         limit = self.config.segment_bytes
@@ -778,41 +709,46 @@ class Log:
             self._compact_of, self._compact = cfg, cfg.compact
         return self._compact
 
-    def _scan_buffers(self) -> Tuple[Any, Any, Any]:
-        """The log's ``plg_scan`` output buffers (batch infos, count, valid bytes), made on first use and
-        reused (callers hold the log's lock or run on the one thread that appends)."""
-        scratch = self._scan_scratch
-        if scratch is None:
-            scratch = self._scan_scratch = (ffi.new("plg_batch_info_t[]", _TAIL_SCAN_BATCHES),
-                                            ffi.new("uint64_t *"), ffi.new("uint64_t *"))
-        return scratch
-
-    def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int]) -> Optional[AppendResult]:
+    def _append_one(self, buf: bytearray, assign_offsets: bool, leader_epoch: Optional[int],
+                    client: Optional[ProducerStateManager] = None) -> Optional[AppendResult]:
         """The usual append: ``buf`` is exactly one v2 batch (a producer's request, or a fetch that
         brought one batch). One C call checks its framing and CRC - and for a leader stamps the
-        next offset and the epoch; returns None (nothing done) when ``buf`` is anything else, for
-        the general path to handle or refuse."""
+        next offset and the epoch; then the client's producer state validates it (``client``), and
+        it is written. Returns None (nothing done) when ``buf`` is anything else, for the general
+        path to handle or refuse."""
         n = len(buf)
         if n < BATCH_OVERHEAD:
             return None
-        info = self._stamp_info
         with self._lock:
             if self._closed or self.read_only:
                 self._ensure_writable()
             if assign_offsets:
                 base = self.log_end_offset
-                epoch = leader_epoch if leader_epoch is not None else _LEADER_EPOCH_FIELD.unpack_from(buf, 12)[0]
-                if lib.plg_batch_stamp_one(ffi.from_buffer(buf), n, base, epoch, info) != _native.OK:
+                epoch = leader_epoch if leader_epoch is not None else leader_epoch_of(buf)
+                info = stamp_one(buf, base, epoch)
+                if info is None:
                     return None
             else:
-                if lib.plg_batch_check_one(ffi.from_buffer(buf), len(buf), info) != _native.OK:
+                info = check_one(buf)
+                if info is None:
                     return None
                 base, epoch = info.base_offset, info.partition_leader_epoch
                 if base < self.log_end_offset:
                     raise self._below_end(base)
-            return self._write_validated(buf, base, info.last_offset, info.max_timestamp, info.last_offset,
-                                         info.records_count, ((epoch, base),), (info.size, base),
-                                         follower=not assign_offsets)
+            producers: Sequence[ProducerBatch] = ()
+            last, max_ts, pid = info.last_offset, info.max_timestamp, info.producer_id
+            if pid >= 0 and (client is not None or self._producers is not None):
+                seq, p_epoch = info.base_sequence, info.producer_epoch
+                if seq >= 0:
+                    if client is not None:  # ProducerStateManager.validate, without building the batch first
+                        dup = client.check(pid, p_epoch, seq, (seq + last - base) & 0x7FFFFFFF)
+                        if dup is not None:
+                            self.duplicate_appends_total += 1
+                            return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp, -1,
+                                                dup.last_offset - dup.first_offset + 1)
+                    producers = (ProducerBatch(pid, p_epoch, seq, base, last, max_ts, info.attributes),)
+            return self._write_validated(buf, base, last, max_ts, last, info.records_count, ((epoch, base),),
+                                         (info.size, base), follower=not assign_offsets, producers=producers)
 
     def _below_end(self, base_offset: int) -> InvalidOffsetError:
         return InvalidOffsetError(
@@ -828,17 +764,20 @@ class Log:
         return self._write_validated(data, first.base_offset, last.last_offset, max_ts, offset_of_max,
                                      sum(b.records_count for b in batches),
                                      [(b.partition_leader_epoch, b.base_offset) for b in batches],
-                                     max((b.size, b.base_offset) for b in batches), follower=follower)
+                                     max((b.size, b.base_offset) for b in batches), follower=follower,
+                                     producers=_producer_batches(batches) if self._producers is not None else ())
 
     def _write_validated(self, data: Union[bytes, bytearray, memoryview], first_offset: int, last_offset: int, max_ts: int,
                          offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
-                         largest_batch: Tuple[int, int], *, follower: bool = False) -> AppendResult:
+                         largest_batch: Tuple[int, int], *, follower: bool = False,
+                         producers: Sequence[ProducerBatch] = ()) -> AppendResult:
         """Write validated, offset-stamped batches ``[first_offset, last_offset]`` at the log end
         (under the lock): size limits, roll, segment append, epoch cache, flush policy, counters.
         ``largest_batch`` is (size, base offset) of the largest batch, for the size limit's error.
         A ``follower`` copying its leader skips ``max_message_bytes``, as Kafka's ``appendAsFollower``
         does (the leader checked it under the config of the time; a smaller value now must not strand
-        a lagging replica); ``segment_bytes`` applies to both.
+        a lagging replica); ``segment_bytes`` applies to both. ``producers``: the idempotent
+        batches written, which the producer state (when loaded) records once the write stands.
         All-or-nothing: a failure after the bytes are written cuts them off again."""
         size = len(data)
         big_size, big_offset = largest_batch
@@ -887,22 +826,16 @@ class Log:
             if prev_epochs is not None:
                 self.epochs = LeaderEpochCache(prev_epochs)
             self._raise_storage_error(exc, f"append at offset {first_offset}")
+        ps = self._producers
+        if ps is not None:
+            if producers:
+                ps.append(producers, self.log_end_offset)
+            ps.map_end_offset = self.log_end_offset
         self.appended_records_total += n_records
         self.appended_bytes_total += size
         self._append_records_rate.record(now, n_records)
         self._append_bytes_rate.record(now, size)
         return AppendResult(first_offset, last_offset, max_ts, position, count)
-
-    def _raise_storage_error(self, exc: OSError, what: str) -> NoReturn:
-        if isinstance(exc, KafkaStorageError):
-            raise exc
-        raise self._storage_error(exc, what) from exc
-
-    def _storage_error(self, exc: OSError, what: str) -> KafkaStorageError:
-        if isinstance(exc, KafkaStorageError):
-            return exc
-        where = f" ({exc.filename})" if exc.filename else ""
-        return KafkaStorageError(exc.errno, f"{what} in {self.dir} failed: {exc.strerror or exc}{where}")
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int, now: Optional[int] = None) -> LogSegment:
         seg = self.active_segment
@@ -942,18 +875,9 @@ class Log:
             old = self.active_segment
             if old.size == 0 and old.base_offset == base:
                 return old
-            old.on_become_inactive()
-            old.flush()
-            seg = self._new_segment(base)  # creates all three files or none
-            try:
-                self.io.fsync_dir(self.dir)
-            except OSError:
-                try:
-                    seg.delete()
-                except OSError:
-                    seg.close()  # an empty .log left behind is discarded on open (drop_abandoned_segments)
-                raise
-            self.segments[base] = seg
+            seg = self._roll_segment(old, base)
+            if base == self.log_end_offset:
+                self._snapshot_producer_state()  # Kafka snapshots the producer state at every roll
             self._set_recovery_point(self.log_end_offset if base == self.log_end_offset else self.recovery_point)
             self._checkpoint()
             self.enforce_retention()
@@ -1052,257 +976,100 @@ class Log:
     def _write_epochs(self) -> None:
         checkpoint.write_epochs(self.io, os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT), self.epochs.entries)
 
-    # ------------------------------------------------------------------ read
-    def _check_offset(self, offset: int) -> None:
-        if not isinstance(offset, int) or isinstance(offset, bool):
-            raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
-                f"log start {self.log_start_offset}, log end {self.log_end_offset}"
-            )
+    # -------------------------------------------------------- producer state
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent-producer state of this partition (Kafka's ``UnifiedLog.producerStateManager``).
 
-    def read_batches(
-        self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None, verify_crc: bool = True
-    ) -> List[RecordBatch]:
-        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch).
+        Loaded on first use (a replica's :class:`pylog.replication.partition.Partition`
+        uses it from the start; a log nobody produces to idempotently never pays
+        for it): the newest valid ``.snapshot`` at or below the log end, then the
+        batch headers after it (:meth:`read_batch_infos`). From then on the log
+        keeps it equal to its records, whatever appends: every batch written
+        with a producer id and sequence is recorded (:meth:`append_as_leader`
+        validates a client's first), a roll at the log end snapshots it, a
+        truncation reloads it (snapshots above the cut are deleted whether or
+        not it is loaded, and an open that recovered a crash deletes those
+        above the recovered end), :meth:`truncate_fully_and_start_at` empties
+        it, and a clean :meth:`close` snapshots it when it moved past its
+        newest snapshot. ``map_end_offset`` equals :attr:`log_end_offset`.
 
-        ``max_offset`` (exclusive, e.g. the high watermark) stops before any
-        batch starting at or after it. Batches are CRC-checked; a bad one
-        raises :class:`CorruptRecordError` naming the file and position.
-        ``verify_crc=False`` skips only the CRC (the framing - lengths, magic,
-        increasing offsets - is still checked, so nothing past a batch's end
-        is ever read): for :meth:`fetch`, whose receiver checks the CRC
-        itself. Every other reader keeps the default.
-
-        Complexity: O(log segments + log index entries + bytes read).
+        Raises :class:`KafkaStorageError` on a read-only or closed log, or
+        when the log cannot be read back. Complexity: O(1) once loaded; the
+        load reads the snapshot and the batch headers after it.
+        Thread-safety: the load takes the log's lock; use the manager under
+        it or from the one thread that appends.
         """
-        return [
-            RecordBatch(info._replace(position=position + info.position),
-                        view[info.position : info.position + info.size], seg.log_path)
-            for seg, position, view, infos in self._read_spans(offset, max_bytes, max_offset, verify_crc)
-            for info in infos
-        ]
-
-    def _read_spans(
-        self, offset: int, max_bytes: int, max_offset: Optional[int], verify_crc: bool
-    ) -> List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]]:
-        """What :meth:`read_batches` returns, as ``(segment, position, view, infos)`` per chunk read:
-        ``view`` holds the chunk read at ``position`` of ``segment``, ``infos`` the batches taken
-        from it (positions relative to ``view``; they start at 0 and are consecutive). The rules
-        (and errors) are :meth:`read_batches`'s; :meth:`fetch` joins the spans' bytes without
-        making a :class:`RecordBatch` per batch."""
-        if not isinstance(max_bytes, int) or max_bytes < 0:
-            raise InvalidConfigurationError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        ps = self._producers
+        if ps is not None:
+            return ps
         with self._lock:
-            self._ensure_open()
-            self._check_offset(offset)
-            limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-            out: List[Tuple[LogSegment, int, memoryview, List[BatchInfo]]] = []
-            remaining = max_bytes
-            idx = max(0, self.segments.bisect_right(offset) - 1)
-            bases = self.segments.keys()
-            target = offset
-            while idx < len(bases) and target < limit:
-                seg = self.segments[bases[idx]]
-                found = seg.translate_offset(target, allow_torn_tail=self.read_only and idx == len(bases) - 1)
-                if found is None:
-                    idx += 1
-                    continue
-                position = found[0]
-                chunk = seg.read(position, max(remaining, 1))
-                view = memoryview(chunk)
-                res = scan(view, verify_crc=verify_crc)
-                if not res.batches and res.status == _native.ETRUNCATED and not out:
-                    # The first batch is larger than max_bytes: return it whole (Kafka).
-                    head = seg.read(position, 12)
-                    if len(head) == 12:
-                        whole = seg.read(position, int.from_bytes(head[8:12], "big", signed=True) + 12)
-                        view = memoryview(whole)
-                        res = scan(view, verify_crc=verify_crc, max_batches=1)
-                if res.status not in (_native.OK, _native.ETRUNCATED) and not res.batches:
-                    if self.read_only and position + res.valid_bytes >= seg.size - 0 and idx == len(bases) - 1:
-                        break  # a batch still being written by the writer process
-                    raise CorruptRecordError(
-                        f"invalid batch in {self.topic}-{self.partition}: {res.reason}",
-                        path=seg.log_path,
-                        position=position + res.valid_bytes,
-                    )
-                stop = False
-                taken = 0
-                for info in res.batches:
-                    if info.base_offset >= limit:
-                        stop = True
-                        break
-                    taken += 1
-                    remaining -= info.size
-                    target = info.last_offset + 1
-                if taken:
-                    out.append((seg, position, view, res.batches[:taken]))
-                if res.status not in (_native.OK, _native.ETRUNCATED) and not stop and remaining > 0:
-                    # Return the valid batches before the bad one; the next read,
-                    # which starts at the bad batch, raises the error above.
+            self._ensure_writable()
+            if self._producers is None:
+                ps = ProducerStateManager(self.dir, self.io)
+                ps.load(self.log_start_offset, self.log_end_offset, self.read_batch_infos)
+                self._producers = ps
+            return self._producers
+
+    def read_batch_infos(self, start: int, end: int) -> List[BatchInfo]:
+        """Headers of the batches holding offsets in ``[max(start, log start), end)``, in order
+        (what a producer-state rebuild replays). Complexity: O(bytes of those batches), read
+        as :meth:`read_batches` does (CRC-checked). Thread-safety: takes the log's lock."""
+        out: List[BatchInfo] = []
+        with self._lock:
+            off = max(start, self.log_start_offset)
+            while off < end:
+                batches = self.read_batches(off, 1 << 20, max_offset=end)
+                if not batches:
                     break
-                if stop or remaining <= 0 or not res.batches:
-                    break
-            return out
+                for b in batches:
+                    if b.last_offset >= off:
+                        out.append(b.info)
+                    off = b.last_offset + 1
+        return out
 
-    def read(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> Iterator[Record]:
-        """Records from ``offset`` on, up to about ``max_bytes`` of batches (at least one).
+    def _snapshot_producer_state(self, *, only_if_moved: bool = False) -> None:
+        """Write ``<log end>.snapshot`` when the state is loaded and covers exactly the log (a roll:
+        the new segment's base; a close, ``only_if_moved``: when the state moved past its newest
+        snapshot). A failure is logged: the log stands, the next load replays the records instead."""
+        ps = self._producers
+        if ps is None or ps.map_end_offset != self.log_end_offset:
+            return
+        try:
+            if only_if_moved and ps.map_end_offset <= max(ps.snapshot_offsets(), default=0):
+                return
+            ps.take_snapshot()
+        except OSError as exc:
+            _logger.warning("%s-%d: producer snapshot at offset %d failed: %s", self.topic, self.partition,
+                            ps.map_end_offset, exc)
 
-        Records below ``offset`` in the first batch and at or after
-        ``max_offset`` are skipped. Raises :class:`OffsetOutOfRangeError` for
-        an offset outside [log_start_offset, log_end_offset].
-
-        The batches are read and CRC-checked as by :meth:`read_batches`, then
-        turned into records a run of plain batches per C call, the way the
-        consumer's ``poll`` does (:mod:`pylog.storage.reader`); records
-        holding only bytes, ``None`` and ints are not tracked by the cycle
-        collector. Complexity: O(log segments + log index entries + bytes
-        read). Thread-safety: the read takes the log's lock; the records are
-        built outside it.
-        """
-        spans = self._read_spans(offset, max_bytes, max_offset, True)
-        limit = self.log_end_offset if max_offset is None else max_offset
-        for seg, position, view, infos in spans:
-            records, error = records_of_chunk(view, infos, seg.log_path, position, offset, limit)
-            yield from records
-            if error is not None:
-                raise error
-
-    def get(self, offset: int) -> Record:
-        """The record at ``offset`` (a point read).
-
-        Uncompressed v2 data takes one C call over a memory map of the
-        segment, through the segment's lookup cache (per-batch record anchors
-        and the ranges whose CRC this process checked:
-        :meth:`LogSegment.lookup_record` says what is promised about
-        corruption); anything else (compressed, legacy, a read-only opener)
-        falls back to :meth:`read`. The record holds one Python object per
-        field. Raises :class:`OffsetOutOfRangeError` when no record has that
-        offset.
-
-        Complexity: O(log segments + log index entries + the batch headers
-        from the index entry to the record's batch + 1/64 of that batch's
-        records); the first read of a batch in this process also CRC-checks
-        it. Thread-safety: takes the log's lock.
-        """
-        with self._lock:
-            if self._closed or type(offset) is not int:
-                self._ensure_open()
-                self._check_offset(offset)
-            if self.log_start_offset <= offset < self.log_end_offset:
-                segs = self.segments
-                if len(segs) == 1:  # SortedDict is a dict: the C-level view skips its Python layers
-                    seg = next(iter(dict.values(segs)))
-                else:
-                    seg = segs.peekitem(segs.bisect_right(offset) - 1)[1]
-                rec = seg.lookup_record(offset)
-                if rec is not None:
-                    return rec
-                for rec in self.read(offset, 1):
-                    if rec.offset == offset:
-                        return rec
-                    break
-            else:
-                self._check_offset(offset)
-            raise OffsetOutOfRangeError(
-                f"no record at offset {offset} in {self.topic}-{self.partition} "
-                f"(log start {self.log_start_offset}, log end {self.log_end_offset})"
-            )
-
-    def fetch(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: Optional[int] = None) -> bytes:
-        """Raw bytes of whole batches from ``offset``: what a leader serves a follower's or a
-        consumer's fetch.
-
-        As in Kafka, the CRC is checked on append and by the receiver, not
-        again when serving: the follower's :meth:`append_batches` and the
-        consumer's decoding validate every batch, so a byte damaged on this
-        disk is caught there (:class:`CorruptRecordError`) and never taken
-        for data. The framing is still checked here; a damaged length or
-        magic raises :class:`CorruptRecordError`.
-
-        The usual follower fetch - from where one of this process's recent
-        appends started, to the log end, within ``max_bytes`` - is served
-        from the active segment's map with one framing walk in C and one
-        copy (:meth:`_fetch_tail`); anything else takes the general path
-        below (the chunks :meth:`read_batches` would read, joined without a
-        :class:`RecordBatch` per batch).
-        """
-        tail = self._fetch_tail(offset, max_bytes, max_offset)
-        if tail is not None:
-            return tail
-        parts = []
-        for _, _, view, infos in self._read_spans(offset, max_bytes, max_offset, False):
-            last = infos[-1]
-            parts.append(view[: last.position + last.size])  # the batches taken are consecutive from 0
-        if len(parts) == 1:
-            return bytes(parts[0])
-        return b"".join(parts)
-
-    def _fetch_tail(self, offset: int, max_bytes: int, max_offset: Optional[int]) -> Optional[bytes]:
-        """:meth:`fetch`'s fast path, or None when it does not apply (the general path decides).
-
-        It applies when ``offset`` is where a recent append of this process
-        started in the active segment (:attr:`LogSegment.recent_starts`), the
-        fetch runs to the log end (no ``max_offset`` below it) and the bytes
-        from there to the end fit in ``max_bytes``. The same framing as the
-        general path (lengths, magic, increasing offsets; no CRC) is checked
-        by one :func:`lib.plg_scan` walk that builds no Python objects; any
-        doubt (a framing error included) falls back to the general path, which
-        raises what it finds.
-        """
-        with self._lock:
-            if self._closed or self.read_only or offset < self.log_start_offset:
-                return None
-            end = self.log_end_offset
-            if offset >= end or (max_offset is not None and max_offset < end):
-                return None
-            seg = self.segments.peekitem(-1)[1]
-            position = seg.recent_starts.get(offset)
-            if position is None:
-                return None
-            n = seg.size - position
-            if n <= 0 or n > max_bytes:
-                return None
-            ptr = seg._mapped()
-            if ptr is None:
-                return None
-            infos, n_out, valid = self._scan_buffers()
-            walked, prev_last = 0, offset - 1
-            while walked < n:
-                rc = lib.plg_scan(ptr + position + walked, n - walked, 0, infos, _TAIL_SCAN_BATCHES, n_out, valid)
-                got = n_out[0]
-                if rc != _native.OK or not got or infos[0].base_offset <= prev_last:
-                    return None
-                if walked == 0 and infos[0].base_offset != offset:
-                    return None
-                prev_last = infos[got - 1].last_offset
-                walked += valid[0]
-            if walked != n or prev_last != end - 1:
-                return None
-            return ffi.buffer(ptr + position, n)[:]
-
-    def offset_for_time(self, timestamp_ms: int) -> Optional[int]:
-        """The earliest offset whose timestamp is >= ``timestamp_ms``, or None.
-
-        Kafka's ListOffsets by timestamp: segments are chosen by their largest
-        timestamp, then the time index, offset index and a batch scan.
-        """
-        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
-            raise InvalidConfigurationError(
-                f"offset_for_time needs a timestamp in milliseconds (an int), not {type(timestamp_ms).__name__} "
-                f"({timestamp_ms!r:.40}) ({self.topic}-{self.partition})")
-        with self._lock:
-            self._ensure_open()
-            for seg in self.segments.values():
-                if seg.size == 0:
-                    continue
-                if seg.max_timestamp_so_far >= timestamp_ms or seg is self.active_segment:
-                    found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
-                    if found is not None:
-                        return found
-            return None
+    def _sync_producer_state(self) -> None:
+        """After the log end moved down (a truncation, complete or not): make the producer state
+        cover exactly ``[log start, log end)``, and drop snapshots above the end. The last resort,
+        when even the headers cannot be read back, keeps only what is below the end."""
+        leo = self.log_end_offset
+        ps = self._producers
+        if ps is None:
+            try:
+                ProducerStateManager(self.dir, self.io).delete_snapshots_above(leo)
+            except OSError as exc:  # a later load deletes them too (they are above its log end)
+                _logger.warning("%s-%d: removing producer snapshots above %d failed: %s", self.topic,
+                                self.partition, leo, exc)
+            return
+        saved = ps.producers  # a reload replaces the dict, leaving this one as it was
+        try:
+            if self.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
+                ps.producers = {}
+            elif ps.map_end_offset < leo:
+                ps.update_from_infos(self.read_batch_infos(ps.map_end_offset, leo))
+            elif ps.map_end_offset > leo:
+                ps.truncate_and_reload(self.log_start_offset, leo, self.read_batch_infos)
+        except (PylogError, OSError) as exc:
+            _logger.warning("%s-%d: producer state could not be read back to offset %d (%s): keeping what "
+                            "lies below it", self.topic, self.partition, leo, exc)
+            ps.producers = saved
+            ps.keep_below(leo)
+        ps.map_end_offset = leo
 
     # ------------------------------------------------------- truncation, retention
     @_storage_errors("truncate to")
@@ -1329,36 +1096,45 @@ class Log:
                 return 0
             if offset < self.log_start_offset:
                 return self.truncate_fully_and_start_at(offset)
-            removed = 0
-            start_before, rp_before, epochs_before = self.log_start_offset, self.recovery_point, self.epochs.entries
-            doomed = [b for b in self.segments.keys() if b > offset][: len(self.segments) - 1]
-            removed += self._delete_newest_segments(len(doomed))
-            seg = self.active_segment
-            cut_error: Optional[OSError] = None
+            end_before = self.log_end_offset
             try:
-                removed += seg.truncate_to(offset)
-            except OSError as exc:  # the segment ends at the cut in memory anyway (its flush retries the files)
-                cut_error = exc
-            # The in-memory state follows the files at once, so that a failing
-            # fsync below leaves the log consistent (if not yet durable).
-            self.log_end_offset = seg.next_offset()
-            # A batch straddling the log start is removed whole, which can put
-            # the log end below the log start (Kafka: logStartOffset = min(target, logStartOffset)).
-            self._clamp_to_log_end()
-            epochs_changed = self.epochs.entries != epochs_before
-            start_moved = self.log_start_offset != start_before
-            rp_moved = self.recovery_point != rp_before
-            cleaned_to = self.cleaner_checkpoint
-            if cleaned_to is not None and cleaned_to > self.log_end_offset:
-                self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
-            if cut_error is not None:
-                raise cut_error
-            seg.flush()
-            if epochs_changed:
-                self._write_epochs()
-            if rp_moved or start_moved:
-                self._checkpoint()
-            return removed
+                return self._truncate_suffix(offset)
+            finally:
+                if self.log_end_offset < end_before:  # the producer state follows, even part-way
+                    self._sync_producer_state()
+
+    def _truncate_suffix(self, offset: int) -> int:
+        """:meth:`truncate_to` for ``log start <= offset < log end`` (under the lock)."""
+        removed = 0
+        start_before, rp_before, epochs_before = self.log_start_offset, self.recovery_point, self.epochs.entries
+        doomed = [b for b in self.segments.keys() if b > offset][: len(self.segments) - 1]
+        removed += self._delete_newest_segments(len(doomed))
+        seg = self.active_segment
+        cut_error: Optional[OSError] = None
+        try:
+            removed += seg.truncate_to(offset)
+        except OSError as exc:  # the segment ends at the cut in memory anyway (its flush retries the files)
+            cut_error = exc
+        # The in-memory state follows the files at once, so that a failing
+        # fsync below leaves the log consistent (if not yet durable).
+        self.log_end_offset = seg.next_offset()
+        # A batch straddling the log start is removed whole, which can put
+        # the log end below the log start (Kafka: logStartOffset = min(target, logStartOffset)).
+        self._clamp_to_log_end()
+        epochs_changed = self.epochs.entries != epochs_before
+        start_moved = self.log_start_offset != start_before
+        rp_moved = self.recovery_point != rp_before
+        cleaned_to = self.cleaner_checkpoint
+        if cleaned_to is not None and cleaned_to > self.log_end_offset:
+            self.set_cleaner_checkpoint(self.log_end_offset)  # Kafka's maybeTruncateCheckpoint
+        if cut_error is not None:
+            raise cut_error
+        seg.flush()
+        if epochs_changed:
+            self._write_epochs()
+        if rp_moved or start_moved:
+            self._checkpoint()
+        return removed
 
     def _delete_newest_segments(self, n: int) -> int:
         """Delete the ``n`` newest segments (never all), newest first; returns their bytes.
@@ -1451,7 +1227,19 @@ class Log:
                 err = self._storage_error(exc, f"truncate fully and start at {offset}")
                 self.abandon()
                 raise err from exc
+            self._clear_producer_state(offset)
             return removed
+
+    def _clear_producer_state(self, offset: int) -> None:
+        """The log restarted empty at ``offset``: no producer is known, no snapshot is valid."""
+        ps = self._producers if self._producers is not None else ProducerStateManager(self.dir, self.io)
+        try:
+            ps.clear(offset)
+        except OSError as exc:  # every old snapshot lies below the new log start: a load skips it
+            ps.producers = {}
+            ps.map_end_offset = offset
+            _logger.warning("%s-%d: removing producer snapshots after restarting at %d failed: %s", self.topic,
+                            self.partition, offset, exc)
 
     @_storage_errors("delete records before")
     def delete_records_before(self, offset: int) -> int:
@@ -1491,20 +1279,6 @@ class Log:
             raise
         if self.epochs.truncate_from_start(self.log_start_offset):
             self._write_epochs()
-
-    def _delete_segments_below(self, offset: int) -> List[int]:
-        deleted = []
-        bases = list(self.segments.keys())
-        for i, base in enumerate(bases[:-1]):
-            if bases[i + 1] <= offset:
-                self.segments[base].delete()  # oldest first: a failure leaves a consistent suffix
-                del self.segments[base]
-                deleted.append(base)
-            else:
-                break
-        if deleted:
-            self.io.fsync_dir(self.dir)
-        return deleted
 
     @_storage_errors("enforce retention")
     def enforce_retention(self, now_ms: Optional[int] = None, *, protect_from: Optional[int] = None) -> List[int]:
@@ -1577,87 +1351,6 @@ class Log:
         if self._logdir is not None:
             self._logdir.set_cleaner_offset((self.topic, self.partition), offset)
 
-    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
-        """An empty ``<base>.log.cleaned`` segment the cleaner writes into (removing a stale one)."""
-        with self._lock:
-            self._ensure_writable()
-            seg = LogSegment(
-                self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                created_ms=self.clock_ms(), suffix=CLEANED_SUFFIX, cache=self._segment_cache,
-            )
-            if seg.size:
-                seg.truncate_to(base_offset)
-            return seg
-
-    def replace_segments(self, new_segments: Sequence[LogSegment], old_bases: Sequence[int]) -> None:
-        """Swap fully written ``.cleaned`` segments in for the segments at ``old_bases``.
-
-        Kafka's LocalLog.replaceSegments, crash-safe at every step:
-
-        1. the new segments (already fsynced by the caller) are renamed
-           ``.cleaned`` -> ``.swap`` and the directory fsynced: from here on,
-           recovery completes the swap (a ``.swap`` file is always complete);
-        2. the old segments are renamed to ``.deleted``, directory fsynced;
-        3. the new segments are renamed to their live names, directory fsynced;
-        4. the old files are unlinked.
-
-        A crash before step 1 leaves the old segments and a ``.cleaned`` file
-        that the next open removes; after it, the next open deletes the live
-        segments the ``.swap`` covers and renames it into place. Either way
-        every offset reads either as it was or as cleaned.
-
-        On an I/O error the log is closed (as a crashed one would be, so the
-        next open runs recovery) and :class:`KafkaStorageError` is raised.
-        The active segment can never be replaced.
-
-        Complexity: O(files renamed). Thread-safety: takes the log's lock.
-        """
-        with self._lock:
-            self._ensure_writable()
-            keys = list(self.segments.keys())
-            if not new_segments or not old_bases:
-                raise InvalidConfigurationError("replace_segments needs new segments and the bases they replace")
-            if keys[-1] in old_bases:
-                raise InvalidConfigurationError(
-                    f"{self.topic}-{self.partition}: the active segment {keys[-1]} cannot be replaced"
-                )
-            first = keys.index(old_bases[0]) if old_bases[0] in self.segments else -1
-            if first < 0 or keys[first : first + len(old_bases)] != list(old_bases):
-                raise InvalidConfigurationError(
-                    f"{self.topic}-{self.partition}: segments {list(old_bases)} are not consecutive segments of the log"
-                )
-            if new_segments[0].base_offset != old_bases[0] or any(
-                not (old_bases[0] <= n.base_offset < keys[first + len(old_bases)]) for n in new_segments
-            ):
-                raise InvalidConfigurationError(
-                    f"{self.topic}-{self.partition}: new segments {[n.base_offset for n in new_segments]} "
-                    f"do not cover the range of {list(old_bases)}"
-                )
-            try:
-                for seg in reversed(new_segments):
-                    seg.change_suffix(SWAP_SUFFIX)
-                self.io.fsync_dir(self.dir)
-                old = [self.segments[b] for b in old_bases]
-                for seg in old:
-                    seg.close()
-                    seg.change_suffix(DELETED_SUFFIX)
-                self.io.fsync_dir(self.dir)
-                for seg in new_segments:
-                    seg.change_suffix("")
-                self.io.fsync_dir(self.dir)
-                for b in old_bases:
-                    del self.segments[b]
-                for seg in new_segments:
-                    self.segments[seg.base_offset] = seg
-                for seg in old:
-                    seg.delete()
-            except OSError as exc:
-                err = self._storage_error(exc, "segment swap")
-                for seg in new_segments:
-                    seg.close()
-                self.abandon()
-                raise err from exc
-
     # --------------------------------------------------------------- metrics
     def metrics(self) -> List["Metric"]:
         """Samples for this partition (labels ``topic``, ``partition``), see pylog.metrics.
@@ -1709,6 +1402,8 @@ class Log:
                     self.active_segment.on_become_inactive()
                     self.flush()
                     self._checkpoint()
+                    if self._producers is not None:
+                        self._snapshot_producer_state(only_if_moved=True)  # Kafka's close: the next load replays nothing
                 clean = True
             except OSError as exc:
                 self._raise_storage_error(exc, "close")
@@ -1727,16 +1422,6 @@ class Log:
                             self._raise_storage_error(exc, "close")
                 if close_error is not None and clean:
                     self._raise_storage_error(close_error, "close")
-
-    def _close_segments(self) -> Optional[OSError]:
-        """Close every segment's files, going on past a failure; returns the first OSError."""
-        first: Optional[OSError] = None
-        for seg in self.segments.values():
-            try:
-                seg.close()
-            except OSError as exc:
-                first = first or exc
-        return first
 
     def abandon(self) -> None:
         """Drop the log as a killed process would: no flush, no checkpoint, no marker.
@@ -1786,8 +1471,11 @@ class Log:
         epochs_ = [e for e, _ in self.epochs.entries]
         assert starts == sorted(set(starts)) and epochs_ == sorted(set(epochs_))
         assert all(s <= self.log_end_offset for s in starts)
+        if self._producers is not None:
+            assert self._producers.map_end_offset == self.log_end_offset, (self._producers.map_end_offset, self)
+            self._producers._check()
 
 
 
-__all__ = ["Log", "LogConfig", "AppendResult", "validate_topic"]
+__all__ = ["Log", "LogConfig", "AppendResult", "validate_topic", "CLEANUP_POLICIES"]
 

@@ -16,8 +16,13 @@ first/last offset, max timestamp). A client batch is then:
   records it. A producer the partition has no state for may start at any
   sequence (its state may have expired), as in Kafka.
 
-Followers call :meth:`ProducerStateManager.update` for every batch they
-replicate, so a new leader deduplicates too.
+The partition's :class:`pylog.storage.log.Log` owns this state, as Kafka's
+``UnifiedLog`` owns its ``ProducerStateManager``: it validates a client batch
+(:meth:`ProducerStateManager.validate`) on a leader append, records every
+batch it writes (:meth:`ProducerStateManager.append`, leader and follower
+alike, so a new leader deduplicates too), snapshots at every roll, reloads
+on truncation and rebuilds from the newest snapshot plus the log after a
+restart. Nothing above storage feeds it.
 
 Snapshot files (Kafka's format, research §2.7), ``<offset:020d>.snapshot`` in
 the partition directory, ``offset`` being the log end offset the state covers
@@ -42,7 +47,7 @@ Complexity: O(1) per batch check/update; snapshot write O(producers); a
 rebuild reads the batch headers after the snapshot.
 Durability: snapshots are written atomically (temp + fsync + rename) through
 the log's :class:`FileIO`; the in-memory state is rebuilt on open.
-Thread-safety: none; the partition's owner drives it from one thread.
+Thread-safety: none; the owning Log calls it under its lock.
 """
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ import logging
 import os
 import struct
 from collections import deque
-from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional
+from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 from pylog._native import crc32c
 from pylog.errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
@@ -71,6 +76,37 @@ _HEADER = struct.Struct(">hIi")
 _ENTRY = struct.Struct(">qhiqiqiq")
 assert _HEADER.size == 10 and _ENTRY.size == 46
 _INT32_MAX = 0x7FFFFFFF
+
+
+class ProducerBatch(NamedTuple):
+    """What the log tells the producer state about one batch it appended (or is about to).
+
+    The log builds one from the batch header it validated (no second parse):
+    :meth:`ProducerStateManager.validate` checks a client batch against it
+    before the write, :meth:`ProducerStateManager.append` records it after.
+    ``attributes`` carries the header's transactional (0x10) and control
+    (0x20) bits: an ongoing-transaction table, the last stable offset and
+    the aborted-transaction index will read them here, in these two calls,
+    without a new shape (today both ignore them; a control batch has no
+    base sequence, so it changes nothing).
+    """
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    attributes: int = 0
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.base_sequence + self.last_offset - self.base_offset) & _INT32_MAX
+
+    @property
+    def is_idempotent(self) -> bool:
+        """The batch carries a producer id and a sequence (what the state tracks)."""
+        return self.producer_id >= 0 and self.base_sequence >= 0
 
 
 class BatchMetadata(NamedTuple):
@@ -208,6 +244,41 @@ class ProducerStateManager:
                 f"expected {0 if last == _INT32_MAX else last + 1}")
         return None
 
+    def validate(self, batch: ProducerBatch) -> Optional[BatchMetadata]:
+        """A leader's check of a client batch before it is written (Kafka's
+        ``analyzeAndValidateProducerState`` for origin CLIENT): the retained
+        :class:`BatchMetadata` when it is a duplicate (do not write it; answer
+        with those offsets), None when it may be written. A batch without a
+        producer id or sequence is never a duplicate. Raises
+        InvalidProducerEpochError or OutOfOrderSequenceError. Complexity: O(1).
+        """
+        if batch.producer_id < 0 or batch.base_sequence < 0:
+            return None
+        return self.check(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+
+    def append(self, batches: Iterable[ProducerBatch], end_offset: int) -> None:
+        """Record batches the log has just written (leader or follower), in log order, and move
+        ``map_end_offset`` to ``end_offset`` (the new log end). Complexity: O(batches)."""
+        update = self.update
+        for pid, epoch, seq, base, last, ts, _attributes in batches:
+            if pid >= 0 and seq >= 0:
+                update(pid, epoch, seq, (seq + last - base) & _INT32_MAX, base, last, ts)
+        if end_offset > self.map_end_offset:
+            self.map_end_offset = end_offset
+
+    def keep_below(self, end_offset: int) -> None:
+        """Last resort when the log cannot be read back: forget every retained batch at or above
+        ``end_offset`` (and producers left with none); ``map_end_offset`` becomes ``end_offset``.
+        Deduplication may then miss a batch below it, never invent one. Complexity: O(producers)."""
+        for pid in list(self.producers):
+            entry = self.producers[pid]
+            kept = [b for b in entry.batches if b.last_offset < end_offset]
+            entry.batches.clear()
+            entry.batches.extend(kept)
+            if not kept:
+                del self.producers[pid]
+        self.map_end_offset = end_offset
+
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
                last_offset: int, timestamp: int) -> None:
         """Record an appended (or replicated) batch; a newer epoch replaces the producer's batches."""
@@ -289,7 +360,7 @@ class ProducerStateManager:
                 self._delete_snapshot(off)
 
     def load(self, log_start_offset: int, log_end_offset: int,
-             read_infos: Callable[[int, int], List[object]]) -> None:
+             read_infos: Callable[[int, int], Sequence[object]]) -> None:
         """Rebuild: the newest valid snapshot at or below ``log_end_offset``, then replay the log after it.
 
         ``read_infos(start, end)`` returns the :class:`BatchInfo` of the batches in
@@ -319,7 +390,7 @@ class ProducerStateManager:
         self.map_end_offset = log_end_offset
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int,
-                            read_infos: Callable[[int, int], List[object]]) -> None:
+                            read_infos: Callable[[int, int], Sequence[object]]) -> None:
         """After the log was truncated to ``log_end_offset``: drop later snapshots, rebuild."""
         self.delete_snapshots_above(log_end_offset)
         self.load(log_start_offset, log_end_offset, read_infos)
@@ -341,7 +412,7 @@ class ProducerStateManager:
 
 
 __all__ = [
-    "ProducerStateManager", "ProducerEntry", "BatchMetadata", "NUM_BATCHES_TO_RETAIN", "encode_snapshot",
+    "ProducerStateManager", "ProducerBatch", "ProducerEntry", "BatchMetadata", "NUM_BATCHES_TO_RETAIN", "encode_snapshot",
     "decode_snapshot", "snapshot_name", "in_sequence", "last_sequence", "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS",
 ]

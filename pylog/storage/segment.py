@@ -33,14 +33,14 @@ import os
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from pylog._native.index import LOOKUP_CACHE_BATCHES, LookupCache, MappedLog, SegmentState
+from pylog._native.index import LOOKUP_CACHE_BATCHES, LookupCache, MappedLog, SegmentState, index_check
 from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError, PylogError
 from pylog.record import LOG_OVERHEAD, BatchInfo, Record, RecordBatch, scan
 from pylog.record.codec import decode_headers
 from pylog.record.framing import base_offset_of, batch_length_of, find_batch
 from pylog.record.types import status_reason
 from pylog.storage.fileio import FileIO
-from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.index import OffsetIndex, TimeIndex, offset_entry_at, time_entry_at
 from pylog.storage.segment_cache import SegmentCache, tick
 
 log = logging.getLogger("pylog.storage")
@@ -108,6 +108,7 @@ class SegmentRecovery(NamedTuple):
     truncated_bytes: int
     batches: List[BatchInfo]
     reason: str  # "" when the whole segment was valid
+    start_position: int = 0  # where the scan started (0: the whole segment; see LogSegment.recover)
 
 
 class LogSegment:
@@ -584,12 +585,10 @@ class LogSegment:
         return None
 
     # ---- point lookup --------------------------------------------------------
-    def _mapped(self) -> Any:  # a cffi pointer or None (cffi has no types)
-        """The raw C pointer of :meth:`_mapped_log` (None when there is none), for
-        :meth:`pylog.storage.log.Log._fetch_tail` until it scans through :mod:`pylog.record`;
-        nothing else may use it."""
-        mapped = self._mapped_log()
-        return None if mapped is None else mapped.ptr
+    def mapped_log(self) -> Optional[MappedLog]:
+        """:meth:`_mapped_log` for the log's tail fetch (:meth:`pylog.storage.local_log.LocalLog._fetch_tail`):
+        the caller holds the log's lock and copies out what it needs before releasing it."""
+        return self._mapped_log()
 
     def _mapped_log(self) -> Optional[MappedLog]:
         """A read-only map of the .log; None for an empty or read-only segment.
@@ -724,35 +723,57 @@ class LogSegment:
         return self._lookups.stats()
 
     # ---- recovery / truncation -------------------------------------------------
-    def recover(self, *, truncate: bool = True) -> SegmentRecovery:
+    def recover(self, *, truncate: bool = True, from_offset: Optional[int] = None) -> SegmentRecovery:
         """Validate every batch (size, magic, CRC, increasing offsets), rebuild both
         indexes, and truncate the file after the last valid batch.
+
+        ``from_offset`` (the log's recovery point: every batch below it, and the
+        index entries for them, were fsynced) starts the scan at the offset-index
+        entry at or below it instead of at byte 0, keeping the index entries up
+        to that one (:meth:`_recovery_start` says when it may, and checks the
+        entry against the ``.log``); otherwise, and when the entry does not
+        check out, the whole segment is scanned.
 
         With ``truncate=False`` invalid bytes are not cut: the file is left as
         it is and :class:`CorruptRecordError` raised naming it, the position
         and the reason (the segment is then unusable until reopened).
 
-        Complexity: O(segment bytes). Durability: truncation and index rebuilds
-        are written but not fsynced; the caller flushes.
+        Complexity: O(segment bytes), or O(bytes from the index entry at or below
+        ``from_offset``) + O(index entries after it). Durability: truncation and
+        index rebuilds are written but not fsynced; the caller flushes.
         """
         self._drop_map()
         self.recent_starts.clear()
         self._dirty = True
         # The indexes are rebuilt aside and replace the old ones only once the scan is
         # done: a refused segment (truncate=False) keeps its index files as they were.
-        offset_entries = bytearray()
-        time_entries = bytearray()
-        st = self._state
-        st.size = 0
-        st.bytes_since_last_index_entry = 0
-        st.max_timestamp_so_far = -1
-        st.offset_of_max_timestamp = self.base_offset
-        st.last_index_offset = self.base_offset - 1
-        st.last_time_index_timestamp = -1
-        st.last_time_index_offset = self.base_offset
-        self.first_batch_timestamp = None
         file_size = self.io.size(self.fd)
-        pos = 0
+        start = self._recovery_start(from_offset, file_size)
+        st = self._state
+        st.bytes_since_last_index_entry = 0
+        self.first_batch_timestamp = None
+        if start is None:
+            offset_entries, time_entries, start_position = bytearray(), bytearray(), 0
+            kept = (0, 0)
+            st.size = 0
+            st.max_timestamp_so_far = -1
+            st.offset_of_max_timestamp = self.base_offset
+            st.last_index_offset = self.base_offset - 1
+            st.last_time_index_timestamp = -1
+            st.last_time_index_offset = self.base_offset
+        else:
+            # The state just before the batch of the kept entry was appended, with its entries
+            # already made (so the rescan of that batch adds none: bytes_since_last_index_entry 0).
+            start_position, entry_offset, offset_entries, time_entries = start
+            kept = (len(offset_entries), len(time_entries))  # already in the files: only cut after them
+            st.size = start_position
+            st.last_index_offset = entry_offset
+            ts, toff = ((-1, self.base_offset) if not time_entries else
+                        time_entry_at(time_entries, len(time_entries) // 12 - 1))
+            toff = toff + self.base_offset if time_entries else toff
+            st.max_timestamp_so_far = st.last_time_index_timestamp = ts
+            st.offset_of_max_timestamp = st.last_time_index_offset = toff
+        pos = start_position
         batches: List[BatchInfo] = []
         reason = ""
         while pos < file_size:
@@ -776,7 +797,7 @@ class LogSegment:
                     offset_entries += idx_entry
                 if time_entry is not None:
                     time_entries += time_entry
-                if self.first_batch_timestamp is None:
+                if self.first_batch_timestamp is None and not start_position:
                     self.first_batch_timestamp = info.max_timestamp
                 batches.append(info._replace(position=pos + info.position))
             if reason:
@@ -799,15 +820,83 @@ class LogSegment:
                 f"log here, deleting every later segment",
                 path=self.log_path, position=valid,
             )
-        self.offset_index.replace_entries(offset_entries)
-        self.time_index.replace_entries(time_entries)
+        self.offset_index.replace_entries(offset_entries, kept[0])
+        self.time_index.replace_entries(time_entries, kept[1])
         if truncated:
             self.io.truncate(self.fd, valid)
             if not reason:
                 reason = "bytes after the last valid batch"
         self._indexes_ready = True
-        self.verified_bytes = valid
-        return SegmentRecovery(valid, truncated, batches, reason)
+        self.verified_bytes = valid if not start_position else 0  # the kept prefix was not CRC-checked here
+        return SegmentRecovery(valid, truncated, batches, reason, start_position)
+
+    def _recovery_start(self, from_offset: Optional[int],
+                        file_size: int) -> Optional[Tuple[int, int, bytearray, bytearray]]:
+        """Where :meth:`recover` may start when every batch below ``from_offset`` is durable:
+        ``(position, offset, offset entries to keep, time entries to keep)`` for the newest
+        offset-index entry below ``from_offset``, or None (scan the whole segment).
+
+        The index files are read raw: their entries past ``from_offset`` were written after the
+        last fsync and may be missing, stale or torn, so the walk back from the end over them
+        only looks for the newest entry below ``from_offset``; the kept prefixes must then pass
+        the C index check, and the kept entry must point at a CRC-valid batch whose last offset
+        is the entry's offset. Anything else returns None. Complexity: O(index entries past
+        ``from_offset``) + O(kept entries) in C + one batch read.
+        """
+        base = self.base_offset
+        if from_offset is None or from_offset <= base or self.read_only:
+            return None
+        try:
+            idx = self.io.read_file(self.offset_index.path)
+            tidx = self.io.read_file(self.time_index.path)
+        except OSError:
+            return None
+        # Candidates: entries below from_offset that follow the one before them (zeros or stale
+        # bytes of a torn tail do not), newest first; the first whose batch and kept prefixes
+        # check out is the start. A few tries, then the whole segment.
+        k = len(idx) // 8 - 1
+        tries = 0
+        while k >= 0 and tries < 8:
+            rel, pos = offset_entry_at(idx, k)
+            if 0 <= rel < from_offset - base and pos > 0 and (k == 0 or all(a > b for a, b in zip(
+                    (rel, pos), offset_entry_at(idx, k - 1)))):
+                tries += 1
+                start = self._checked_start(idx, tidx, k, base + rel, pos, file_size)
+                if start is not None:
+                    return start
+            k -= 1
+        return None
+
+    def _checked_start(self, idx: bytes, tidx: bytes, k: int, offset: int, pos: int,
+                       file_size: int) -> Optional[Tuple[int, int, bytearray, bytearray]]:
+        """:meth:`_recovery_start`'s check of offset-index entry ``k`` = (``offset``, ``pos``)."""
+        base = self.base_offset
+        head = self.io.pread(self.fd, 12, pos)
+        if len(head) < 12:
+            return None
+        length = batch_length_of(head)
+        if length <= 0 or pos + 12 + length > file_size:
+            return None
+        found = scan(self.io.pread(self.fd, length + 12, pos), verify_crc=True, max_batches=1)
+        if not found.batches or found.batches[0].last_offset != offset or found.batches[0].base_offset < base:
+            return None
+        j = len(tidx) // 12 - 1
+        while j >= 0:
+            ts, trel = time_entry_at(tidx, j)
+            if 0 <= trel <= offset - base:  # a time entry is only made when the timestamp grew
+                if j == 0:
+                    break
+                prev_ts, prev_rel = time_entry_at(tidx, j - 1)
+                if ts > prev_ts and trel >= prev_rel:
+                    break
+            j -= 1
+        keep, tkeep = bytearray(idx[: 8 * (k + 1)]), bytearray(tidx[: 12 * (j + 1)])
+        for data, is_time, path in ((keep, False, self.offset_index.path), (tkeep, True, self.time_index.path)):
+            try:
+                index_check(data, is_time, file_size, path)
+            except CorruptIndexError:
+                return None
+        return pos, offset, keep, tkeep
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns bytes removed.

@@ -77,7 +77,7 @@ def test_a_failed_follower_append_leaves_a_prefix_of_the_leader_with_matching_st
         assert leo in boundaries
         assert records_equal_below(leader.log, follower.log, leo) is None
         model = ProducerStateManager(os.path.join(tmp, "model"))
-        model.update_from_infos(leader._read_infos(0, leo))
+        model.update_from_infos(leader.log.read_batch_infos(0, leo))
         assert _producers(follower.producer_state) == _producers(model)
         assert follower.producer_state.map_end_offset == leo
         if follower.follower_state == FETCHING:

@@ -7,8 +7,8 @@ goes to the general path (``_append_one`` for one batch, else ``scan`` +
 ``_append_validated``), the code every follower append took before. Two logs get the
 same chunks - one with the fast path, one with it switched off - and must
 end with the same bytes, offsets, epoch cache, results and errors; the
-headers handed to the follower's producer state must be what the pure-Python
-decoder reads from each batch.
+producer state each log records from the batches it wrote must be what a
+model fed with the headers each batch was encoded with holds.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pylog
 from pylog.errors import PylogError
 from pylog.storage.log import Log
 from pylog.record import encode_batch
+from pylog.storage.producer_state import ProducerBatch, ProducerStateManager
 
 #: one batch: (records, value size, leader epoch, producer id, timestamp)
 batch_st = st.tuples(st.integers(1, 5), st.integers(0, 300), st.integers(0, 3), st.sampled_from([-1, 7, 9]),
@@ -47,13 +48,20 @@ def _encode(base: int, batches: List[Tuple[int, int, int, int, int]], seqs: dict
     return out, model
 
 
-def _append(log: Log, data: bytes) -> Tuple[Optional[tuple], List[tuple], Optional[Tuple[type, str]]]:
-    headers: List[tuple] = []
+def _append(log: Log, data: bytes) -> Tuple[Optional[tuple], Optional[Tuple[type, str]]]:
     try:
-        res = log.append_batches(data, assign_offsets=False, headers_out=headers)
+        res = log.append_batches(data, assign_offsets=False)
     except PylogError as exc:
-        return None, headers, (type(exc), str(exc))
-    return tuple(res), headers, None
+        return None, (type(exc), str(exc))
+    return tuple(res), None
+
+
+def _producers(ps: ProducerStateManager) -> dict:
+    return {pid: (e.epoch, list(e.batches)) for pid, e in ps.producers.items()}
+
+
+def _feed(model: ProducerStateManager, headers: List[tuple]) -> None:
+    model.append([ProducerBatch(*h) for h in headers], headers[-1][4] + 1)
 
 
 def _file_bytes(log: Log) -> List[bytes]:
@@ -71,31 +79,40 @@ def test_fast_and_general_follower_appends_agree(segment_bytes: int, chunks) -> 
         # the same partition name in two directories, so that error messages compare equal
         fast = Log.open(os.path.join(d, "a", "t-0"), **kw)
         slow = Log.open(os.path.join(d, "b", "t-0"), **kw)
-        slow._append_fetched = lambda data, headers_out: None  # type: ignore[method-assign]
+        slow._append_fetched = lambda data: None  # type: ignore[method-assign]
+        model = ProducerStateManager(os.path.join(d, "model"))
+        fast.producer_state, slow.producer_state  # loaded: both logs record their producers from here on
         seqs: dict = {}
         for batches, gap, damage in chunks:
             base = max(0, fast.log_end_offset + gap)
-            data, model = _encode(base, batches, seqs)
+            data, headers = _encode(base, batches, seqs)
             if damage is not None:
                 i = 8 + int(damage * (len(data) - 8))  # past the base offset (a damaged one is a gap)
                 data = data[:i] + bytes([data[i] ^ 0x20]) + data[i + 1:]
+            end_before = fast.log_end_offset
             got = _append(fast, data)
             want = _append(slow, data)
-            if want[2] is not None:
-                want = (want[0], want[1], (want[2][0], want[2][1].replace(slow.dir, fast.dir)))
-            # (the general path reports headers only for chunks it scans, not for one batch)
-            assert (got[0], got[2]) == (want[0], want[2]), (got, want)
-            res, headers, err = got
-            if err is not None:
-                assert headers == []  # nothing appended, nothing reported
-            elif damage is None:
-                assert headers == model
-                assert res[0] == model[0][3] and res[1] == model[-1][4]
-                assert res[4] == res[1] - res[0] + 1
+            if want[1] is not None:
+                want = (want[0], (want[1][0], want[1][1].replace(slow.dir, fast.dir)))
+            assert got == want, (got, want)
+            res, err = got
+            # What landed (all, or after an error the runs of a split append before the failing
+            # one) is in the producer state; nothing else is.
+            landed = [h for h in headers if end_before <= h[3] and h[4] < fast.log_end_offset]
+            if landed:
+                _feed(model, landed)
+            if err is None:
+                assert len(landed) == len(headers) or damage is not None
+                if damage is None:
+                    assert res[0] == headers[0][3] and res[1] == headers[-1][4]
+                    assert res[4] == res[1] - res[0] + 1
+            assert _producers(fast.producer_state) == _producers(slow.producer_state) == _producers(model)
+            assert fast.producer_state.map_end_offset == slow.producer_state.map_end_offset == fast.log_end_offset
             assert fast.log_end_offset == slow.log_end_offset
             assert fast.epochs.entries == slow.epochs.entries
             assert _file_bytes(fast) == _file_bytes(slow)
             fast._check()
+            slow._check()
         fast.close()
         slow.close()
 
@@ -105,11 +122,13 @@ def test_a_multi_batch_fetch_takes_the_fast_path(tmp_path) -> None:
     log = pylog.Log.open(os.path.join(tmp_path, "t-0"))
     calls: List[int] = []
     real = log._append_fetched
-    log._append_fetched = lambda data, h: calls.append(1) or real(data, h)  # type: ignore[method-assign]
-    data, model = _encode(0, [(3, 10, 0, 7, 0), (2, 10, 1, 7, 1)], {})
-    headers: List[tuple] = []
-    res = log.append_batches(data, assign_offsets=False, headers_out=headers)
-    assert calls == [1] and headers == model
+    log._append_fetched = lambda data: calls.append(1) or real(data)  # type: ignore[method-assign]
+    data, headers = _encode(0, [(3, 10, 0, 7, 0), (2, 10, 1, 7, 1)], {})
+    model = ProducerStateManager(os.path.join(tmp_path, "model"))
+    _feed(model, headers)
+    log.producer_state  # loaded: the append records its producers
+    res = log.append_batches(data, assign_offsets=False)
+    assert calls == [1] and _producers(log.producer_state) == _producers(model)
     assert (res.base_offset, res.last_offset, res.records_count) == (0, 4, 5)
     assert log.epochs.entries == [(0, 0), (1, 3)]
     assert [r.offset for r in log.read(0)] == [0, 1, 2, 3, 4]

@@ -64,7 +64,7 @@ def _two_logs(root: str) -> Tuple[Log, Log]:
     """The log under test and its twin with the one-batch short cut switched off."""
     fast = Log.open(os.path.join(root, "a", "t-0"), segment_bytes=700, index_interval_bytes=64)
     slow = Log.open(os.path.join(root, "b", "t-0"), segment_bytes=700, index_interval_bytes=64)
-    slow._append_one = lambda buf, assign, epoch: None  # type: ignore[method-assign]
+    slow._append_one = lambda buf, assign, epoch, client=None: None  # type: ignore[method-assign]
     return fast, slow
 
 

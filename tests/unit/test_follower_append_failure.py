@@ -61,7 +61,7 @@ def _follower(path: str, io: FileIO, **config: object) -> Partition:
 def _expected_producers(leader: Partition, end: int, tmp_path) -> Dict[int, List[object]]:
     """The producer state a replica holding exactly ``[0, end)`` of the leader's log must have."""
     model = ProducerStateManager(os.path.join(tmp_path, "model"))
-    model.update_from_infos(leader._read_infos(0, end))
+    model.update_from_infos(leader.log.read_batch_infos(0, end))
     return {pid: list(e.batches) for pid, e in model.producers.items()}
 
 
@@ -110,7 +110,7 @@ def test_a_disk_failing_at_any_point_of_a_split_append_leaves_a_consistent_follo
     req = FetchRequest(1, "t", 0, 0, 0, 1)
     resp, _ = leader.handle_fetch(req, 0)
     outcomes = set()
-    for k in range(40):
+    for k in range(48):  # every write or fsync of the split append (each roll also snapshots)
         disk = SimulatedDiskIO()
         follower = _follower(os.path.join(tmp_path, f"{what}{k}", "t-0"), disk, segment_bytes=1024,
                              flush_messages=1 if what == "fsync" else None)
@@ -198,8 +198,10 @@ def test_a_failing_restart_of_the_log_after_offset_out_of_range_stops_fetching(t
 
 
 def test_when_the_landed_headers_cannot_be_read_back_the_producer_state_still_matches_the_log_end(tmp_path) -> None:
-    """The last resort of the reconciliation: the disk fails reads too (SimulatedDiskIO cannot, so the
-    replica's header reader is made to fail): producer entries stay below the log end, nothing raises."""
+    """The disk fails reads too (SimulatedDiskIO cannot, so the log's header reader is made to fail).
+    The runs that landed are in the producer state all the same: the log recorded them as it wrote
+    them, with no read-back. A truncation whose reload cannot read the log back (the last resort)
+    keeps only entries below the new log end. Nothing raises."""
     leader = _leader(tmp_path, big_last=True)
     follower = _follower(os.path.join(tmp_path, "f", "t-0"), FileIO(), segment_bytes=1024)
     req = FetchRequest(1, "t", 0, 0, 0, 1)
@@ -208,9 +210,18 @@ def test_when_the_landed_headers_cannot_be_read_back_the_producer_state_still_ma
     def unreadable(start: int, end: int):
         raise KafkaStorageError(errno.EIO, f"read of {follower.log.dir} [{start}, {end}) failed")
 
-    follower._read_infos = unreadable  # type: ignore[method-assign]
+    follower.log.read_batch_infos = unreadable  # type: ignore[method-assign]
     assert follower.on_fetch_response(req, resp, 0) == 0
     assert follower.follower_state == FAILED and 0 < follower.log_end_offset < leader.log_end_offset
     assert follower.producer_state.map_end_offset == follower.log_end_offset
-    assert _producers(follower) == {}  # nothing known before the append, nothing readable after it
+    assert _producers(follower) == _expected_producers(leader, follower.log_end_offset, tmp_path) != {}
+    follower._check()
+    before = _producers(follower)
+    cut = follower.log_end_offset - 1
+    follower.log.truncate_to(cut)  # the reload cannot read the log: entries below the new end stay
+    leo = follower.log_end_offset
+    assert leo <= cut and follower.producer_state.map_end_offset == leo
+    after = _producers(follower)
+    assert all(b.last_offset < leo and b in before[pid] for pid, bs in after.items() for b in bs)
+    assert any(b.last_offset >= leo for bs in before.values() for b in bs)  # something was above the cut
     follower._check()

@@ -1,8 +1,8 @@
 """The follower's side of a fetch round (``Partition.on_fetch_response``) on multi-batch chunks.
 
-The follower appends what it fetched in one pass (``Log.append_batches`` with
-``headers_out``) and builds its producer state from the headers that pass
-read; these tests hold the result to what the leader has.
+The follower appends what it fetched in one pass (``Log.append_batches``), and
+the log records the batches' producer ids in its producer state from the
+headers that pass read; these tests hold the result to what the leader has.
 """
 from __future__ import annotations
 

@@ -198,14 +198,9 @@ def test_the_facades_and_the_client_interface_form_no_circle() -> None:
         assert "pylog.runtime.cluster_context" in reachable(edges, client)
 
 
-#: Private names still imported across modules, being removed by other work of issue 15 (the
-#: ``pylog/record/`` floor gives the record format public names; the consumer split moves the
-#: group-instance-id check). An entry that disappears is fine; a new one fails the test below.
-PRIVATE_IMPORT_ALLOWLIST: Set[Tuple[str, str, str]] = {
-    # storage/log.py's fetched-data scan reads the C batch-info rows directly (until it scans via pylog.record)
-    ("pylog.storage.log", "pylog._native.batch", "_INFO_LAYOUT"),
-    ("pylog.storage.log", "pylog._native.batch", "_INFO_ORDER"),
-}
+#: Private names imported across modules on purpose: none (issue 15 gave the record format, the
+#: group-instance-id check and the cluster seam public names). A new one fails the test below.
+PRIVATE_IMPORT_ALLOWLIST: Set[Tuple[str, str, str]] = set()
 
 
 def private_imports(path: pathlib.Path, name: str, modules: Set[str]) -> List[Tuple[str, str, int]]:
@@ -250,14 +245,10 @@ def test_checker_sees_private_imports(tmp_path: pathlib.Path) -> None:
                  "def f():\n    from .b import _other\n")
     found = private_imports(a, "pylog.a", {"pylog.a", "pylog.b", "pylog._native"})
     assert found == [("pylog.b", "_helper", 1), ("pylog.b", "_other", 4)]
-#: Modules still using ``ffi``/``lib`` while another change splits them (issue 15 item 3): the
-#: lead converts them to pylog._native/pylog.record calls after merging and empties this set.
-FFI_ALLOWLIST = {
-    "pylog.storage.log",
-    "pylog.storage.loader",
-    "pylog.storage.producer_state",
-    "pylog.replication.partition",
-}
+
+
+#: Modules outside ``pylog/_native/`` allowed to use ``ffi``/``lib``: none (issue 15 item 2).
+FFI_ALLOWLIST: Set[str] = set()
 
 
 def ffi_uses(path: pathlib.Path) -> List[Tuple[str, int]]:
