@@ -56,6 +56,9 @@ class _Index:
         self._write_at = PENDING_ENTRIES * self.entry_size
         #: the file may hold stale entries past ``_written`` (a cut that failed): cut before the next write
         self._stale_tail = False
+        #: the file may hold bytes no fsync of this object covered (loaded from a file another object or
+        #: process wrote, e.g. closed without a flush): the next flush fsyncs even with nothing pending
+        self._unsynced = False
 
     # -- loading ------------------------------------------------------------
     def load(self, log_size: int) -> None:
@@ -69,6 +72,7 @@ class _Index:
         self._written = len(data)
         self._write_at = len(data) + PENDING_ENTRIES * self.entry_size
         self._stale_tail = False
+        self._unsynced = bool(data) and not self.read_only
 
     @property
     def loaded(self) -> bool:
@@ -182,8 +186,11 @@ class _Index:
     def flush(self) -> None:
         """Write the pending entries and fsync the file. Durability: every entry survives power loss."""
         self.write_pending()
+        if self._fd is None and self._unsynced:
+            self._ensure_fd()  # entries written before this object loaded the file may not be synced yet
         if self._fd is not None:
             self.io.fsync(self._fd)
+            self._unsynced = False
 
     def close(self) -> None:
         """Write the pending entries (no fsync), best effort, and close the file.

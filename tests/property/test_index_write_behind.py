@@ -202,3 +202,24 @@ def test_real_file_io_gives_the_same_file(tmp_path) -> None:
         idx.close()
     finally:
         index_mod.PENDING_ENTRIES = old
+
+
+@pytest.mark.parametrize("kind", [OffsetIndex, TimeIndex])
+def test_flush_after_reopen_syncs_what_a_close_wrote(tmp_path, kind) -> None:
+    """The case hypothesis once found (append, reopen, flush, power loss): close() writes the
+    pending entries without an fsync, so the reopened index's first flush must fsync the file
+    although nothing is pending in it - else a flush "succeeds" and the entries are lost."""
+    io = SimulatedDiskIO()
+    path = str(tmp_path / ("00000000000000001000" + (".index" if kind is OffsetIndex else ".timeindex")))
+    io.close(io.open(path))
+    io.fsync_dir(str(tmp_path))  # the file's name is durable, as a segment roll makes it
+    idx = kind(io, path, BASE)
+    idx.load(10**9)
+    idx.append_raw(_entry(kind, 0))
+    idx.close()  # written, not synced
+    again = kind(io, path, BASE)
+    again.load(10**9)
+    again.flush()  # the caller's durability point: every entry survives power loss from here
+    again.close()
+    io.crash()
+    assert _file(path) == _entry(kind, 0)
