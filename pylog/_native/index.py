@@ -96,6 +96,11 @@ class SegmentState:
     last_time_index_timestamp = _state_field("last_time_index_timestamp")
     last_time_index_offset = _state_field("last_time_index_offset")
 
+    @property
+    def address(self) -> int:
+        """The address of the ``plg_segment_state_t`` (valid while this object lives)."""
+        return int(ffi.cast("uintptr_t", self._st))
+
     def __init__(self) -> None:
         self._st = ffi.new("plg_segment_state_t *")
         self._idx = ffi.new("uint8_t[8]")
@@ -160,6 +165,11 @@ _point_lookup: Any = None
 if sendpath_module is not None:
     _point_lookup = sendpath_module.point_lookup
     sendpath_module.set_lookup_function(int(ffi.cast("uintptr_t", ffi.addressof(lib, "plg_lookup_cached"))))
+
+#: The send-path extension's ``PointReader`` type, or None without it: a segment's point lookup bound
+#: to its map, lookup cache and state, called as ``reader(offset)`` with no Python frame (see
+#: :meth:`pylog.storage.segment.LogSegment.lookup_record` and ``sendpath.c``).
+PointReader: Any = sendpath_module.PointReader if sendpath_module is not None else None
 
 
 class MappedLog:

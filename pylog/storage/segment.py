@@ -33,7 +33,7 @@ import os
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from pylog._native.index import LOOKUP_CACHE_BATCHES, LookupCache, MappedLog, SegmentState, index_check
+from pylog._native.index import LOOKUP_CACHE_BATCHES, LookupCache, MappedLog, PointReader, SegmentState, index_check
 from pylog.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError, PylogError
 from pylog.record import LOG_OVERHEAD, BatchInfo, Record, RecordBatch, scan
 from pylog.record.codec import decode_headers
@@ -642,6 +642,9 @@ class LogSegment:
         self._lookups = None  # its finalizer frees the C cache (plg_lookup_cache_free)
 
     def _unmap(self) -> None:
+        reader = self.__dict__.pop("lookup_record", None)  # the PointReader bound to this map (lookup_record)
+        if reader is not None:
+            reader.close()  # a reference kept elsewhere now takes the method, never the old map
         if self._map_finalizer is not None:
             self._map_ptr = None
             self._map_finalizer()  # munmap, once
@@ -709,6 +712,11 @@ class LogSegment:
         if point is not None:
             got = point(size, idx, self.base_offset, offset, self.verified_bytes, cache.address, Record)
             if type(got) is not int:
+                if PointReader is not None and "lookup_record" not in self.__dict__:
+                    # later calls skip this frame: the reader does the above in C (sendpath.c)
+                    self.__dict__["lookup_record"] = PointReader(
+                        self, self._state.address, self._state, self.offset_index, mapped.address, self._map_len,
+                        self.base_offset, cache, cache.address, Record, tick, LogSegment.lookup_record)
                 return got  # type: ignore[no-any-return]  # the record, or None: not here
             return mapped.lookup_record(size, idx, self.base_offset, offset,  # type: ignore[no-any-return]
                                         self.verified_bytes, cache, Record, decode_headers, self.log_path, got)

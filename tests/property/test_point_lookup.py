@@ -90,6 +90,9 @@ def test_every_offset_before_and_after_reopen_and_truncation(batches, segment_by
             offsets = list(range(len(model)))
             rnd.shuffle(offsets)
             _check_get(log, model, offsets)
+            if any(codec or any(not h for _, _, h in recs) for recs, codec in batches):
+                # the later reads went through a segment's C PointReader (sendpath.c), not only the method
+                assert any(_reader_of(s) is not None for s in log.segments.values())
             _check_get(log, model, offsets[: len(offsets) // 2])  # cached batches
             _check_read(log, model, rnd.randrange(len(model)), max_bytes)
         finally:
@@ -242,5 +245,50 @@ def test_records_of_bytes_and_ints_are_not_tracked_by_the_cycle_collector(tmp_pa
         assert all(gc.is_tracked(r) for r in recs if r.headers)  # a header list/tuple could hold anything
         del recs, plain
         gc.collect()  # untracked records are still freed by reference counting
+    finally:
+        log.close()
+
+
+def _reader_of(seg):
+    """The PointReader a segment installed as its lookup_record (sendpath.c), or None."""
+    r = seg.__dict__.get("lookup_record")
+    return r if type(r).__name__ == "PointReader" else None
+
+
+def test_get_goes_through_the_segment_reader_and_a_kept_reader_follows_the_map(tmp_path) -> None:
+    """The C PointReader a segment installs after its first point read answers later reads; it is
+    closed and replaced when the map goes (truncation, a remap when the file outgrows the map), so a
+    reference kept to an old one answers through the method, from the current bytes, never the old map."""
+    from pylog._native import index as native_index
+
+    assert native_index.PointReader is not None, "the send-path extension is built in this environment"
+    log = pylog.Log.open(tmp_path / "t-0")
+    try:
+        log.append([b"a%d" % i for i in range(300)])
+        log.append([b"b%d" % i for i in range(300)])
+        seg = log.segments.values()[0]
+        assert _reader_of(seg) is None
+        assert log.get(5).value == b"a5"
+        kept = _reader_of(seg)
+        assert kept is not None
+        before = seg.lookup_stats()["hits"]
+        assert log.get(450).value == b"b150" and kept(299).value == b"a299"
+        assert seg.lookup_stats()["hits"] == before + 1  # the reader's calls go through the same cache
+        assert kept(600) is None and kept(-1) is None
+        log.truncate_to(300)  # the map is dropped: the reader is closed
+        assert _reader_of(seg) is None
+        log.append([b"c%d" % i for i in range(300)])
+        assert kept(450).value == b"c150"  # the method, over the new bytes
+        assert log.get(450).value == b"c150" and _reader_of(seg) not in (None, kept)
+        # Grow the file past the map's headroom: the next read remaps and installs a new reader.
+        second = _reader_of(seg)
+        big = b"x" * 1000
+        while seg.size < 2 * (1 << 20) + 4096:
+            log.append([big] * 100)
+        end = log.log_end_offset
+        assert second(end - 1) == log.read(end - 1, 1 << 20).__next__()
+        assert log.get(end - 1).value == big and _reader_of(seg) not in (None, second)
+        with pytest.raises(TypeError):
+            second()  # type: ignore[call-arg]
     finally:
         log.close()

@@ -1003,6 +1003,55 @@ static PyObject *set_lookup_function(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* The record plg_lookup_cached found (rc PLG_OK, *ref filled) as cls(value, key, (), timestamp,
+ * offset, timestamp_type), one object per field; None for a control batch's record; 1 when the record
+ * has headers (the caller decodes it the general way); PLG_ECORRUPT (an int) for a position past
+ * size. offset_obj becomes the record's offset field. */
+static PyObject *record_of(const uint8_t *log, uint64_t size, const plg_record_ref_t *ref, PyObject *offset_obj,
+                           PyObject *cls) {
+    if (ref->attributes & PLG_ATTR_CONTROL) Py_RETURN_NONE;
+    if (ref->header_count != 0) return PyLong_FromLong(1);
+    /* The C core checked every position against size; check again before copying out. */
+    if ((ref->value_len > 0 && (ref->value_pos > size || (uint64_t)ref->value_len > size - ref->value_pos)) ||
+        (ref->key_len > 0 && (ref->key_pos > size || (uint64_t)ref->key_len > size - ref->key_pos)))
+        return PyLong_FromLong(PLG_ECORRUPT);
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *value = NULL, *key = NULL, *ts = NULL, *tst = NULL, *empty = NULL;
+    if (ref->value_len >= 0) {
+        value = PyBytes_FromStringAndSize((const char *)log + ref->value_pos, ref->value_len);
+    } else {
+        value = Py_None;
+        Py_INCREF(value);
+    }
+    if (ref->key_len >= 0) {
+        key = PyBytes_FromStringAndSize((const char *)log + ref->key_pos, ref->key_len);
+    } else {
+        key = Py_None;
+        Py_INCREF(key);
+    }
+    ts = PyLong_FromLongLong(ref->timestamp);
+    tst = PyLong_FromLong((ref->attributes & PLG_ATTR_LOG_APPEND_TIME) ? 1 : 0);
+    empty = PyTuple_New(0);
+    PyObject *rec = (value && key && ts && tst && empty) ? type->tp_alloc(type, 6) : NULL;
+    if (rec == NULL) {
+        Py_XDECREF(value);
+        Py_XDECREF(key);
+        Py_XDECREF(ts);
+        Py_XDECREF(tst);
+        Py_XDECREF(empty);
+        return NULL;
+    }
+    Py_INCREF(offset_obj);
+    PyTuple_SET_ITEM(rec, 0, value);
+    PyTuple_SET_ITEM(rec, 1, key);
+    PyTuple_SET_ITEM(rec, 2, empty);
+    PyTuple_SET_ITEM(rec, 3, ts);
+    PyTuple_SET_ITEM(rec, 4, offset_obj);
+    PyTuple_SET_ITEM(rec, 5, tst);
+    return rec;
+}
+
+
 /* point_lookup(map_addr, size, index, base_offset, offset, verified_bytes, cache_addr, cls)
  *
  * LogSegment.lookup_record's fast path in one call: plg_lookup_cached over the segment's map
@@ -1047,47 +1096,189 @@ static PyObject *point_lookup(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyBuffer_Release(&idx);
     if (rc == PLG_ENOTFOUND || rc == PLG_EUNSUPPORTED) Py_RETURN_NONE;
     if (rc != PLG_OK) return PyLong_FromLong(rc);
-    if (ref.attributes & PLG_ATTR_CONTROL) Py_RETURN_NONE;
-    if (ref.header_count != 0) return PyLong_FromLong(1);
-    /* The C core checked every position against size; check again before copying out. */
-    if ((ref.value_len > 0 && (ref.value_pos > size || (uint64_t)ref.value_len > size - ref.value_pos)) ||
-        (ref.key_len > 0 && (ref.key_pos > size || (uint64_t)ref.key_len > size - ref.key_pos)))
-        return PyLong_FromLong(PLG_ECORRUPT);
-    PyTypeObject *type = (PyTypeObject *)cls;
-    PyObject *value = NULL, *key = NULL, *ts = NULL, *tst = NULL, *empty = NULL;
-    if (ref.value_len >= 0) {
-        value = PyBytes_FromStringAndSize((const char *)log + ref.value_pos, ref.value_len);
-    } else {
-        value = Py_None;
-        Py_INCREF(value);
-    }
-    if (ref.key_len >= 0) {
-        key = PyBytes_FromStringAndSize((const char *)log + ref.key_pos, ref.key_len);
-    } else {
-        key = Py_None;
-        Py_INCREF(key);
-    }
-    ts = PyLong_FromLongLong(ref.timestamp);
-    tst = PyLong_FromLong((ref.attributes & PLG_ATTR_LOG_APPEND_TIME) ? 1 : 0);
-    empty = PyTuple_New(0);
-    PyObject *rec = (value && key && ts && tst && empty) ? type->tp_alloc(type, 6) : NULL;
-    if (rec == NULL) {
-        Py_XDECREF(value);
-        Py_XDECREF(key);
-        Py_XDECREF(ts);
-        Py_XDECREF(tst);
-        Py_XDECREF(empty);
+    return record_of(log, size, &ref, offset_obj, cls);
+}
+
+/* -------------------------------------------------------------- PointReader */
+
+/* PointReader(segment, state_addr, state, index, map_addr, map_len, base_offset, cache, cache_addr, cls,
+ *             tick, fallback)
+ *
+ * LogSegment.lookup_record's fast path with no Python frame: a segment whose map and lookup cache are
+ * made installs one as its instance attribute `lookup_record` (shadowing the method), and removes it
+ * before the map or the cache goes away (LogSegment._unmap). A call reader(offset) reads what changes
+ * between calls - the segment's size from its plg_segment_state_t (state_addr), the offset index's
+ * bytes (index._data), segment.verified_bytes - marks the segment used (segment._cache_used =
+ * tick()), then does point_lookup's work. Anything else - an offset that is not an int, a size past
+ * the map, an index not loaded, a record with headers, bad bytes - is handed to
+ * fallback(segment, offset) (the Python method), which remaps, decodes the general way or raises the
+ * error naming the file. The reader holds the segment weakly (no cycle), and the state, index and
+ * lookup cache objects strongly (what state_addr and cache_addr point into stays alive); the map is
+ * kept alive by the segment, which closes and removes the reader before unmapping (a closed reader
+ * takes the fallback, so a reference kept elsewhere never reads an old map). Called under the segment's
+ * log's lock, like the method. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *segment_ref; /* weakref to the LogSegment                         */
+    PyObject *state;       /* the SegmentState (owns *state_ptr)               */
+    PyObject *index;       /* the OffsetIndex (its _data: the entries)          */
+    PyObject *cache;       /* the LookupCache (owns *cache_ptr)                 */
+    PyObject *cls;         /* Record                                           */
+    PyObject *tick;        /* the segment cache's use counter                  */
+    PyObject *fallback;    /* LogSegment.lookup_record, the function            */
+    const plg_segment_state_t *state_ptr;
+    plg_lookup_cache_t *cache_ptr;
+    const uint8_t *map;
+    uint64_t map_len;
+    int64_t base_offset;
+} PointReaderObject;
+
+static PyObject *str_data, *str_verified_bytes, *str_cache_used;
+
+static PyObject *point_reader_fallback(PointReaderObject *r, PyObject *segment, PyObject *offset) {
+    PyObject *args[2] = {segment, offset};
+    return PyObject_Vectorcall(r->fallback, args, 2, NULL);
+}
+
+static PyObject *point_reader_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    PointReaderObject *r = (PointReaderObject *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "lookup_record takes one argument, the offset");
         return NULL;
     }
-    Py_INCREF(offset_obj);
-    PyTuple_SET_ITEM(rec, 0, value);
-    PyTuple_SET_ITEM(rec, 1, key);
-    PyTuple_SET_ITEM(rec, 2, empty);
-    PyTuple_SET_ITEM(rec, 3, ts);
-    PyTuple_SET_ITEM(rec, 4, offset_obj);
-    PyTuple_SET_ITEM(rec, 5, tst);
-    return rec;
+    PyObject *offset_obj = args[0];
+    PyObject *segment = PyWeakref_GetObject(r->segment_ref); /* borrowed */
+    if (segment == NULL) return NULL;
+    if (segment == Py_None) Py_RETURN_NONE; /* the segment is gone: nothing is here */
+    Py_INCREF(segment);
+    PyObject *result = NULL, *idx_obj = NULL, *verified_obj = NULL, *used = NULL;
+    uint64_t size = r->state_ptr->size;
+    if (!PyLong_CheckExact(offset_obj) || r->map == NULL || size > r->map_len) goto fallback;
+    idx_obj = PyObject_GetAttr(r->index, str_data);
+    if (idx_obj == NULL) {
+        PyErr_Clear(); /* the index is not loaded: the method says so */
+        goto fallback;
+    }
+    if (!PyByteArray_CheckExact(idx_obj)) goto fallback;
+    verified_obj = PyObject_GetAttr(segment, str_verified_bytes);
+    if (verified_obj == NULL) goto done;
+    unsigned long long verified = PyLong_AsUnsignedLongLong(verified_obj);
+    long long offset = PyLong_AsLongLong(offset_obj);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    used = PyObject_CallNoArgs(r->tick);
+    if (used == NULL || PyObject_SetAttr(segment, str_cache_used, used) < 0) goto done;
+    plg_record_ref_t ref;
+    int rc = lookup_fn(r->map, size, (const uint8_t *)PyByteArray_AS_STRING(idx_obj),
+                       (uint64_t)PyByteArray_GET_SIZE(idx_obj), r->base_offset, (int64_t)offset,
+                       (uint64_t)verified, r->cache_ptr, &ref);
+    if (rc == PLG_ENOTFOUND || rc == PLG_EUNSUPPORTED) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    if (rc != PLG_OK) goto fallback;
+    result = record_of(r->map, size, &ref, offset_obj, r->cls);
+    if (result == NULL || !PyLong_CheckExact(result)) goto done;
+    Py_CLEAR(result); /* headers, or a position past the end: the general way */
+fallback:
+    result = point_reader_fallback(r, segment, offset_obj);
+done:
+    Py_XDECREF(idx_obj);
+    Py_XDECREF(verified_obj);
+    Py_XDECREF(used);
+    Py_DECREF(segment);
+    return result;
 }
+
+static PyObject *point_reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *segment, *state, *index, *cache, *cls, *tick, *fallback;
+    unsigned long long state_addr, map_addr, map_len, cache_addr;
+    long long base_offset;
+    if (lookup_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "PointReader: set_lookup_function was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OKOOKKLOKOOO:PointReader", &segment, &state_addr, &state, &index, &map_addr,
+                          &map_len, &base_offset, &cache, &cache_addr, &cls, &tick, &fallback))
+        return NULL;
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) || !PyCallable_Check(tick) ||
+        !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "PointReader: bad argument types");
+        return NULL;
+    }
+    if (state_addr == 0 || map_addr == 0 || cache_addr == 0) {
+        PyErr_SetString(PyExc_ValueError, "PointReader: null state, map or cache");
+        return NULL;
+    }
+    PointReaderObject *r = (PointReaderObject *)type->tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    r->segment_ref = PyWeakref_NewRef(segment, NULL);
+    if (r->segment_ref == NULL) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    Py_INCREF(state);
+    r->state = state;
+    Py_INCREF(index);
+    r->index = index;
+    Py_INCREF(cache);
+    r->cache = cache;
+    Py_INCREF(cls);
+    r->cls = cls;
+    Py_INCREF(tick);
+    r->tick = tick;
+    Py_INCREF(fallback);
+    r->fallback = fallback;
+    r->state_ptr = (const plg_segment_state_t *)(uintptr_t)state_addr;
+    r->cache_ptr = (plg_lookup_cache_t *)(uintptr_t)cache_addr;
+    r->map = (const uint8_t *)(uintptr_t)map_addr;
+    r->map_len = map_len;
+    r->base_offset = base_offset;
+    r->vectorcall = point_reader_call;
+    return (PyObject *)r;
+}
+
+static void point_reader_dealloc(PyObject *self) {
+    PointReaderObject *r = (PointReaderObject *)self;
+    Py_XDECREF(r->segment_ref);
+    Py_XDECREF(r->state);
+    Py_XDECREF(r->index);
+    Py_XDECREF(r->cache);
+    Py_XDECREF(r->cls);
+    Py_XDECREF(r->tick);
+    Py_XDECREF(r->fallback);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* close(): the map is going away; later calls (a reference kept somewhere) take the fallback. */
+static PyObject *point_reader_close(PyObject *self, PyObject *unused) {
+    PointReaderObject *r = (PointReaderObject *)self;
+    r->map = NULL;
+    r->map_len = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef point_reader_methods[] = {
+    {"close", point_reader_close, METH_NOARGS, "close(): forget the map; later calls take the fallback."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PointReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pylog._native._sendpath.PointReader",
+    .tp_basicsize = sizeof(PointReaderObject),
+    .tp_dealloc = point_reader_dealloc,
+    .tp_vectorcall_offset = offsetof(PointReaderObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A segment's point lookup bound to its map and lookup cache (see sendpath.c).",
+    .tp_new = point_reader_new,
+    .tp_methods = point_reader_methods,
+};
 
 /* ------------------------------------------------------------------ module */
 
@@ -1121,11 +1312,15 @@ static struct PyModuleDef sendpath_module = {
 PyMODINIT_FUNC PyInit__sendpath(void) {
     str_open = PyUnicode_InternFromString("open");
     str_done = PyUnicode_InternFromString("done");
-    if (str_open == NULL || str_done == NULL) {
+    str_data = PyUnicode_InternFromString("_data");
+    str_verified_bytes = PyUnicode_InternFromString("verified_bytes");
+    str_cache_used = PyUnicode_InternFromString("_cache_used");
+    if (str_open == NULL || str_done == NULL || str_data == NULL || str_verified_bytes == NULL ||
+        str_cache_used == NULL) {
         return NULL;
     }
     if (PyType_Ready(&RecordFutureType) < 0 || PyType_Ready(&LockType) < 0 || PyType_Ready(&BatchBaseType) < 0 ||
-        PyType_Ready(&SendPathType) < 0) {
+        PyType_Ready(&SendPathType) < 0 || PyType_Ready(&PointReaderType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&sendpath_module);
@@ -1153,6 +1348,12 @@ PyMODINIT_FUNC PyInit__sendpath(void) {
     Py_INCREF(&SendPathType);
     if (PyModule_AddObject(m, "SendPath", (PyObject *)&SendPathType) < 0) {
         Py_DECREF(&SendPathType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PointReaderType);
+    if (PyModule_AddObject(m, "PointReader", (PyObject *)&PointReaderType) < 0) {
+        Py_DECREF(&PointReaderType);
         Py_DECREF(m);
         return NULL;
     }
