@@ -42,6 +42,8 @@ from pylog.replication.messages import (
     BrokerHeartbeat,
     FetchRequest,
     FetchResponse,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
     HeartbeatResponse,
     LeaderAndIsrRequest,
     Outbox,
@@ -215,7 +217,9 @@ class Broker:
             self.leads = msg.leads
             self.shutdown_ok = msg.should_shut_down
             return
-        if msg.__class__ is FetchRequest or msg.__class__ is FetchResponse:  # replication: none of the below applies
+        cls = msg.__class__
+        if cls is ReplicaFetchRequest or cls is ReplicaFetchResponse or cls is FetchRequest or cls is FetchResponse:
+            # replication: none of the below applies
             self._send(self.rm.handle(src, msg, now))  # type: ignore[union-attr]
             return
         assert self.rm is not None and self.coordinator is not None
