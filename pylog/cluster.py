@@ -892,6 +892,7 @@ class Cluster:
         finally:
             self._closed = True
             self.scheduler.close()
+            self.store.close()  # one snapshot of the metadata, its delta log emptied
 
     def __enter__(self) -> "Cluster":
         return self
