@@ -545,6 +545,8 @@ class MetadataStore:
         self._need_snapshot = True
         #: compactions (snapshots written after the first), for tests and the docs' figures
         self.compactions = 0
+        #: bumped by every change (a cache key: the controller's heartbeat check)
+        self.version = 0
         if path is not None and self.io.exists(path):
             self._load()
 
@@ -640,6 +642,7 @@ class MetadataStore:
     def _store(self, what: str, _snapshot: bool = False, **delta: object) -> None:
         """Durably store one change (a delta record: see :func:`_apply_delta`), or raise
         MetadataStorageError (nothing applied)."""
+        self.version += 1  # (also for a failed write: readers only recompute)
         if self.path is None:
             return
         try:
@@ -863,6 +866,8 @@ class Controller:
         #: grants every broker a fresh block. Every LeaderAndIsr to the broker repeats its block, so
         #: a lost request does not leave it without one (the broker ignores a block it already has).
         self._pid_blocks: Dict[int, Tuple[int, Tuple[int, int]]] = {}
+        #: per broker, its last heartbeat's applied epochs, the store version then, and what it missed
+        self._hb_seen: Dict[int, Tuple[object, int, Tuple[PartitionState, ...]]] = {}
 
     # --------------------------------------------------------------- liveness
     def live_brokers(self) -> Set[int]:
@@ -942,10 +947,19 @@ class Controller:
         if started:
             self.shutting_down.discard(b)
             self._broker_started(b, out)
-        applied = {(t, p): e for t, p, e in hb.partition_epochs}
-        missed = tuple(
-            st for tp, st in self.store.partitions.items() if b in st.replicas and applied.get(tp, -1) < st.partition_epoch
-        )
+        # What broker b has not applied; the same answer as last time when neither its applied
+        # epochs nor the store changed (a steady heartbeat costs O(1), not O(partitions)).
+        seen = self._hb_seen.get(b)
+        if seen is not None and seen[1] == self.store.version and (
+                seen[0] is hb.partition_epochs or seen[0] == hb.partition_epochs):
+            missed = seen[2]
+        else:
+            applied = {(t, p): e for t, p, e in hb.partition_epochs}
+            missed = tuple(
+                st for tp, st in self.store.partitions.items()
+                if b in st.replicas and applied.get(tp, -1) < st.partition_epoch
+            )
+            self._hb_seen[b] = (hb.partition_epochs, self.store.version, missed)
         if missed and not started:
             out.send(b, self._lai(b, missed))
         self.resend_deletions(b, out)

@@ -77,6 +77,7 @@ from pylog.storage.log import Log, LogConfig
 from pylog.storage.logdir import LogDir
 
 CONTROLLER = "controller"
+_EPOCH_CHANGING = (LeaderAndIsrRequest, AlterPartitionResponse, StopReplicaRequest)
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 TP = Tuple[str, int]
 
@@ -224,6 +225,8 @@ class ReplicaManager:
         #: replicas it acts on in that order, the order of the loop over every replica it replaces
         self._order: Dict[TP, int] = {}
         self._added = 0
+        #: bumped by every message that may change a replica's partition epoch or the replica set
+        self.epochs_version = 0
         # Per-broker-pair fetching (issue 18): follower side, one fetcher per leader broker; leader
         # side, one fetch session per follower broker. An idle partition costs nothing per request.
         self.fetchers: Dict[int, _Fetcher] = {}
@@ -296,6 +299,7 @@ class ReplicaManager:
             )
             log.retention_high_watermark = lambda p=p: p.high_watermark  # retention stays below the HW
             self.partitions[tp] = p
+            self.epochs_version += 1
             self._added += 1
             self._order[tp] = self._added
             self.deleted.discard(tp)
@@ -311,6 +315,8 @@ class ReplicaManager:
         out = Outbox()
         if self.closed:
             return out
+        if msg.__class__ in _EPOCH_CHANGING:
+            self.epochs_version += 1  # a replica's partition epoch may change (the heartbeat's cache key)
         if isinstance(msg, ReplicaFetchRequest):
             self._on_replica_fetch(src, msg, now_ms, out)
         elif isinstance(msg, ReplicaFetchResponse):

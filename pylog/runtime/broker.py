@@ -135,6 +135,7 @@ class Broker:
         self._timer: Optional[Timer] = None
         self._wakeup_queued = False  # a _run_fetch_wakeups call is queued on the scheduler
         self._last_heartbeat = -(10**12)
+        self._hb_applied: Optional[Tuple[Any, int, Tuple[Tuple[str, int, int], ...]]] = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -387,7 +388,12 @@ class Broker:
     def _send_heartbeat(self) -> None:
         out = Outbox()
         assert self.rm is not None
-        applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())
+        version = self.rm.epochs_version
+        if self._hb_applied is None or self._hb_applied[0] is not self.rm or self._hb_applied[1] != version:
+            # rebuilt only when a replica's partition epoch may have changed (O(1) per steady heartbeat)
+            applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())
+            self._hb_applied = (self.rm, version, applied)
+        applied = self._hb_applied[2]
         out.send(CONTROLLER, BrokerHeartbeat(self.broker_id, self.incarnation, self.want_shutdown, applied,
                                              unclean_restart=not self.last_stop_clean))
         self._send(out)
