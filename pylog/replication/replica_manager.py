@@ -320,7 +320,13 @@ class ReplicaManager:
         if isinstance(msg, ReplicaFetchRequest):
             self._on_replica_fetch(src, msg, now_ms, out)
         elif isinstance(msg, ReplicaFetchResponse):
-            self._on_replica_fetch_response(msg, now_ms, out)
+            if len(msg.partitions) > 1:
+                # Appends to many replicas (first batches of an epoch write leader-epoch checkpoints):
+                # their syncs run once at the end, before anything this response causes is sent.
+                with self._batch_syncs(len(msg.partitions)):
+                    self._on_replica_fetch_response(msg, now_ms, out)
+            else:
+                self._on_replica_fetch_response(msg, now_ms, out)
         elif isinstance(msg, FetchRequest):
             self._on_fetch(src, msg, now_ms, out)
         elif isinstance(msg, ProduceRequest):
@@ -380,7 +386,7 @@ class ReplicaManager:
         # what a peer or client learns of a replica is on disk first, as before, at one sync per
         # batch rather than several per partition (docs/durability.md, "Batched directory syncs").
         applied: List[Tuple[PartitionState, str]] = []
-        with self._batch_syncs(req):
+        with self._batch_syncs(len(req.states)):
             for st in req.states:
                 if self.broker_id not in st.replicas:
                     continue
@@ -429,8 +435,9 @@ class ReplicaManager:
                 f.reset_session()
 
     @contextlib.contextmanager
-    def _batch_syncs(self, req: LeaderAndIsrRequest) -> Iterator[None]:
-        """The directory syncs of one LeaderAndIsr batch, run once at the end (FileIO.batched_dir_syncs).
+    def _batch_syncs(self, count: int) -> Iterator[None]:
+        """The directory syncs (and atomic file replaces) of one LeaderAndIsr batch, or of one broker-pair
+        fetch response, of ``count`` partitions, run once at the end (FileIO.batched_dir_syncs).
 
         A failing sync is logged, never raised (as a failing replica is, above): the replicas
         already applied keep running on the page cache, the failure is Kafka's offline log dir
@@ -442,8 +449,8 @@ class ReplicaManager:
             import logging
 
             logging.getLogger("pylog.replication").error(
-                "broker %d: syncing the directories of a LeaderAndIsr batch of %d partitions in %s failed: %s",
-                self.broker_id, len(req.states), self.log_dir, exc)
+                "broker %d: syncing the directories of a batch of %d partitions in %s failed: %s",
+                self.broker_id, count, self.log_dir, exc)
 
     def _apply_topic_config(self, tp: TP, p: Partition, topic_config: Sequence[Tuple[str, object]]) -> None:
         """Give an open log its topic's configs when the controller's differ from those it last applied
