@@ -309,8 +309,8 @@ def _read_metadata(path: str, brokers: Sequence[int], io: FileIO) -> Tuple[Loade
     if records:
         # Replay onto the checked snapshot (its shape is known good now), then check the result
         # field by field again: whatever is loaded satisfies the controller's invariants.
-        topics = {t["name"]: t for t in data["topics"]}
-        parts = {(st["topic"], st["partition"]): st for st in data["partitions"]}
+        topics = {t["name"]: t for t in data["topics"]}  # type: ignore[attr-defined]
+        parts = {(st["topic"], st["partition"]): st for st in data["partitions"]}  # type: ignore[attr-defined]
         for i, rec in enumerate(records):
             _apply_delta(topics, parts, data, rec, f"record {i}", log_path)
         data["topics"] = list(topics.values())

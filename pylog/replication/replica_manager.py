@@ -870,7 +870,7 @@ class ReplicaManager:
                         self._materialize(s, tp)
             self._next_session += 1
             s = self.sessions[rid] = _Session(rid, req.replica_incarnation, self._next_session, now_ms)
-            listed = {}
+            listed: Dict[TP, FetchRequest] = {}
         else:
             error: Optional[type] = None
             if s is None or s.session_id != req.session_id:
@@ -1205,8 +1205,8 @@ class ReplicaManager:
         for tp, leader in self._member_of.items():
             f = self.fetchers[leader]
             assert tp in f.members and tp not in self.inflight, tp
-            p = self.partitions.get(tp)
-            assert p is not None and p.role == FOLLOWER and p.leader == leader, (tp, leader)
+            member = self.partitions.get(tp)
+            assert member is not None and member.role == FOLLOWER and member.leader == leader, (tp, leader)
         for leader, f in self.fetchers.items():
             assert set(f.members) == {tp for tp, ld in self._member_of.items() if ld == leader}, leader
             assert f.changed <= set(f.members) and not (f.forgotten & set(f.members)), leader
