@@ -111,6 +111,25 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
         shutil.rmtree(d, ignore_errors=True)
 
 
+def file_floor(partitions: int) -> None:
+    """The file-system floor of creating ``partitions`` x 3 replicas: one directory and four files
+    each (a segment, its two indexes, a leader-epoch checkpoint), plain ``os`` calls, no fsync."""
+    import os
+
+    d = tempfile.mkdtemp(prefix="pylog-bench-floor-")
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(partitions * 3):
+            sub = os.path.join(d, f"t-{i}")
+            os.mkdir(sub)
+            for n in ("0.log", "0.index", "0.timeindex", "leader-epoch-checkpoint"):
+                os.close(os.open(os.path.join(sub, n), os.O_RDWR | os.O_CREAT, 0o644))
+        print(f"  file-system floor: {partitions * 3} directories x 4 new files: {time.perf_counter() - t0:.2f} s "
+              f"(CPU {time.process_time() - c0:.2f} s)")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=1000)
@@ -122,6 +141,7 @@ def main() -> None:
     if prof:
         prof.install()
     run(a.partitions, a.idle, a.produce, prof)
+    file_floor(a.partitions)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,14 @@ def test_ten_thousand_partitions(tmp_path) -> None:
         c.advance(30_000)
         info = c.describe("t")
         assert all(len(pi.isr) == rf for pi in info), "the restarted broker rejoined every ISR"
-        assert all(pi.high_watermark == (2 if pi.partition in set(written) else 1) for pi in info)
+        wrote = set(written)
+        for pi in info:
+            if rf == 1 and led[pi.partition] == victim:
+                # its only replica crashed: what it had not fsynced is gone (acks=all promised the ISR,
+                # which was that replica alone; docs/replication.md, "Durability: acks versus fsync")
+                assert pi.high_watermark in (0, 1), pi
+            else:
+                assert pi.high_watermark == (2 if pi.partition in wrote else 1), pi
         c._check()
         p.close()
     finally:
