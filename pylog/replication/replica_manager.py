@@ -13,8 +13,11 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
   (``RequestTimedOutError``).
 * Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
   and complete when the leader appends or its HW moves.
-* Followers keep one request in flight per partition (OffsetsForLeaderEpoch
-  while truncating, then Fetch) and resend after ``request_timeout_ms``. A
+* Followers fetch per leader broker: one :class:`ReplicaFetchRequest` in flight per (follower,
+  leader) for all the partitions led there, with a KIP-227 fetch session (only changed partitions
+  after the first, full, request; the leader answers only partitions with something new and parks
+  the request otherwise). A partition that truncates sends its own OffsetsForLeaderEpoch first.
+  Requests are resent (as a full fetch) after ``request_timeout_ms``. A
   follower append or truncation that fails (a failing disk, a batch this
   replica refuses), or a replica that cannot be opened for a LeaderAndIsr, is
   logged and that partition stops fetching (``Partition.fail_fetching``):
@@ -23,8 +26,9 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
   checkpoint (``replication-offset-checkpoint``) every
   ``hw_checkpoint_interval_ms`` and on clean shutdown.
 
-Complexity: a tick costs O(replicas with something due) plus, when a parked request is due, one
-set lookup per parked replica (no per-partition work when idle); the ISR-expiry pass every
+Complexity: a tick costs O(replicas with something due + brokers) plus, when a parked request is
+due, one set lookup per parked replica (no per-partition work when idle); a broker-pair fetch costs
+O(partitions listed or dirty), an idle one O(1); the ISR-expiry pass every
 ``replica_lag_time_max_ms / 2`` is O(partitions). Durability: the HW checkpoint is written
 atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
 """
