@@ -50,7 +50,7 @@ import os
 import random
 import zlib
 from dataclasses import asdict, dataclass, field, replace
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     CorruptCheckpointError,
@@ -267,6 +267,25 @@ def _apply_delta(topics: Dict[str, Dict[str, object]], parts: Dict[Tuple[object,
                 else:
                     merged[k] = v
             top[key] = merged
+
+
+def read_metadata_json(path: str, file_io: Optional[FileIO] = None) -> Dict[str, Any]:
+    """The cluster metadata as one JSON object, the snapshot's format: the snapshot with the delta
+    log's records replayed (torn tail ignored), *not* checked field by field - for readers that
+    show it (``pylog describe`` on a live or closed cluster directory). Raises OSError, ValueError
+    (not JSON) or :class:`CorruptCheckpointError` (a damaged log). Thread-safety: pure function."""
+    io = file_io or FileIO()
+    data = json.loads(io.read_file(path).decode("utf-8"))
+    log_path = metadata_log_path(path)
+    records, _ = _read_log_records(io.read_file(log_path) if io.exists(log_path) else b"", log_path)
+    if records and isinstance(data, dict):
+        topics = {t["name"]: t for t in data.get("topics", [])}
+        parts = {(st["topic"], st["partition"]): st for st in data.get("partitions", [])}
+        for i, rec in enumerate(records):
+            _apply_delta(topics, parts, data, rec, f"record {i}", log_path)
+        data["topics"] = list(topics.values())
+        data["partitions"] = list(parts.values())
+    return data  # type: ignore[no-any-return]
 
 
 def load_metadata(path: str, brokers: Sequence[int], file_io: Optional[FileIO] = None) -> LoadedMetadata:
@@ -1363,4 +1382,5 @@ class Controller:
 
 
 __all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata", "LoadedMetadata",
+           "read_metadata_json", "metadata_log_path",
            "offsets_topic_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
