@@ -408,7 +408,6 @@ class ReplicaManager:
                         st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
                     continue
                 applied.append((st, outcome))
-        joined: Set[int] = set()
         for st, outcome in applied:
             tp = (st.topic, st.partition)
             if outcome in ("follower", "leader", "isr"):
@@ -421,22 +420,12 @@ class ReplicaManager:
                 self._may_send.add(tp)
                 self.next_fetch_at[tp] = now_ms
                 self._maybe_send_follower(tp, now_ms, out)
-                if tp in self._member_of:
-                    joined.add(self._member_of[tp])
             elif outcome == "leader":
                 self.inflight.pop(tp, None)
                 self._leave_fetcher(tp)
                 self._complete_delayed(tp, now_ms, out)
             elif outcome == "isr":
                 self._complete_delayed(tp, now_ms, out)
-        for leader in sorted(joined):
-            # A new leader epoch: the fetcher's request in flight may be parked at (or lost with) a
-            # leader that restarted, so it is given up and a full fetch starts a new session now
-            # (Kafka's fetcher learns of a dead connection; the in-process transports say nothing).
-            f = self.fetchers[leader]
-            if f.inflight is not None:
-                f.inflight = None
-                f.reset_session()
 
     @contextlib.contextmanager
     def _batch_syncs(self, count: int) -> Iterator[None]:
@@ -1059,9 +1048,16 @@ class ReplicaManager:
                 self._maybe_send_follower(tp, now_ms, out)
         # Broker-pair fetching: a fetcher whose request timed out starts again with a full fetch; a
         # parked session whose wait ended is answered (empty unless something changed). O(brokers).
+        # A request with partitions waiting to join that is unanswered well past max_wait_ms may be
+        # parked at (or lost with) a leader that restarted - the in-process transports report no
+        # dead connection, as Kafka's fetcher learns of one - so it is given up and a full fetch
+        # starts a new session (never an ignored answer the leader thinks delivered). At most one
+        # full fetch per pair per ``2 * replica_fetch_max_wait_ms + 1 s``.
+        stale = 2 * cfg.replica_fetch_max_wait_ms + 1_000
         for leader in sorted(self.fetchers):
             f = self.fetchers[leader]
-            if f.inflight is not None and now_ms - f.inflight[2] >= timeout:
+            if f.inflight is not None and (now_ms - f.inflight[2] >= timeout
+                                           or (f.changed and now_ms - f.inflight[2] >= stale)):
                 f.inflight = None
                 f.reset_session()
             if f.inflight is None and (f.members or f.forgotten):

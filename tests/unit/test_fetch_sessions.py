@@ -194,7 +194,10 @@ def test_a_restarted_leader_refuses_the_old_session_and_the_follower_fetches_in_
     # the follower's parked request was lost with the leader; it learns of the new epoch
     pair._post(1, pair.rms[1].handle("controller", LeaderAndIsrRequest(9, 2, states), pair.now))
     pair.deliver()
-    pair.advance(3 * WAIT)
+    # its request, lost with the old leader, is given up once partitions wait to join and it is
+    # unanswered for 2 * max_wait + 1 s (no dead-connection notice in process): then a full fetch
+    assert len([r for r in pair.requests() if r.session_id == 0]) == 1  # not at once: it may still come
+    pair.advance(2 * WAIT + 1_000 + 3 * WAIT)
     assert pair.requests()[-1].session_id != 0
     fulls = [r for r in pair.requests() if r.session_id == 0]
     assert len(fulls) == 2 and len(fulls[-1].partitions) == 10
@@ -253,3 +256,25 @@ def test_same_messages_same_outcome(tmp_path, n) -> None:
         runs.append([(s, d, type(m).__name__, getattr(m, "session_epoch", None)) for s, d, m in pair.sent])
         assert all(pair.rms[1].partitions[("t", p)].log_end_offset == p + 1 for p in range(n))
     assert runs[0] == runs[1]
+
+
+def test_a_failover_of_many_partitions_one_by_one_does_not_refetch_every_partition_each_time(tmp_path) -> None:
+    """A controller failover sends a LeaderAndIsr per partition: each new leader epoch must not give
+    up the pair's request and start a full fetch (that was O(partitions^2) work for a failover)."""
+    n = 60
+    pair = Pair(tmp_path, n)
+    pair.advance(2 * WAIT)
+    for p in range(n):
+        st = PartitionState("t", p, (0, 1), 0, 1, (0, 1), 1, 1)
+        for b in (0, 1):
+            pair._post(b, pair.rms[b].handle("controller", LeaderAndIsrRequest(9, 2, (st,)), pair.now))
+        pair.deliver()
+        pair.advance(10)
+    pair.advance(2 * WAIT + 1_000 + 3 * WAIT)
+    fulls = [r for r in pair.requests() if r.session_id == 0]
+    assert len(fulls) <= 2, len(fulls)
+    listed = sum(len(r.partitions) for r in pair.requests())
+    assert listed <= 4 * n, listed  # each partition listed a few times, not once per failover step
+    pair.produce(n - 1, [b"v"])
+    pair.advance(2 * WAIT)
+    assert pair.rms[1].partitions[("t", n - 1)].log_end_offset == 1
