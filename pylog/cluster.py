@@ -813,6 +813,7 @@ class Cluster(ClusterFacade):
         finally:
             self._closed = True
             self.scheduler.close()
+            self.store.close()  # one snapshot of the metadata, its delta log emptied
 
     # -------------------------------------------------------------- checks
     def _check(self, deep: bool = True) -> None:

@@ -119,6 +119,18 @@ class InvalidOffsetError(PylogError, ValueError):
 # ---- replication and clients ------------------------------------------------
 
 
+class FetchSessionIdNotFoundError(PylogError):
+    """A replica fetch named a fetch session the leader does not hold (KIP-227): send a full fetch."""
+
+    kafka_name = "FETCH_SESSION_ID_NOT_FOUND"
+
+
+class InvalidFetchSessionEpochError(PylogError):
+    """A replica fetch carried the wrong epoch of its fetch session (KIP-227): send a full fetch."""
+
+    kafka_name = "INVALID_FETCH_SESSION_EPOCH"
+
+
 class UnknownTopicOrPartitionError(PylogError, KeyError):
     """The topic or partition does not exist."""
 

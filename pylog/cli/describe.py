@@ -6,13 +6,13 @@ Thread-safety: a command-line entry point; one thread.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from pylog.cli.common import METADATA_FILE, error, partition_dirs_of
 from pylog.errors import CorruptRecordError, PylogError
+from pylog.replication.controller import read_metadata_json
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import LEADER_EPOCH_CHECKPOINT, Log
@@ -92,8 +92,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     meta_path = os.path.join(root, METADATA_FILE)
     if os.path.exists(meta_path):
         try:
-            with open(meta_path, "rb") as f:
-                meta = json.loads(f.read().decode("utf-8"))
+            meta = read_metadata_json(meta_path)  # the snapshot plus its delta log
             print(f"Cluster: {root} brokers: {meta.get('brokers')} controllerEpoch: {meta.get('controller_epoch')}")
             for st in sorted(meta.get("partitions", []), key=lambda s: (s["topic"], s["partition"])):
                 seen_topics.add(st["topic"])
@@ -104,7 +103,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
                     f"LeaderEpoch: {st['leader_epoch']} Replicas: {','.join(map(str, st['replicas']))} "
                     f"Isr: {','.join(map(str, st['isr']))}"
                 )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged file
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, PylogError) as exc:  # a damaged file
             error(f"{meta_path}: cannot read cluster metadata: {type(exc).__name__}: {exc}")
             return 1
     dirs = list_log_dirs(root)
@@ -142,10 +141,9 @@ def _lag_line_topic(line: str) -> str:
 def _leaders(root: str) -> Dict[Tuple[str, int], int]:
     """``{(topic, partition): leader}`` from a cluster dir's metadata ({} when absent or unreadable)."""
     try:
-        with open(os.path.join(root, METADATA_FILE), "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
+        meta = read_metadata_json(os.path.join(root, METADATA_FILE))  # the snapshot plus its delta log
         return {(st["topic"], st["partition"]): st["leader"] for st in meta.get("partitions", [])}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, PylogError):
         return {}
 
 

@@ -48,8 +48,9 @@ import json
 import logging
 import os
 import random
+import zlib
 from dataclasses import asdict, dataclass, field, replace
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     CorruptCheckpointError,
@@ -79,6 +80,7 @@ from pylog.replication.messages import (
     StopReplicaResponse,
     TopicsDeleted,
 )
+from pylog.storage.fileio import FileIO
 from pylog.storage.log import LogConfig, validate_topic
 
 _log = logging.getLogger("pylog.replication")
@@ -156,6 +158,8 @@ _TOPIC_FIELDS = {"name", "partitions", "replication_factor", "min_insync_replica
 _PARTITION_FIELDS = {"topic", "partition", "replicas", "leader", "leader_epoch", "isr", "partition_epoch",
                      "min_insync_replicas"}
 _TOP_FIELDS = {"version", "brokers", "controller_epoch", "topics", "partitions", "broker_incarnations"}
+_DELTA_FIELDS = {"controller_epoch", "next_producer_id", "remove_topics", "topics", "partitions",
+                 "broker_incarnations", "deleting"}
 
 
 class LoadedMetadata(NamedTuple):
@@ -169,8 +173,125 @@ class LoadedMetadata(NamedTuple):
     deleting: Dict[str, Dict[int, List[int]]]
 
 
-def load_metadata(path: str, brokers: Sequence[int]) -> LoadedMetadata:
-    """Read and check ``cluster-metadata.json`` field by field; returns the parsed state.
+def metadata_log_path(path: str) -> str:
+    """The delta log beside the snapshot ``path`` (``cluster-metadata.json`` -> ``cluster-metadata.log``)."""
+    return (path[:-5] if path.endswith(".json") else path) + ".log"
+
+
+def _record_line(delta: Dict[str, object]) -> bytes:
+    """One delta-log record: ``<crc32 of the JSON, 8 hex digits> <JSON>\n``."""
+    body = json.dumps(delta, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return b"%08x " % zlib.crc32(body) + body + b"\n"
+
+
+def _read_log_records(raw: bytes, path: str) -> Tuple[List[Dict[str, object]], int]:
+    """The records of a delta log and the length of its valid prefix.
+
+    A last record that is incomplete (no newline) or fails its CRC or JSON is a torn tail left by a
+    crash during an append: ignored (the store truncates it before its next append). An invalid
+    record followed by a valid one is damage, not a torn write: :class:`CorruptCheckpointError`."""
+    records: List[Dict[str, object]] = []
+    pos = 0
+    bad_at: Optional[int] = None
+    while pos < len(raw):
+        nl = raw.find(b"\n", pos)
+        line = raw[pos:] if nl < 0 else raw[pos:nl]
+        ok = nl >= 0 and len(line) > 9 and line[8:9] == b" "
+        rec: object = None
+        if ok:
+            try:
+                ok = int(line[:8], 16) == zlib.crc32(line[9:])
+                if ok:
+                    rec = json.loads(line[9:].decode("utf-8"))
+                    ok = isinstance(rec, dict)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                ok = False
+        if not ok:
+            if bad_at is None:
+                bad_at = pos
+        elif bad_at is not None:
+            raise CorruptCheckpointError(
+                f"cluster metadata log record at byte {bad_at} is damaged but records follow it", path=path)
+        else:
+            records.append(rec)  # type: ignore[arg-type]
+        if nl < 0:
+            break
+        pos = nl + 1
+    return records, (len(raw) if bad_at is None else bad_at)
+
+
+def _apply_delta(topics: Dict[str, Dict[str, object]], parts: Dict[Tuple[object, object], Dict[str, object]],
+                 top: Dict[str, object], delta: Dict[str, object], where: str, path: str) -> None:
+    """Apply one delta record to the raw (JSON-shaped) state; only the record's shape is checked here,
+    the merged state is checked field by field afterwards (:func:`_check_metadata`)."""
+    def bad(why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"cluster metadata log {where}: {why}", path=path)
+
+    extra = sorted(set(delta) - _DELTA_FIELDS)
+    if extra:
+        raise bad(f"unknown field {extra[0]!r:.40}")
+    for key in ("controller_epoch", "next_producer_id"):
+        if key in delta:
+            top[key] = delta[key]
+    def items(key: str) -> list:
+        v = delta.get(key, [])
+        return v if isinstance(v, list) else [None]  # a non-list fails the element check below
+
+    for name in items("remove_topics"):
+        if not isinstance(name, str):
+            raise bad("remove_topics must be a list of topic names")
+        topics.pop(name, None)
+        for k in [k for k in parts if k[0] == name]:
+            del parts[k]
+    for t in items("topics"):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise bad("topics must be a list of topic objects with a name")
+        topics[t["name"]] = t
+    for st in items("partitions"):
+        if not isinstance(st, dict) or "topic" not in st or "partition" not in st:
+            raise bad("partitions must be a list of partition objects with topic and partition")
+        try:
+            parts[(st["topic"], st["partition"])] = st
+        except TypeError:
+            raise bad("a partition's topic and partition must be a string and an integer") from None
+    for key in ("broker_incarnations", "deleting"):
+        if key in delta:
+            upd = delta[key]
+            if not isinstance(upd, dict):
+                raise bad(f"{key} must be an object")
+            cur = top.get(key)
+            merged = dict(cur) if isinstance(cur, dict) else {}
+            for k, v in upd.items():
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
+            top[key] = merged
+
+
+def read_metadata_json(path: str, file_io: Optional[FileIO] = None) -> Dict[str, Any]:
+    """The cluster metadata as one JSON object, the snapshot's format: the snapshot with the delta
+    log's records replayed (torn tail ignored), *not* checked field by field - for readers that
+    show it (``pylog describe`` on a live or closed cluster directory). Raises OSError, ValueError
+    (not JSON) or :class:`CorruptCheckpointError` (a damaged log). Thread-safety: pure function."""
+    io = file_io or FileIO()
+    data = json.loads(io.read_file(path).decode("utf-8"))
+    log_path = metadata_log_path(path)
+    records, _ = _read_log_records(io.read_file(log_path) if io.exists(log_path) else b"", log_path)
+    if records and isinstance(data, dict):
+        topics = {t["name"]: t for t in data.get("topics", [])}
+        parts = {(st["topic"], st["partition"]): st for st in data.get("partitions", [])}
+        for i, rec in enumerate(records):
+            _apply_delta(topics, parts, data, rec, f"record {i}", log_path)
+        data["topics"] = list(topics.values())
+        data["partitions"] = list(parts.values())
+    return data  # type: ignore[no-any-return]
+
+
+def load_metadata(path: str, brokers: Sequence[int], file_io: Optional[FileIO] = None) -> LoadedMetadata:
+    """Read and check the cluster metadata field by field: the snapshot ``path``
+    (``cluster-metadata.json``) and the changes appended to its delta log since
+    (:func:`metadata_log_path`, torn tail ignored); returns the parsed state.
 
     Every field is checked for
     its type and range and against the others (a partition's topic exists, its number is below
@@ -185,16 +306,39 @@ def load_metadata(path: str, brokers: Sequence[int]) -> LoadedMetadata:
     that are not UTF-8 JSON, a missing, extra or ill-typed field, a value out of range);
     :class:`InvalidConfigurationError` when the file is intact but belongs to a cluster with
     other brokers; :class:`KafkaStorageError` when the file cannot be read.
-    Complexity: O(size of the file). Thread-safety: pure function (reads one file).
+    Complexity: O(size of the files). Thread-safety: pure function (reads two files through ``file_io``).
     """
-    def bad(field: str, why: str) -> CorruptCheckpointError:
-        return CorruptCheckpointError(f"cluster metadata field {field}: {why}", path=path)
+    return _read_metadata(path, brokers, file_io or FileIO())[0]
 
+
+def _read_metadata(path: str, brokers: Sequence[int], io: FileIO) -> Tuple[LoadedMetadata, int]:
+    """:func:`load_metadata`, plus the length of the delta log's valid prefix."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = io.read_file(path)
     except OSError as exc:
         raise KafkaStorageError(f"{path}: cannot read the cluster metadata: {exc}") from exc
+    log_path = metadata_log_path(path)
+    try:
+        log_raw = io.read_file(log_path) if io.exists(log_path) else b""
+    except OSError as exc:
+        raise KafkaStorageError(f"{log_path}: cannot read the cluster metadata log: {exc}") from exc
+    data = _parse_metadata(raw, path)
+    loaded = _check_metadata(data, path, brokers)
+    records, valid = _read_log_records(log_raw, log_path)
+    if records:
+        # Replay onto the checked snapshot (its shape is known good now), then check the result
+        # field by field again: whatever is loaded satisfies the controller's invariants.
+        topics = {t["name"]: t for t in data["topics"]}  # type: ignore[attr-defined]
+        parts = {(st["topic"], st["partition"]): st for st in data["partitions"]}  # type: ignore[attr-defined]
+        for i, rec in enumerate(records):
+            _apply_delta(topics, parts, data, rec, f"record {i}", log_path)
+        data["topics"] = list(topics.values())
+        data["partitions"] = list(parts.values())
+        loaded = _check_metadata(data, log_path, brokers)
+    return loaded, valid
+
+
+def _parse_metadata(raw: bytes, path: str) -> Dict[str, object]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -203,6 +347,16 @@ def load_metadata(path: str, brokers: Sequence[int]) -> LoadedMetadata:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise CorruptCheckpointError(f"cluster metadata is not JSON: {exc}", path=path) from None
+    if not isinstance(data, dict):
+        raise CorruptCheckpointError(f"cluster metadata field (top level): must be an object, got "
+                                     f"{type(data).__name__}", path=path)
+    return data
+
+
+def _check_metadata(data: Dict[str, object], path: str, brokers: Sequence[int]) -> LoadedMetadata:
+    """The field-by-field check of the parsed metadata (see :func:`load_metadata`)."""
+    def bad(field: str, why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"cluster metadata field {field}: {why}", path=path)
 
     def need_dict(v: object, field: str, required: Set[str], optional: Set[str] = frozenset()) -> Dict[str, object]:  # type: ignore[assignment]
         if not isinstance(v, dict):
@@ -348,16 +502,36 @@ class MetadataStore:
     the recovery once. ``write_error`` holds the last failure (None: the store
     works).
 
-    Durability: each change is replaced atomically (temp, fsync, rename, directory
-    fsync) before the mutator returns; it survives a process crash and power loss.
-    Complexity: O(size of the state) per write (the whole file is rewritten).
+    Persistence is incremental, as KRaft's metadata log and its snapshots: the file
+    ``path`` is a snapshot (the whole state, replaced atomically), and each change
+    is one record appended to the delta log beside it (:func:`metadata_log_path`:
+    ``<crc32> <JSON>`` per line, fsynced before the mutator returns). When the log
+    outgrows the snapshot (and :data:`COMPACT_MIN_BYTES`), and on :meth:`close`, the
+    state is written as a new snapshot and the log emptied. Every byte goes through
+    ``file_io`` (a :class:`~pylog.storage.fileio.FileIO`; a plain one when None), so
+    the fault harnesses see and can fail every operation.
+
+    Durability: a change is durable (survives a process crash and power loss) when
+    its mutator returns: the record is appended and fsynced (the log's directory
+    entry fsynced when the log is created). A crash during an append leaves a torn
+    last record, which the next load ignores (that change never returned). A crash
+    during compaction leaves the new snapshot with the old log, or the old snapshot
+    with it: records are absolute (set a state, remove a topic), so replaying a log
+    over a snapshot that already holds it gives the same state. A failed append is
+    truncated away (if even that fails, the next change rewrites the snapshot and
+    empties the log), so a change that raised is not loaded later.
+    Complexity: O(size of the change) per write; a compaction O(size of the state),
+    at most once per appended snapshot's worth of log bytes (amortised O(1) per byte).
     Thread-safety: none; the runtime calls it from its one loop thread.
     """
+
+    #: the log is compacted into a new snapshot once it is larger than the snapshot and this
+    COMPACT_MIN_BYTES = 1 << 20
 
     def __init__(self, brokers: Sequence[int], rng: random.Random, *, path: Optional[str] = None,
                  file_io: Optional[object] = None):
         self.path = path
-        self.io = file_io
+        self.io: FileIO = file_io if file_io is not None else FileIO()  # type: ignore[assignment]
         self.brokers = tuple(brokers)
         self.rng = rng
         self.controller_id: Optional[int] = None
@@ -381,13 +555,26 @@ class MetadataStore:
         self.write_error: Optional[str] = None
         #: writes that failed (each left the state unchanged)
         self.write_failures = 0
-        if path is not None and os.path.exists(path):
+        self.log_path = metadata_log_path(path) if path is not None else None
+        #: delta log: its descriptor (opened at the first append), valid length, the snapshot's size
+        self._log_fd: Optional[int] = None
+        self._log_size = 0
+        self._snapshot_size = 0
+        #: the next change must rewrite the snapshot (none yet, or the log's tail could not be cleaned)
+        self._need_snapshot = True
+        #: compactions (snapshots written after the first), for tests and the docs' figures
+        self.compactions = 0
+        #: bumped by every change (a cache key: the controller's heartbeat check)
+        self.version = 0
+        if path is not None and self.io.exists(path):
             self._load()
 
     # persistence
     def _load(self) -> None:
         assert self.path is not None
-        data = load_metadata(self.path, self.brokers)
+        data, self._log_size = _read_metadata(self.path, self.brokers, self.io)
+        self._snapshot_size = max(1, len(self.io.read_file(self.path)))
+        self._need_snapshot = False
         self.controller_epoch = data.controller_epoch
         self.topics = data.topics
         self.partitions = data.partitions
@@ -414,21 +601,74 @@ class MetadataStore:
         }
         return json.dumps(data, sort_keys=True).encode("utf-8")
 
-    def _store(self, what: str, **proposed: object) -> None:
-        """Durably store the state with ``proposed`` parts, or raise MetadataStorageError (nothing applied)."""
+    def _blob_with(self, delta: Dict[str, object]) -> bytes:
+        """The snapshot bytes of the current state with ``delta`` applied (O(state))."""
+        data = json.loads(self._blob())
+        topics = {t["name"]: t for t in data["topics"]}
+        parts = {(st["topic"], st["partition"]): st for st in data["partitions"]}
+        _apply_delta(topics, parts, data, delta, "(new change)", self.path or "")
+        data["topics"] = list(topics.values())
+        data["partitions"] = list(parts.values())
+        return json.dumps(data, sort_keys=True).encode("utf-8")
+
+    def _append(self, line: bytes) -> None:
+        """Append one record to the delta log and fsync it; on failure cut it off again."""
+        assert self.log_path is not None
+        io = self.io
+        if self._log_fd is None:
+            created = not io.exists(self.log_path)
+            fd = io.open(self.log_path)
+            try:
+                if io.size(fd) > self._log_size:
+                    io.truncate(fd, self._log_size)  # a torn tail found by the load
+                if created:
+                    io.fsync_dir(os.path.dirname(self.log_path) or ".")
+            except BaseException:
+                io.close(fd)
+                raise
+            self._log_fd = fd
+        fd = self._log_fd
+        try:
+            io.pwrite(fd, line, self._log_size)
+            io.fsync(fd)
+        except BaseException:
+            try:
+                io.truncate(fd, self._log_size)
+            except OSError:
+                self._need_snapshot = True  # the next change replaces the log entirely
+            raise
+        self._log_size += len(line)
+
+    def _write_snapshot(self, blob: bytes) -> None:
+        """Replace the snapshot by ``blob`` and empty the log (a crash in between replays the old log
+        over the new snapshot: the same state, records being absolute)."""
+        assert self.path is not None and self.log_path is not None
+        self.io.write_file_atomic(self.path, blob)
+        self._snapshot_size = max(1, len(blob))
+        if self._log_fd is not None:
+            self.io.truncate(self._log_fd, 0)
+            self.io.fsync(self._log_fd)
+        elif self.io.exists(self.log_path):
+            fd = self.io.open(self.log_path)
+            try:
+                self.io.truncate(fd, 0)
+                self.io.fsync(fd)
+            finally:
+                self.io.close(fd)
+        self._log_size = 0
+        self._need_snapshot = False
+
+    def _store(self, what: str, _snapshot: bool = False, **delta: object) -> None:
+        """Durably store one change (a delta record: see :func:`_apply_delta`), or raise
+        MetadataStorageError (nothing applied)."""
+        self.version += 1  # (also for a failed write: readers only recompute)
         if self.path is None:
             return
-        blob = self._blob(**proposed)  # type: ignore[arg-type]
         try:
-            if self.io is not None:
-                self.io.write_file_atomic(self.path, blob)  # type: ignore[attr-defined]
+            if self._need_snapshot or _snapshot:
+                self._write_snapshot(self._blob_with(delta))
             else:
-                tmp = self.path + ".tmp"
-                with open(tmp, "wb") as f:
-                    f.write(blob)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
+                self._append(_record_line(delta))
         except (OSError, PylogError) as exc:
             self.write_failures += 1
             first = self.write_error is None
@@ -444,51 +684,85 @@ class MetadataStore:
 
     def save(self) -> None:
         """Write the current state (raises MetadataStorageError if it cannot be stored)."""
-        self._store("the metadata")
+        self._store("the metadata", _snapshot=True)
+
+    def _maybe_compact(self) -> None:
+        """After a change was applied: write a new snapshot when the log outgrew it. A failure is
+        logged and retried with a later change (the change itself is durable in the log)."""
+        if self._log_size <= max(self.COMPACT_MIN_BYTES, self._snapshot_size) or self.path is None:
+            return
+        try:
+            self._write_snapshot(self._blob())
+            self.compactions += 1
+        except (OSError, PylogError) as exc:
+            _log.warning("%s: compacting the metadata log failed (retried later): %s", self.path, exc)
+
+    def close(self) -> None:
+        """Compact (one snapshot, empty log, when the log has records) and release the log's
+        descriptor. A failure is logged: the log still holds every change. Idempotent."""
+        if self.path is not None and self._log_size > 0:
+            try:
+                self._write_snapshot(self._blob())
+                self.compactions += 1
+            except (OSError, PylogError) as exc:
+                _log.warning("%s: compacting the metadata log at close failed: %s", self.path, exc)
+        if self._log_fd is not None:
+            try:
+                self.io.close(self._log_fd)
+            except OSError:
+                pass
+            self._log_fd = None
+        if self.log_path is not None and self._log_size == 0 and not self._need_snapshot:
+            try:  # a closed cluster directory holds the snapshot alone (an empty log says nothing)
+                if self.io.exists(self.log_path):
+                    self.io.unlink(self.log_path)
+            except OSError:
+                pass
 
     def register(self, broker_id: int, incarnation: int) -> None:
         if self.broker_incarnations.get(broker_id) != incarnation:
-            new = dict(self.broker_incarnations)
-            new[broker_id] = incarnation
-            self._store(f"broker {broker_id}'s registration (incarnation {incarnation})", broker_incarnations=new)
+            self._store(f"broker {broker_id}'s registration (incarnation {incarnation})",
+                        broker_incarnations={str(broker_id): incarnation})
             self.broker_incarnations[broker_id] = incarnation  # in place: controllers hold this dict
+            self._maybe_compact()
 
     def allocate_producer_ids(self, count: int) -> Tuple[int, int]:
         """Reserve ``count`` producer ids; returns ``(first, count)``. Stored before it returns."""
         first = self.next_producer_id
         self._store(f"a block of {count} producer ids", next_producer_id=first + count)
         self.next_producer_id = first + count
+        self._maybe_compact()
         return first, count
 
     def create_topic(self, controller_epoch: int, cfg: "TopicConfig", states: Sequence[PartitionState]) -> None:
         """Store a new topic and its partitions in one write (all or nothing)."""
         self._check_epoch(controller_epoch, f"creation of topic {cfg.name!r}")
-        topics = dict(self.topics)
-        topics[cfg.name] = cfg
-        partitions = dict(self.partitions)
-        for st in states:
-            partitions[(st.topic, st.partition)] = st
-        self._store(f"topic {cfg.name!r} with {len(states)} partitions", topics=topics, partitions=partitions)
+        self._store(f"topic {cfg.name!r} with {len(states)} partitions", topics=[asdict(cfg)],
+                    partitions=[asdict(st) for st in states])
         self.topics[cfg.name] = cfg
         self.partitions.update(((st.topic, st.partition), st) for st in states)
         self.history.extend((controller_epoch, st) for st in states)
+        self._maybe_compact()
 
     # topic admin (each change is one atomic write, stored before it is applied)
     def remove_topic(self, name: str, pending: Dict[int, List[int]]) -> None:
         """Drop topic ``name`` and its partitions; its replicas in ``pending`` (broker -> partitions)
         are to be removed from disk. One write: after a crash the topic is either whole or gone.
         Raises MetadataStorageError (nothing changed) when it cannot be stored."""
-        topics = {k: v for k, v in self.topics.items() if k != name}
-        partitions = {tp: st for tp, st in self.partitions.items() if tp[0] != name}
         pending = {b: sorted(ps) for b, ps in pending.items() if ps}
         deleting = dict(self.deleting)
         if pending:
             deleting[name] = pending
-        self._store(f"the deletion of topic {name!r}", topics=topics, partitions=partitions, deleting=deleting)
+        if pending:
+            self._store(f"the deletion of topic {name!r}", remove_topics=[name],
+                        deleting={name: {str(b): ps for b, ps in pending.items()}})
+        else:
+            self._store(f"the deletion of topic {name!r}", remove_topics=[name])
         self.topics.pop(name, None)
         for tp in [tp for tp in self.partitions if tp[0] == name]:
             del self.partitions[tp]
         self.deleting = deleting
+        self._maybe_compact()
 
     def replica_deleted(self, name: str, broker: int, partition: int) -> bool:
         """Broker ``broker`` removed its replica of ``name``-``partition``; True if that was pending."""
@@ -504,31 +778,30 @@ class MetadataStore:
             deleting[name] = new_per
         else:
             del deleting[name]
-        self._store(f"broker {broker}'s removal of {name}-{partition}", deleting=deleting)
+        self._store(f"broker {broker}'s removal of {name}-{partition}",
+                    deleting={name: {str(b): ps for b, ps in new_per.items()} if new_per else None})
         self.deleting = deleting
+        self._maybe_compact()
         return True
 
     def extend_topic(self, cfg: "TopicConfig", states: Sequence[PartitionState]) -> None:
         """Replace the topic's record by ``cfg`` and add the new partitions' ``states`` (one write)."""
-        topics = dict(self.topics)
-        topics[cfg.name] = cfg
-        partitions = dict(self.partitions)
         for st in states:
-            assert (st.topic, st.partition) not in partitions, st
-            partitions[(st.topic, st.partition)] = st
-        self._store(f"{len(states)} new partitions of topic {cfg.name!r}", topics=topics, partitions=partitions)
+            assert (st.topic, st.partition) not in self.partitions, st
+        self._store(f"{len(states)} new partitions of topic {cfg.name!r}", topics=[asdict(cfg)],
+                    partitions=[asdict(st) for st in states])
         self.topics[cfg.name] = cfg
         for st in states:
             self.partitions[(st.topic, st.partition)] = st
             self.history.append((self.controller_epoch, st))
+        self._maybe_compact()
 
     def replace_topic(self, cfg: "TopicConfig") -> None:
         """Replace the topic's record (configs) by ``cfg``."""
         assert cfg.name in self.topics, cfg.name
-        topics = dict(self.topics)
-        topics[cfg.name] = cfg
-        self._store(f"the configs of topic {cfg.name!r}", topics=topics)
+        self._store(f"the configs of topic {cfg.name!r}", topics=[asdict(cfg)])
         self.topics[cfg.name] = cfg
+        self._maybe_compact()
 
     # controller election (the /controller znode)
     def try_claim(self, broker_id: int, now_ms: int, session_timeout_ms: int, incarnation: int = 0) -> bool:
@@ -552,6 +825,7 @@ class MetadataStore:
             self.controller_incarnation = incarnation
             self.controller_epoch += 1
             self.lease_ms = now_ms
+            self._maybe_compact()
             return True
         return False
 
@@ -572,12 +846,11 @@ class MetadataStore:
         if old is not None:
             assert st.leader_epoch >= old.leader_epoch and st.partition_epoch > old.partition_epoch, (old, st)
         assert st.isr, f"{st.topic}-{st.partition}: an ISR is never empty"
-        partitions = dict(self.partitions)
-        partitions[(st.topic, st.partition)] = st
         self._store(f"{st.topic}-{st.partition} (leader {st.leader}, leader epoch {st.leader_epoch}, "
-                    f"ISR {list(st.isr)}, partition epoch {st.partition_epoch})", partitions=partitions)
+                    f"ISR {list(st.isr)}, partition epoch {st.partition_epoch})", partitions=[asdict(st)])
         self.partitions[(st.topic, st.partition)] = st
         self.history.append((controller_epoch, st))
+        self._maybe_compact()
 
     def state_of(self, tp: TP) -> str:
         st = self.partitions.get(tp)
@@ -612,6 +885,8 @@ class Controller:
         #: grants every broker a fresh block. Every LeaderAndIsr to the broker repeats its block, so
         #: a lost request does not leave it without one (the broker ignores a block it already has).
         self._pid_blocks: Dict[int, Tuple[int, Tuple[int, int]]] = {}
+        #: per broker, its last heartbeat's applied epochs, the store version then, and what it missed
+        self._hb_seen: Dict[int, Tuple[object, int, Tuple[PartitionState, ...]]] = {}
 
     # --------------------------------------------------------------- liveness
     def live_brokers(self) -> Set[int]:
@@ -691,10 +966,19 @@ class Controller:
         if started:
             self.shutting_down.discard(b)
             self._broker_started(b, out)
-        applied = {(t, p): e for t, p, e in hb.partition_epochs}
-        missed = tuple(
-            st for tp, st in self.store.partitions.items() if b in st.replicas and applied.get(tp, -1) < st.partition_epoch
-        )
+        # What broker b has not applied; the same answer as last time when neither its applied
+        # epochs nor the store changed (a steady heartbeat costs O(1), not O(partitions)).
+        seen = self._hb_seen.get(b)
+        if seen is not None and seen[1] == self.store.version and (
+                seen[0] is hb.partition_epochs or seen[0] == hb.partition_epochs):
+            missed = seen[2]
+        else:
+            applied = {(t, p): e for t, p, e in hb.partition_epochs}
+            missed = tuple(
+                st for tp, st in self.store.partitions.items()
+                if b in st.replicas and applied.get(tp, -1) < st.partition_epoch
+            )
+            self._hb_seen[b] = (hb.partition_epochs, self.store.version, missed)
         if missed and not started:
             out.send(b, self._lai(b, missed))
         self.resend_deletions(b, out)
@@ -1098,4 +1382,5 @@ class Controller:
 
 
 __all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata", "LoadedMetadata",
+           "read_metadata_json", "metadata_log_path",
            "offsets_topic_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]

@@ -152,6 +152,45 @@ class FetchResponse:
 
 
 @dataclass(frozen=True)
+class ReplicaFetchRequest:
+    """One follower broker's fetch from one leader broker for all the partitions it follows there
+    (Kafka's ``ReplicaFetcherThread`` request, with a KIP-227 fetch session).
+
+    ``session_id == 0``: a full fetch; ``partitions`` is every partition the follower wants, and
+    the leader opens a new session (answering with its id). Otherwise an incremental fetch of
+    session ``session_id`` at ``session_epoch`` (1, 2, ... for the requests after the full one):
+    ``partitions`` holds only the partitions that are new to the session or whose fetch offset,
+    log start or leader epoch changed; ``forgotten`` the partitions to drop. Each entry is the
+    per-partition :class:`FetchRequest` the follower would have sent alone (its correlation id
+    unused).
+    """
+
+    replica_id: int
+    replica_incarnation: int
+    correlation_id: int
+    session_id: int
+    session_epoch: int
+    partitions: Tuple["FetchRequest", ...]
+    forgotten: Tuple[Tuple[str, int], ...] = ()
+    max_wait_ms: int = 0
+
+
+@dataclass(frozen=True)
+class ReplicaFetchResponse:
+    """The answer to a :class:`ReplicaFetchRequest`: ``error`` set for the session itself
+    (:class:`~pylog.errors.FetchSessionIdNotFoundError`, ...: the follower starts again with a full
+    fetch); else ``partitions`` has ``(fetch_offset, response)`` for every partition of a full fetch,
+    and in an incremental one only those with records, an error, or a new HW, log start or leader
+    epoch. ``fetch_offset`` is the offset the leader served from (the session's)."""
+
+    correlation_id: int
+    session_id: int
+    partitions: Tuple[Tuple[int, "FetchResponse"], ...] = ()
+    error: ErrorType = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class OffsetsForLeaderEpochRequest:
     replica_id: int
     topic: str

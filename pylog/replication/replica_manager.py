@@ -13,8 +13,11 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
   (``RequestTimedOutError``).
 * Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
   and complete when the leader appends or its HW moves.
-* Followers keep one request in flight per partition (OffsetsForLeaderEpoch
-  while truncating, then Fetch) and resend after ``request_timeout_ms``. A
+* Followers fetch per leader broker: one :class:`ReplicaFetchRequest` in flight per (follower,
+  leader) for all the partitions led there, with a KIP-227 fetch session (only changed partitions
+  after the first, full, request; the leader answers only partitions with something new and parks
+  the request otherwise). A partition that truncates sends its own OffsetsForLeaderEpoch first.
+  Requests are resent (as a full fetch) after ``request_timeout_ms``. A
   follower append or truncation that fails (a failing disk, a batch this
   replica refuses), or a replica that cannot be opened for a LeaderAndIsr, is
   logged and that partition stops fetching (``Partition.fail_fetching``):
@@ -23,8 +26,9 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
   checkpoint (``replication-offset-checkpoint``) every
   ``hw_checkpoint_interval_ms`` and on clean shutdown.
 
-Complexity: a tick costs O(replicas with something due) plus, when a parked request is due, one
-set lookup per parked replica (no per-partition work when idle); the ISR-expiry pass every
+Complexity: a tick costs O(replicas with something due + brokers) plus, when a parked request is
+due, one set lookup per parked replica (no per-partition work when idle); a broker-pair fetch costs
+O(partitions listed or dirty), an idle one O(1); the ISR-expiry pass every
 ``replica_lag_time_max_ms / 2`` is O(partitions). Durability: the HW checkpoint is written
 atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
 """
@@ -42,6 +46,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 from pylog.errors import (
     BrokerNotAvailableError,
     CorruptCheckpointError,
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
     KafkaStorageError,
     NotEnoughReplicasAfterAppendError,
     NotLeaderError,
@@ -54,6 +60,8 @@ from pylog.replication.messages import (
     AlterPartitionResponse,
     FetchRequest,
     FetchResponse,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     LeaderAndIsrRequest,
@@ -66,13 +74,14 @@ from pylog.replication.messages import (
     StopReplicaRequest,
     StopReplicaResponse,
 )
-from pylog.replication.partition import FOLLOWER, LEADER, Partition
+from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, Partition
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log, LogConfig
 from pylog.storage.logdir import HW_CHECKPOINT_FILE, LogDir
 
 CONTROLLER = "controller"
+_EPOCH_CHANGING = (LeaderAndIsrRequest, AlterPartitionResponse, StopReplicaRequest)
 TP = Tuple[str, int]
 
 
@@ -112,6 +121,67 @@ class _DelayedFetch:
     req: FetchRequest
     deadline_ms: int
     hw_at_hold: int
+
+
+class _Fetcher:
+    """Follower side: the partitions this broker follows on one leader broker, fetched with one
+    :class:`ReplicaFetchRequest` at a time (Kafka's ``ReplicaFetcherThread`` + ``FetchSessionHandler``).
+
+    ``members``: each partition's per-partition request as the follower wants it now; ``known``: what
+    the leader's session holds (as last sent); ``changed``: members to list in the next request;
+    ``forgotten``: partitions to drop from the leader's session. ``session_id`` 0 means the next
+    request is a full fetch."""
+
+    __slots__ = ("leader", "session_id", "epoch", "members", "known", "changed", "forgotten", "inflight",
+                 "backoff_until")
+
+    def __init__(self, leader: int):
+        self.leader = leader
+        self.session_id = 0
+        self.epoch = 0
+        self.members: Dict[TP, FetchRequest] = {}
+        self.known: Dict[TP, FetchRequest] = {}
+        self.changed: Set[TP] = set()
+        self.forgotten: Set[TP] = set()
+        #: ``(correlation id, request, sent at)`` of the one request in flight
+        self.inflight: Optional[Tuple[int, ReplicaFetchRequest, int]] = None
+        self.backoff_until = 0
+
+    def reset_session(self) -> None:
+        """Forget the session: the next request is a full fetch of every member."""
+        self.session_id = 0
+        self.epoch = 0
+        self.known = {}
+        self.changed = set(self.members)
+        self.forgotten = set()
+
+
+class _Session:
+    """Leader side: one follower broker's fetch session (KIP-227's ``FetchSession``).
+
+    ``parts``: each partition's fetch as the follower last listed it; ``sent``: per partition the
+    ``(high watermark, log start, leader epoch)`` last answered; ``dirty``: partitions whose leader
+    state may have changed since they were last answered (an append, a HW, ISR or leader change, the
+    periodic sweep). A partition neither listed nor dirty is not looked at by a request: its
+    follower's fetch state (:class:`~pylog.replication.partition.ReplicaState`) is brought up to
+    ``last_fetch_ms`` by :meth:`ReplicaManager._materialize` before anything reads it or the
+    partition changes (before an append, before the ISR-expiry pass), which is exactly what a
+    per-partition fetch at that time with the same offset would have done."""
+
+    __slots__ = ("replica_id", "incarnation", "session_id", "epoch", "parts", "sent", "dirty", "last_fetch_ms",
+                 "parked")
+
+    def __init__(self, replica_id: int, incarnation: int, session_id: int, now_ms: int):
+        self.replica_id = replica_id
+        self.incarnation = incarnation
+        self.session_id = session_id
+        self.epoch = 1
+        self.parts: Dict[TP, FetchRequest] = {}
+        self.sent: Dict[TP, Tuple[int, int, int]] = {}
+        self.dirty: Set[TP] = set()
+        self.last_fetch_ms = now_ms
+        #: ``(source, correlation id, deadline)`` of a request parked until data arrives or ``max_wait_ms``
+        self.parked: Optional[Tuple[object, int, int]] = None
 
 
 class ReplicaManager:
@@ -161,6 +231,21 @@ class ReplicaManager:
         #: replicas it acts on in that order, the order of the loop over every replica it replaces
         self._order: Dict[TP, int] = {}
         self._added = 0
+        #: bumped by every message that may change a replica's partition epoch or the replica set
+        self.epochs_version = 0
+        # Per-broker-pair fetching (issue 18): follower side, one fetcher per leader broker; leader
+        # side, one fetch session per follower broker. An idle partition costs nothing per request.
+        self.fetchers: Dict[int, _Fetcher] = {}
+        #: follower replica -> the leader broker whose fetcher holds it
+        self._member_of: Dict[TP, int] = {}
+        #: leader brokers whose fetcher may have a request to send
+        self._fetchers_due: Set[int] = set()
+        self.sessions: Dict[int, _Session] = {}
+        #: replica ids of parked sessions with a dirty partition (answered by complete_fetch_wakeups / handle)
+        self._session_wakeups: Set[int] = set()
+        #: (deadline, replica id, session id) of parked sessions, lazily cleaned
+        self._session_deadlines: List[Tuple[int, int, int]] = []
+        self._next_session = incarnation << 32
         # Correlation ids are unique across this broker's incarnations: a response to a request the
         # previous incarnation sent (still in flight when it crashed) must never match a request of
         # this one. With per-incarnation counters from 0 it did (soak seed 31140): a pre-crash fetch
@@ -220,6 +305,7 @@ class ReplicaManager:
             )
             log.retention_high_watermark = lambda p=p: p.high_watermark  # retention stays below the HW
             self.partitions[tp] = p
+            self.epochs_version += 1
             self._added += 1
             self._order[tp] = self._added
             self.deleted.discard(tp)
@@ -235,7 +321,19 @@ class ReplicaManager:
         out = Outbox()
         if self.closed:
             return out
-        if isinstance(msg, FetchRequest):
+        if msg.__class__ in _EPOCH_CHANGING:
+            self.epochs_version += 1  # a replica's partition epoch may change (the heartbeat's cache key)
+        if isinstance(msg, ReplicaFetchRequest):
+            self._on_replica_fetch(src, msg, now_ms, out)
+        elif isinstance(msg, ReplicaFetchResponse):
+            if len(msg.partitions) > 1:
+                # Appends to many replicas (first batches of an epoch write leader-epoch checkpoints):
+                # their syncs run once at the end, before anything this response causes is sent.
+                with self._batch_syncs(len(msg.partitions)):
+                    self._on_replica_fetch_response(msg, now_ms, out)
+            else:
+                self._on_replica_fetch_response(msg, now_ms, out)
+        elif isinstance(msg, FetchRequest):
             self._on_fetch(src, msg, now_ms, out)
         elif isinstance(msg, ProduceRequest):
             self._on_produce(src, msg, now_ms, out)
@@ -257,6 +355,7 @@ class ReplicaManager:
         elif isinstance(msg, AlterPartitionResponse):
             p = self.partitions.get((msg.topic, msg.partition))
             if p is not None and p.on_alter_partition_response(msg, now_ms):
+                self._mark_dirty((msg.topic, msg.partition))
                 self._complete_delayed((msg.topic, msg.partition), now_ms, out)
         elif isinstance(msg, StopReplicaRequest) and msg.delete_partition:
             if msg.controller_epoch >= self.controller_epoch:
@@ -267,7 +366,13 @@ class ReplicaManager:
                 p = self.partitions.get(tp)
                 if p is not None:
                     p.stop()
+                    self._leave_fetcher(tp)
+                    self._mark_dirty(tp)
                     self._fail_delayed_produce(tp, NotLeaderError, out)
+        if self._fetchers_due:
+            self._send_fetchers(now_ms, out)
+        if self._session_wakeups and msg.__class__ is not ProduceRequest:
+            self._answer_woken_sessions(now_ms, out)
         return out
 
     def _on_leader_and_isr(self, req: LeaderAndIsrRequest, now_ms: int, out: Outbox) -> None:
@@ -287,7 +392,7 @@ class ReplicaManager:
         # what a peer or client learns of a replica is on disk first, as before, at one sync per
         # batch rather than several per partition (docs/durability.md, "Batched directory syncs").
         applied: List[Tuple[PartitionState, str]] = []
-        with self._batch_syncs(req):
+        with self._batch_syncs(len(req.states)):
             for st in req.states:
                 if self.broker_id not in st.replicas:
                     continue
@@ -307,22 +412,27 @@ class ReplicaManager:
                 applied.append((st, outcome))
         for st, outcome in applied:
             tp = (st.topic, st.partition)
+            if outcome in ("follower", "leader", "isr"):
+                self._mark_dirty(tp)  # the fetch sessions holding it answer its new state
             if outcome == "follower":
                 self._fail_delayed_produce(tp, NotLeaderError, out)
                 self._complete_delayed_fetch(tp, now_ms, out, force=True)
                 self.inflight.pop(tp, None)
+                self._leave_fetcher(tp)
                 self._may_send.add(tp)
                 self.next_fetch_at[tp] = now_ms
                 self._maybe_send_follower(tp, now_ms, out)
             elif outcome == "leader":
                 self.inflight.pop(tp, None)
+                self._leave_fetcher(tp)
                 self._complete_delayed(tp, now_ms, out)
             elif outcome == "isr":
                 self._complete_delayed(tp, now_ms, out)
 
     @contextlib.contextmanager
-    def _batch_syncs(self, req: LeaderAndIsrRequest) -> Iterator[None]:
-        """The directory syncs of one LeaderAndIsr batch, run once at the end (FileIO.batched_dir_syncs).
+    def _batch_syncs(self, count: int) -> Iterator[None]:
+        """The directory syncs (and atomic file replaces) of one LeaderAndIsr batch, or of one broker-pair
+        fetch response, of ``count`` partitions, run once at the end (FileIO.batched_dir_syncs).
 
         A failing sync is logged, never raised (as a failing replica is, above): the replicas
         already applied keep running on the page cache, the failure is Kafka's offline log dir
@@ -334,8 +444,8 @@ class ReplicaManager:
             import logging
 
             logging.getLogger("pylog.replication").error(
-                "broker %d: syncing the directories of a LeaderAndIsr batch of %d partitions in %s failed: %s",
-                self.broker_id, len(req.states), self.log_dir, exc)
+                "broker %d: syncing the directories of a batch of %d partitions in %s failed: %s",
+                self.broker_id, count, self.log_dir, exc)
 
     def _apply_topic_config(self, tp: TP, p: Partition, topic_config: Sequence[Tuple[str, object]]) -> None:
         """Give an open log its topic's configs when the controller's differ from those it last applied
@@ -370,6 +480,8 @@ class ReplicaManager:
                                                   error=UnknownTopicOrPartitionError,
                                                   message=f"{msg.topic}-{msg.partition} was deleted"))
                 self.inflight.pop(tp, None)
+                self._leave_fetcher(tp)
+                self._mark_dirty(tp)
                 self.next_fetch_at.pop(tp, None)
                 self.fetch_wakeups.discard(tp)
                 try:
@@ -444,6 +556,8 @@ class ReplicaManager:
                                               message=f"broker {self.broker_id} has no replica of "
                                               f"{req.topic}-{req.partition}" + (" (deleted)" if gone else "")))
             return
+        if self.sessions:
+            self._before_append(tp)
         try:
             res = p.append_as_leader(req.records, acks, now_ms)
         except PylogError as exc:
@@ -451,7 +565,7 @@ class ReplicaManager:
                 out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=type(exc),
                                               message=str(exc)))
             return
-        if self.delayed_fetch.get(tp):
+        if self.delayed_fetch.get(tp) or self._session_wakeups:
             # The parked fetches see the new data once the messages queued now are handled
             # (complete_fetch_wakeups): a producer's requests in flight are appended first and
             # each follower gets them in one response, not one round per batch.
@@ -482,6 +596,8 @@ class ReplicaManager:
             self.fetch_wakeups = set()
             for tp in wakeups:
                 self._complete_delayed_fetch(tp, now_ms, out)
+            if self._session_wakeups:
+                self._answer_woken_sessions(now_ms, out)
         else:
             wakeups.clear()
         return out
@@ -554,6 +670,7 @@ class ReplicaManager:
             self._proposing.add(tp)
             out.send(CONTROLLER, alter)
         if p.high_watermark != hw_before:
+            self._mark_dirty(tp)
             self._complete_delayed(tp, now_ms, out)
         if resp.error is None and not resp.records and req.max_wait_ms > 0:
             self.delayed_fetch.setdefault(tp, []).append(_DelayedFetch(src, req, now_ms + req.max_wait_ms, p.high_watermark))
@@ -585,8 +702,10 @@ class ReplicaManager:
 
     # -------------------------------------------------------- follower side
     def _maybe_send_follower(self, tp: TP, now_ms: int, out: Outbox) -> None:
+        """Start what follower ``tp`` needs next: an OffsetsForLeaderEpoch of its own while it
+        truncates, else a place in its leader's fetcher (whose request :meth:`_send_fetchers` sends)."""
         p = self.partitions.get(tp)
-        if p is None or p.role != FOLLOWER or tp in self.inflight:
+        if p is None or p.role != FOLLOWER or tp in self.inflight or tp in self._member_of:
             self._may_send.discard(tp)  # a follower again gets here from its LeaderAndIsr
             return
         self._may_send.add(tp)
@@ -599,9 +718,246 @@ class ReplicaManager:
             return
         if req is None:
             return
-        self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
         self._may_send.discard(tp)
+        if isinstance(req, FetchRequest):
+            f = self.fetchers.get(p.leader)
+            if f is None:
+                f = self.fetchers[p.leader] = _Fetcher(p.leader)
+            f.members[tp] = req
+            f.changed.add(tp)
+            f.forgotten.discard(tp)
+            self._member_of[tp] = p.leader
+            self._fetchers_due.add(p.leader)
+            return
+        self.inflight[tp] = (req.correlation_id, req, now_ms)  # type: ignore[attr-defined]
         out.send(p.leader, req)
+
+    def _leave_fetcher(self, tp: TP) -> None:
+        """Take follower ``tp`` out of its fetcher (the leader's session forgets it with the next request)."""
+        leader = self._member_of.pop(tp, None)
+        if leader is None:
+            return
+        f = self.fetchers[leader]
+        del f.members[tp]
+        f.changed.discard(tp)
+        if f.known.pop(tp, None) is not None:
+            f.forgotten.add(tp)
+            self._fetchers_due.add(leader)
+
+    def _send_fetchers(self, now_ms: int, out: Outbox) -> None:
+        """Send the next request of every fetcher that has none in flight and something to fetch or
+        forget: a full fetch when it has no session, else only the changed partitions (KIP-227).
+        O(changed partitions) per request."""
+        due, self._fetchers_due = self._fetchers_due, set()
+        order = self._order
+        for leader in sorted(due):
+            f = self.fetchers.get(leader)
+            if f is None or f.inflight is not None:
+                continue
+            if not f.members and not f.forgotten:
+                continue  # nothing to fetch; the leader's session lingers until a full fetch replaces it
+            if now_ms < f.backoff_until:
+                self._fetchers_due.add(leader)  # the tick tries again
+                continue
+            corr = self._next_corr()
+            if f.session_id == 0:
+                listed = sorted(f.members, key=lambda tp: order.get(tp, 0))
+                req = ReplicaFetchRequest(self.broker_id, self.incarnation, corr, 0, 0,
+                                          tuple(f.members[tp] for tp in listed), (), self.config.replica_fetch_max_wait_ms)
+                f.known = dict(f.members)
+            else:
+                listed = sorted(f.changed, key=lambda tp: order.get(tp, 0))
+                parts = tuple(f.members[tp] for tp in listed)
+                for tp, m in zip(listed, parts):
+                    f.known[tp] = m
+                req = ReplicaFetchRequest(self.broker_id, self.incarnation, corr, f.session_id, f.epoch, parts,
+                                          tuple(sorted(f.forgotten)), self.config.replica_fetch_max_wait_ms)
+                f.epoch += 1
+            f.changed = set()
+            f.forgotten = set()
+            f.inflight = (corr, req, now_ms)
+            out.send(leader, req)
+
+    def _on_replica_fetch_response(self, resp: ReplicaFetchResponse, now_ms: int, out: Outbox) -> None:
+        """Follower side: apply each partition's answer (as the per-partition path does), then send
+        the fetcher's next request."""
+        leader = next((ld for ld, f in self.fetchers.items()
+                       if f.inflight is not None and f.inflight[0] == resp.correlation_id), None)
+        if leader is None:
+            return  # a response to a request this incarnation gave up on (or never sent)
+        f = self.fetchers[leader]
+        f.inflight = None
+        self._fetchers_due.add(leader)
+        if resp.error is not None:
+            f.reset_session()  # Kafka's FetchSessionHandler: a session error means a full fetch next
+            f.backoff_until = now_ms + self.config.replica_fetch_backoff_ms
+            return
+        if f.session_id == 0:
+            f.session_id, f.epoch = resp.session_id, 1
+        backoff = self.config.replica_fetch_backoff_ms
+        for fetch_offset, r in resp.partitions:
+            tp = (r.topic, r.partition)
+            m = f.members.get(tp)
+            p = self.partitions.get(tp)
+            if m is None or p is None or m.fetch_offset != fetch_offset:
+                continue  # left the fetcher, or its entry changed since: the next request lists it
+            corrupt_before = p.corrupt_fetches
+            try:
+                p.on_fetch_response(m, r, now_ms)  # (an append failure is handled inside)
+            except (PylogError, OSError) as exc:  # a truncation or log-start move failed
+                p.fail_fetching(m.fetch_offset, exc, "fetch response")
+            failed = r.error is not None or p.corrupt_fetches != corrupt_before
+            if failed:
+                self.next_fetch_at[tp] = now_ms + backoff
+            if (not failed and p.role == FOLLOWER and p.leader == leader and p.follower_state == FETCHING
+                    and p.leader_epoch == m.current_leader_epoch):
+                if p.log_end_offset != m.fetch_offset or p.log.log_start_offset != m.log_start_offset:
+                    f.members[tp] = m = FetchRequest(
+                        self.broker_id, m.topic, m.partition, p.log_end_offset, m.current_leader_epoch,
+                        m.correlation_id, max_wait_ms=m.max_wait_ms, log_start_offset=p.log.log_start_offset,
+                        replica_incarnation=self.incarnation)
+                    f.changed.add(tp)
+            else:
+                # Truncating again, failed, backing off or no longer following this leader: out of
+                # the fetcher; the per-partition path takes it from here.
+                self._leave_fetcher(tp)
+                self._may_send.add(tp)
+                self._maybe_send_follower(tp, now_ms, out)
+
+    # ------------------------------------------------------ leader sessions
+    def _materialize(self, s: _Session, tp: TP) -> None:
+        """Bring follower ``s.replica_id``'s fetch state of ``tp`` up to the session's last request:
+        what a per-partition fetch at ``s.last_fetch_ms`` with the unchanged offset would have done
+        (valid while ``tp`` is not dirty: the leader's log end has not moved since it was answered)."""
+        p = self.partitions.get(tp)
+        m = s.parts.get(tp)
+        if p is None or m is None or p.role != LEADER or m.current_leader_epoch != p.leader_epoch:
+            return
+        st = p.remote.get(s.replica_id)
+        if st is None or s.incarnation < st.incarnation or st.log_end_offset != m.fetch_offset:
+            return
+        st.update(m.fetch_offset, s.last_fetch_ms, p.log.log_end_offset)
+
+    def _mark_dirty(self, tp: TP) -> None:
+        """``tp``'s leader state changed: every session holding it answers it with its next request
+        (a parked one at once)."""
+        for rid, s in self.sessions.items():
+            if tp in s.parts and tp not in s.dirty:
+                self._materialize(s, tp)
+                s.dirty.add(tp)
+                if s.parked is not None:
+                    self._session_wakeups.add(rid)
+
+    def _before_append(self, tp: TP) -> None:
+        """Called before the leader's log end moves: the sessions holding ``tp`` mark it dirty (after
+        bringing their follower's fetch state up to date at the old log end)."""
+        self._mark_dirty(tp)
+
+    def _on_replica_fetch(self, src: object, req: ReplicaFetchRequest, now_ms: int, out: Outbox) -> None:
+        """Leader side of a broker-pair fetch: open or continue the follower's session, answer the
+        listed and dirty partitions, park when none has anything to say. O(listed + dirty)."""
+        rid = req.replica_id
+        s = self.sessions.get(rid)
+        if req.session_id == 0:
+            if s is not None:  # replaced: what the old session knew is brought up to date first
+                for tp in s.parts:
+                    if tp not in s.dirty:
+                        self._materialize(s, tp)
+            self._next_session += 1
+            s = self.sessions[rid] = _Session(rid, req.replica_incarnation, self._next_session, now_ms)
+            listed: Dict[TP, FetchRequest] = {}
+        else:
+            error: Optional[type] = None
+            if s is None or s.session_id != req.session_id:
+                error = FetchSessionIdNotFoundError
+            elif req.session_epoch != s.epoch or req.replica_incarnation != s.incarnation:
+                error = InvalidFetchSessionEpochError
+            if error is not None:
+                out.send(src, ReplicaFetchResponse(req.correlation_id, 0, error=error,
+                                                   message=f"broker {self.broker_id}: fetch session {req.session_id} "
+                                                   f"epoch {req.session_epoch} of broker {rid} is not open here"))
+                return
+            assert s is not None
+            s.epoch += 1
+            listed = {}
+            for tp in req.forgotten:
+                if tp not in s.dirty:
+                    self._materialize(s, tp)
+                s.parts.pop(tp, None)
+                s.sent.pop(tp, None)
+                s.dirty.discard(tp)
+        for m in req.partitions:
+            tp = (m.topic, m.partition)
+            if tp in s.parts and tp not in s.dirty:
+                self._materialize(s, tp)  # the previous request's virtual fetch, at the old offset
+            s.parts[tp] = m
+            s.sent.pop(tp, None)  # a listed partition is always answered (the follower may have dropped the last answer)
+            listed[tp] = m
+        s.parked = None  # a follower has one request in flight: an older parked one was given up
+        s.last_fetch_ms = now_ms
+        self._session_wakeups.discard(rid)
+        parts = self._answer_session(s, listed, now_ms, out, full=req.session_id == 0)
+        if parts or req.max_wait_ms <= 0 or req.session_id == 0:
+            out.send(src, ReplicaFetchResponse(req.correlation_id, s.session_id, parts))
+            return
+        s.parked = (src, req.correlation_id, now_ms + req.max_wait_ms)
+        heapq.heappush(self._session_deadlines, (now_ms + req.max_wait_ms, rid, s.session_id))
+
+    def _answer_session(self, s: _Session, listed: Dict[TP, FetchRequest], now_ms: int, out: Outbox,
+                        full: bool) -> Tuple[Tuple[int, FetchResponse], ...]:
+        """Serve the listed and dirty partitions of session ``s`` (in the order of :attr:`partitions`);
+        the answers that say something (all of them for a full fetch)."""
+        todo = s.dirty.union(listed) if s.dirty else listed
+        s.dirty = set()
+        if not todo:
+            return ()
+        order = self._order
+        answers: List[Tuple[int, FetchResponse]] = []
+        for tp in sorted(todo, key=lambda tp: order.get(tp, 0)):
+            m = s.parts.get(tp)
+            if m is None:
+                continue
+            p = self.partitions.get(tp)
+            if p is None:
+                gone = tp in self.deleted
+                resp = FetchResponse(m.topic, m.partition, m.correlation_id,
+                                     error=UnknownTopicOrPartitionError if gone else NotLeaderError,
+                                     message=f"broker {self.broker_id} has no replica of {m.topic}-{m.partition}"
+                                     + (" (deleted)" if gone else ""))
+            else:
+                hw_before = p.high_watermark
+                resp, alter = p.handle_fetch(m, now_ms)
+                if alter is not None:
+                    self._proposing.add(tp)
+                    out.send(CONTROLLER, alter)
+                if p.high_watermark != hw_before:
+                    for other in self.sessions.values():  # the other followers learn the new HW
+                        if other is not s and tp in other.parts and tp not in other.dirty:
+                            self._materialize(other, tp)
+                            other.dirty.add(tp)
+                            if other.parked is not None:
+                                self._session_wakeups.add(other.replica_id)
+                    self._complete_delayed(tp, now_ms, out)
+            state = (resp.high_watermark, resp.log_start_offset, resp.leader_epoch)
+            if full or resp.records or resp.error is not None or s.sent.get(tp) != state:
+                s.sent[tp] = state
+                answers.append((m.fetch_offset, resp))
+        return tuple(answers)
+
+    def _answer_woken_sessions(self, now_ms: int, out: Outbox) -> None:
+        """Answer the parked sessions that have a dirty partition (those with nothing to say after
+        all stay parked)."""
+        while self._session_wakeups:  # answering one may move a HW that wakes another
+            woken, self._session_wakeups = self._session_wakeups, set()
+            for rid in sorted(woken):
+                s = self.sessions.get(rid)
+                if s is None or s.parked is None:
+                    continue
+                parts = self._answer_session(s, {}, now_ms, out, full=False)
+                if parts:
+                    src, corr, _ = s.parked
+                    s.parked = None
+                    out.send(src, ReplicaFetchResponse(corr, s.session_id, parts))
 
     def _take_inflight(self, tp: TP, corr: int) -> Optional[object]:
         cur = self.inflight.get(tp)
@@ -650,6 +1006,7 @@ class ReplicaManager:
         cfg = self.config
         if now_ms - self._last_isr_check >= cfg.replica_lag_time_max_ms // 2:
             self._last_isr_check = now_ms
+            self._sweep_sessions()
             for tp, p in self.partitions.items():
                 alter = p.maybe_shrink_isr(now_ms, cfg.alter_partition_retry_ms)
                 if alter is not None:
@@ -691,6 +1048,36 @@ class ReplicaManager:
                 if sent is not None and now_ms - sent[2] >= timeout:
                     del self.inflight[tp]
                 self._maybe_send_follower(tp, now_ms, out)
+        # Broker-pair fetching: a fetcher whose request timed out starts again with a full fetch; a
+        # parked session whose wait ended is answered (empty unless something changed). O(brokers).
+        # A request with partitions waiting to join that is unanswered well past max_wait_ms may be
+        # parked at (or lost with) a leader that restarted - the in-process transports report no
+        # dead connection, as Kafka's fetcher learns of one - so it is given up and a full fetch
+        # starts a new session (never an ignored answer the leader thinks delivered). At most one
+        # full fetch per pair per ``2 * replica_fetch_max_wait_ms + 1 s``.
+        stale = 2 * cfg.replica_fetch_max_wait_ms + 1_000
+        for leader in sorted(self.fetchers):
+            f = self.fetchers[leader]
+            if f.inflight is not None and (now_ms - f.inflight[2] >= timeout
+                                           or (f.changed and now_ms - f.inflight[2] >= stale)):
+                f.inflight = None
+                f.reset_session()
+            if f.inflight is None and (f.members or f.forgotten):
+                self._fetchers_due.add(leader)
+        if self._fetchers_due:
+            self._send_fetchers(now_ms, out)
+        heap = self._session_deadlines
+        while heap and heap[0][0] <= now_ms:
+            _, rid, sid = heapq.heappop(heap)
+            s = self.sessions.get(rid)
+            if s is None or s.session_id != sid or s.parked is None or s.parked[2] > now_ms:
+                continue
+            src, corr, _ = s.parked
+            s.parked = None
+            self._session_wakeups.discard(rid)
+            out.send(src, ReplicaFetchResponse(corr, s.session_id, self._answer_session(s, {}, now_ms, out, full=False)))
+        if self._session_wakeups:
+            self._answer_woken_sessions(now_ms, out)
         self._remove_deleted_dirs(now_ms)
         if now_ms - self._last_hw_checkpoint >= cfg.hw_checkpoint_interval_ms:
             try:
@@ -701,6 +1088,25 @@ class ReplicaManager:
                 logging.getLogger("pylog.replication").error(
                     "broker %d: high-watermark checkpoint in %s failed: %s", self.broker_id, self.log_dir, exc)
         return out
+
+    def _sweep_sessions(self) -> None:
+        """Before the ISR-expiry pass (O(partitions), every ``replica_lag_time_max_ms / 2``): bring every
+        session's follower fetch states up to date, and mark dirty what a session has not answered
+        yet (a log start moved by retention, a follower outside the ISR whose expansion is retried)."""
+        for rid in sorted(self.sessions):
+            s = self.sessions[rid]
+            for tp, m in s.parts.items():
+                if tp in s.dirty:
+                    continue
+                self._materialize(s, tp)
+                p = self.partitions.get(tp)
+                if p is None or p.role != LEADER:
+                    continue
+                if (s.sent.get(tp) != (p.high_watermark, p.log.log_start_offset, p.leader_epoch)
+                        or rid not in p.isr):
+                    s.dirty.add(tp)
+                    if s.parked is not None:
+                        self._session_wakeups.add(rid)
 
     @staticmethod
     def _due(heap: List[Tuple[int, TP]], parked: Dict[TP, list], now_ms: int) -> List[TP]:
@@ -778,6 +1184,9 @@ class ReplicaManager:
         self.inflight.clear()
         self._may_send.clear()
         self._proposing.clear()
+        self.fetchers.clear()
+        self._member_of.clear()
+        self.sessions.clear()
 
     def _check(self) -> None:
         for p in self.partitions.values():
@@ -791,10 +1200,18 @@ class ReplicaManager:
         sent_at = [cur[2] for cur in self.inflight.values()]
         assert sent_at == sorted(sent_at), "inflight is not in the order of sending"
         for tp, p in self.partitions.items():
-            if p.role == FOLLOWER and tp not in self.inflight and not self.closed:
+            if p.role == FOLLOWER and tp not in self.inflight and tp not in self._member_of and not self.closed:
                 assert tp in self._may_send, f"follower {tp} has no request in flight and no tick would send one"
             if p.has_proposal and p.role == LEADER and not self.closed:
                 assert tp in self._proposing, f"{tp}'s AlterPartition proposal would never be resent"
+        for tp, leader in self._member_of.items():
+            f = self.fetchers[leader]
+            assert tp in f.members and tp not in self.inflight, tp
+            member = self.partitions.get(tp)
+            assert member is not None and member.role == FOLLOWER and member.leader == leader, (tp, leader)
+        for leader, f in self.fetchers.items():
+            assert set(f.members) == {tp for tp, ld in self._member_of.items() if ld == leader}, leader
+            assert f.changed <= set(f.members) and not (f.forgotten & set(f.members)), leader
         for tp, parked in self.delayed_fetch.items():
             for d in parked if tp in self.partitions else ():
                 assert (d.deadline_ms, tp) in self._fetch_deadlines, (tp, d.deadline_ms)

@@ -42,6 +42,8 @@ from pylog.replication.messages import (
     BrokerHeartbeat,
     FetchRequest,
     FetchResponse,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
     HeartbeatResponse,
     LeaderAndIsrRequest,
     Outbox,
@@ -133,6 +135,7 @@ class Broker:
         self._timer: Optional[Timer] = None
         self._wakeup_queued = False  # a _run_fetch_wakeups call is queued on the scheduler
         self._last_heartbeat = -(10**12)
+        self._hb_applied: Optional[Tuple[Any, int, Tuple[Tuple[str, int, int], ...]]] = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -220,7 +223,9 @@ class Broker:
             self.leads = msg.leads
             self.shutdown_ok = msg.should_shut_down
             return
-        if msg.__class__ is FetchRequest or msg.__class__ is FetchResponse:  # replication: none of the below applies
+        cls = msg.__class__
+        if cls is ReplicaFetchRequest or cls is ReplicaFetchResponse or cls is FetchRequest or cls is FetchResponse:
+            # replication: none of the below applies
             self._send(self.rm.handle(src, msg, now))  # type: ignore[union-attr]
             return
         assert self.rm is not None and self.coordinator is not None
@@ -388,7 +393,12 @@ class Broker:
     def _send_heartbeat(self) -> None:
         out = Outbox()
         assert self.rm is not None
-        applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())
+        version = self.rm.epochs_version
+        if self._hb_applied is None or self._hb_applied[0] is not self.rm or self._hb_applied[1] != version:
+            # rebuilt only when a replica's partition epoch may have changed (O(1) per steady heartbeat)
+            applied = tuple((t, p, part.partition_epoch) for (t, p), part in self.rm.partitions.items())
+            self._hb_applied = (self.rm, version, applied)
+        applied = self._hb_applied[2]
         out.send(CONTROLLER, BrokerHeartbeat(self.broker_id, self.incarnation, self.want_shutdown, applied,
                                              unclean_restart=not self.last_stop_clean))
         self._send(out)

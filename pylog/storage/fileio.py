@@ -142,21 +142,29 @@ class FileIO:
         Durability: a directory entry created or renamed inside the block (a partition
         directory, a segment file, an atomically replaced checkpoint) is durable when the block
         is left, not when the call that made it returns; file contents fsynced inside the block
-        (:meth:`fsync`, the temp file of :meth:`write_file_atomic`) are durable at once as
-        before. So a caller must not make a *later* step's correctness depend on an earlier
-        deferred entry within the block (e.g. delete segments after a checkpoint rename).
-        A failing sync at the exit raises the first OSError after trying every directory.
+        (:meth:`fsync`) are durable at once as before. :meth:`write_file_atomic` inside the block
+        writes its temp file at once (errors raised there) but syncs and renames it at the exit:
+        first every such temp file is made durable (one ``syncfs`` per filesystem when there are
+        many, else one fsync each), then each is renamed into place, then the directories are
+        synced - so each replaced file is still either wholly old or wholly new after a crash,
+        and readers inside the block see the old content (Kafka's leader-epoch checkpoints of a
+        LeaderAndIsr batch, KAFKA-15046, are written the same lazy way). So a caller must not
+        make a *later* step's correctness depend on an earlier deferred entry within the block
+        (e.g. delete segments after a checkpoint rename). A failing sync or rename at the exit
+        raises the first OSError after trying every file and directory.
 
-        Complexity: O(distinct directories) syncs at exit (one ``syncfs`` per filesystem on
-        Linux when more than :data:`SYNCFS_MIN_DIRS`). Thread-safety: the deferral is per
-        thread; the block itself must not be entered concurrently on one FileIO.
+        Complexity: O(distinct directories + replaced files) at exit (one ``syncfs`` per
+        filesystem on Linux when more than :data:`SYNCFS_MIN_DIRS`). Thread-safety: the deferral
+        is per thread; the block itself must not be entered concurrently on one FileIO.
         """
         if "fsync_dir" in self.__dict__:  # an outer block collects for us
             yield
             return
         owner = threading.get_ident()
         real = self.fsync_dir
+        real_atomic = self.write_file_atomic
         pending: Dict[str, None] = {}
+        replaced: Dict[str, str] = {}  # final path -> its written, not yet synced or renamed temp file
 
         def deferred(path: str) -> None:
             if threading.get_ident() != owner:
@@ -164,17 +172,90 @@ class FileIO:
             else:
                 pending[os.path.abspath(path)] = None
 
+        def deferred_atomic(path: str, data: bytes) -> None:
+            if threading.get_ident() != owner:
+                real_atomic(path, data)
+                return
+            tmp = path + ".tmp"
+            fd = self.open(tmp)
+            try:
+                try:
+                    if self.size(fd):  # a leftover (or this batch's earlier) temp file; a new one is empty
+                        self.truncate(fd, 0)
+                    self.pwrite(fd, data, 0)
+                finally:
+                    self.close(fd)
+            except OSError:
+                replaced.pop(path, None)
+                try:
+                    self.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+            replaced[path] = tmp
+
         self.fsync_dir = deferred  # type: ignore[method-assign]
+        self.write_file_atomic = deferred_atomic  # type: ignore[method-assign]
         try:
             yield
         finally:
             del self.fsync_dir
+            del self.write_file_atomic
             failed = sys.exc_info()[0] is not None
+            first: Optional[OSError] = None
+            try:
+                self._sync_files(list(replaced.values()))
+                for path, tmp in replaced.items():
+                    try:
+                        self.replace(tmp, path)
+                        pending[os.path.abspath(os.path.dirname(path) or ".")] = None
+                    except OSError as exc:
+                        first = first or exc
+            except OSError as exc:  # the temp files are not durable: none is renamed into place
+                first = exc
+                for tmp in replaced.values():
+                    try:
+                        self.unlink(tmp)
+                    except OSError:
+                        pass
             try:
                 self.sync_dirs(list(pending))
-            except OSError:
-                if not failed:
-                    raise
+            except OSError as exc:
+                first = first or exc
+            if first is not None and not failed:
+                raise first
+
+    def _sync_files(self, paths: List[str]) -> None:
+        """Make the contents of the files ``paths`` durable: one ``syncfs`` per filesystem for many
+        files with the real file layer on Linux, else one fsync each. Raises the first OSError."""
+        rest = paths
+        if _syncfs is not None and type(self).fsync is FileIO.fsync and len(paths) > SYNCFS_MIN_DIRS:
+            by_dev: Dict[int, List[str]] = {}
+            rest = []
+            for p in paths:
+                try:
+                    by_dev.setdefault(os.stat(p).st_dev, []).append(p)
+                except OSError:
+                    rest.append(p)
+            for group in by_dev.values():
+                if len(group) <= SYNCFS_MIN_DIRS:
+                    rest.extend(group)
+                    continue
+                fd = os.open(group[0], os.O_RDONLY)
+                try:
+                    if _syncfs(fd) != 0:
+                        import ctypes
+
+                        e = ctypes.get_errno()
+                        raise OSError(e, f"syncfs: {os.strerror(e)}", group[0])
+                finally:
+                    os.close(fd)
+        for p in rest:
+            fd = self.open(p, create=False)
+            try:
+                self.fsync(fd)
+            finally:
+                self.close(fd)
 
     def sync_dirs(self, paths: List[str]) -> None:
         """Make the entries of every directory in ``paths`` durable (as :meth:`fsync_dir` on each).

@@ -73,6 +73,50 @@ def test_other_threads_are_not_deferred(tmp_path) -> None:
         assert disk.dir_syncs == [str(tmp_path)]
 
 
+def test_an_atomic_replace_in_a_batch_is_whole_old_until_the_end_and_whole_new_after(tmp_path) -> None:
+    """write_file_atomic inside the block writes its temp file at once, syncs and renames it at the
+    end (one sync for the whole batch, as Kafka writes a LeaderAndIsr batch's epoch checkpoints): a
+    power loss inside the block keeps the old content, one after it the new; never a mix."""
+    disk = _CountingDisk()
+    path = str(tmp_path / "cp")
+    disk.write_file_atomic(path, b"old")
+    with disk.batched_dir_syncs():
+        disk.write_file_atomic(path, b"newer content")
+        disk.write_file_atomic(path, b"new")  # the last write of the batch wins
+        assert open(path, "rb").read() == b"old"  # not renamed yet
+        fsyncs = disk.fsyncs
+    assert disk.fsyncs == fsyncs + 1 and open(path, "rb").read() == b"new"
+    disk.crash()
+    assert open(path, "rb").read() == b"new" and not os.path.exists(path + ".tmp")
+    disk2 = _CountingDisk()
+    try:
+        with disk2.batched_dir_syncs():
+            disk2.write_file_atomic(path, b"lost")
+            disk2.crash()  # the power went: the block's end finds its temp file gone
+    except FileNotFoundError:
+        pass
+    assert open(path, "rb").read() == b"new"
+
+
+def test_a_failing_sync_at_the_end_of_a_batch_renames_nothing(tmp_path) -> None:
+    disk = _CountingDisk()
+    paths = [str(tmp_path / f"cp{i}") for i in range(3)]
+    for p in paths:
+        disk.write_file_atomic(p, b"old")
+    try:
+        with disk.batched_dir_syncs():
+            for p in paths:
+                disk.write_file_atomic(p, b"new")
+            disk.fail_fsync_after = disk.fsyncs + 1  # the second temp file's sync fails
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the failed sync was not raised")
+    disk.heal()
+    disk.crash()
+    assert [open(p, "rb").read() for p in paths] == [b"old"] * 3
+
+
 def test_real_file_layer_batch_with_many_directories(tmp_path) -> None:
     """Above SYNCFS_MIN_DIRS directories the real layer syncs the filesystem once (Linux) or each
     directory: either way the block ends without error and every file is there."""

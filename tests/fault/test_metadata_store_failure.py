@@ -20,6 +20,7 @@ import pytest
 
 from pylog import errors
 from pylog.cluster import METADATA_FILE, Cluster
+from pylog.replication.controller import load_metadata
 
 LAG_MS = 2_000
 
@@ -47,8 +48,9 @@ def _drive(c: Cluster, ms: int, escaped: List[BaseException]) -> None:
 
 
 def _file_isr(path) -> List[int]:
-    with open(os.path.join(path, METADATA_FILE)) as f:
-        return [st["isr"] for st in json.load(f)["partitions"] if st["topic"] == "t"][0]
+    # what the files hold: the snapshot plus its delta log (the store appends each change there)
+    stored = load_metadata(os.path.join(path, METADATA_FILE), [0, 1, 2])
+    return list(stored.partitions[("t", 0)].isr)
 
 
 def _read_back(c: Cluster, n: int) -> Dict[int, bytes]:
@@ -169,6 +171,11 @@ def test_real_time_loop_thread_keeps_running_and_nothing_escapes(tmp_path):
             if self.full:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
             super().write_file_atomic(path, data)
+
+        def pwrite(self, fd: int, data: object, offset: int) -> None:  # the metadata log's appends
+            if self.full:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "cluster-metadata.log")
+            super().pwrite(fd, data, offset)
 
     c = Cluster(tmp_path, brokers=3, session_timeout_ms=1_000, heartbeat_interval_ms=100,
                 replica_lag_time_max_ms=1_000)

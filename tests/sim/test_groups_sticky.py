@@ -167,8 +167,9 @@ def test_sticky_moves_far_fewer_partitions_than_roundrobin_under_the_same_churn(
     sticky_moves, rr_moves = moves(sticky), moves(rr)
     # Sticky moves only what leaves or what balance needs, the minimum for this churn: a join (3 -> 4
     # members: 2), the leave (2), the crash (3), a join (2), the cut-off member's partitions (3) and its
-    # return (2). Round robin reshuffles on every change.
-    assert (sticky_moves, rr_moves) == (14, 31), (sticky_moves, rr_moves)
+    # return (2). Round robin reshuffles on every change (its count is recorded per seed: it depends on
+    # the exact message sequence, re-recorded when followers began fetching per broker pair, issue 18).
+    assert (sticky_moves, rr_moves) == (14, {5: 32, 6: 31}[seed]), (sticky_moves, rr_moves)
     assert sticky_moves < rr_moves
     # the member that came back after being fenced claimed its old generation's partitions: stale, so the
     # newer generation's owners kept theirs (check_sticky above) and it got two of the ones balance freed

@@ -13,7 +13,7 @@ import os
 
 from pylog.cluster import Cluster
 from pylog.replication.messages import (
-    FetchRequest, FetchResponse, LeaderAndIsrRequest, PartitionState, ProduceRequest, ProduceResponse,
+    FetchRequest, FetchResponse, LeaderAndIsrRequest, ReplicaFetchResponse, PartitionState, ProduceRequest, ProduceResponse,
 )
 from pylog.replication.replica_manager import ReplicaManager, ReplicaManagerConfig
 from pylog.record import encode_batch, scan
@@ -97,6 +97,8 @@ def test_real_time_cluster_replicates_every_record_with_at_most_one_data_respons
         def counting(src, dst, msg, generation=-1):
             if msg.__class__ is FetchResponse and msg.records:
                 data_responses[0] += 1
+            elif msg.__class__ is ReplicaFetchResponse:  # followers fetch per broker pair (one entry per partition)
+                data_responses[0] += sum(1 for _, r in msg.partitions if r.records)
             deliver(src, dst, msg, generation)
 
         transport._deliver = counting  # type: ignore[method-assign]
