@@ -233,7 +233,7 @@ def _apply_delta(topics: Dict[str, Dict[str, object]], parts: Dict[Tuple[object,
     for key in ("controller_epoch", "next_producer_id"):
         if key in delta:
             top[key] = delta[key]
-    def items(key: str) -> list:
+    def items(key: str) -> List[Any]:
         v = delta.get(key, [])
         return v if isinstance(v, list) else [None]  # a non-list fails the element check below
 
@@ -376,7 +376,7 @@ def _check_metadata(data: Dict[str, object], path: str, brokers: Sequence[int]) 
             raise bad(field, f"must be in [{lo}, {hi}], got {v}")
         return v
 
-    def need_list(v: object, field: str) -> list:
+    def need_list(v: object, field: str) -> List[Any]:
         if not isinstance(v, list):
             raise bad(field, f"must be a list, got {type(v).__name__}")
         return v
@@ -1070,7 +1070,8 @@ class Controller:
     # ------------------------------------------------------------ elections
     def select_leader(self, st: PartitionState, kind: str, exclude: Set[int]) -> Tuple[Optional[int], Tuple[int, ...]]:
         """Apply one of Kafka's leader selectors; returns (leader or None, new ISR)."""
-        live = lambda r: self._is_live(r) and r not in exclude  # noqa: E731
+        def live(r: int) -> bool:
+            return self._is_live(r) and r not in exclude
         if kind == "preferred":
             r = st.replicas[0]
             return (r, st.isr) if live(r) and r in st.isr else (None, st.isr)

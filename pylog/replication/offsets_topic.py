@@ -141,13 +141,13 @@ class _Reader:
         return b
 
     def i16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
+        return int(_I16.unpack(self._take(2))[0])
 
     def i32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
+        return int(_I32.unpack(self._take(4))[0])
 
     def i64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
+        return int(_I64.unpack(self._take(8))[0])
 
     def string(self, nullable: bool = False) -> Optional[str]:
         n = self.i16()

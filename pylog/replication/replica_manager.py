@@ -1109,7 +1109,7 @@ class ReplicaManager:
                         self._session_wakeups.add(rid)
 
     @staticmethod
-    def _due(heap: List[Tuple[int, TP]], parked: Dict[TP, list], now_ms: int) -> List[TP]:
+    def _due(heap: List[Tuple[int, TP]], parked: Dict[TP, List[Any]], now_ms: int) -> List[TP]:
         """The replicas of ``parked`` with a deadline in ``heap`` at or before ``now_ms``, in the
         order of ``parked`` (as the loop over all of it that this replaces). O(due log n)."""
         if not heap or heap[0][0] > now_ms:

@@ -51,7 +51,7 @@ from pylog.record.fetch_run import (
 _new_tuple = tuple.__new__
 
 
-def build_records(values: tuple, keys: Any, offsets: Any, timestamps: Any, timestamp_type: int) -> List[Record]:
+def build_records(values: Tuple[Any, ...], keys: Any, offsets: Any, timestamps: Any, timestamp_type: int) -> List[Record]:
     """``Record(values[i], keys[i], (), timestamps[i], offsets[i], timestamp_type)`` for every i.
 
     ``keys`` None: every key is null; ``offsets`` an int: the first of

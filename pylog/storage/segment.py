@@ -204,7 +204,7 @@ class LogSegment:
         self._map: Optional[mmap.mmap] = None
         self._map_ptr: Optional[MappedLog] = None
         self._map_len = 0
-        self._map_finalizer: Optional[weakref.finalize] = None
+        self._map_finalizer: Optional["weakref.finalize[..., Any]"] = None
         #: largest useful map (the log's segment_bytes; None: unbounded doubling)
         self.map_limit: Optional[int] = None
         #: how many times the .log was mapped (tests check that appends do not remap each time)
@@ -377,7 +377,7 @@ class LogSegment:
         if not self._indexes_ready:
             self.ensure_indexes()
         st = self._state
-        position = st.size
+        position: int = st.size
         n = len(data)  # type: ignore[arg-type]
         fd = self._fd
         self._dirty = True
