@@ -49,7 +49,7 @@ from pylog.protocol import codec
 from pylog.protocol.api import REGISTRY, RequestContext
 from pylog.runtime.cluster_context import ServedCluster
 
-log = logging.getLogger("pylog.protocol")
+log = logging.getLogger(__name__)
 
 API_VERSIONS_KEY = 18
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes

@@ -83,7 +83,7 @@ from pylog.replication.messages import (
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import LogConfig, validate_topic
 
-_log = logging.getLogger("pylog.replication")
+_log = logging.getLogger(__name__)
 
 TP = Tuple[str, int]
 NON_EXISTENT, NEW, ONLINE, OFFLINE = "NonExistent", "New", "Online", "Offline"

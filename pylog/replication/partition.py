@@ -66,7 +66,7 @@ LEADER = "leader"
 FOLLOWER = "follower"
 NONE = "none"
 TRUNCATING = "truncating"
-_logger = logging.getLogger("pylog.replication")
+_logger = logging.getLogger(__name__)
 FETCHING = "fetching"
 #: a follower that stopped fetching after an append or truncation failed (Kafka's fetcher
 #: ``markPartitionFailed``); see :meth:`Partition.fail_fetching`

@@ -34,9 +34,9 @@ atomically (temp + fsync + rename). Thread-safety: none; one thread drives it.
 """
 from __future__ import annotations
 
-
 import contextlib
 import heapq
+import logging
 import os
 import shutil
 import uuid
@@ -82,6 +82,7 @@ from pylog.storage.logdir import HW_CHECKPOINT_FILE, LogDir
 
 CONTROLLER = "controller"
 _EPOCH_CHANGING = (LeaderAndIsrRequest, AlterPartitionResponse, StopReplicaRequest)
+logger = logging.getLogger(__name__)
 TP = Tuple[str, int]
 
 
@@ -403,9 +404,7 @@ class ReplicaManager:
                 except (PylogError, OSError) as exc:
                     # Kafka's makeLeaders/makeFollowers skip a replica on a failing disk (offline here);
                     # the other states still apply, and the controller's resend retries this one.
-                    import logging
-
-                    logging.getLogger("pylog.replication").error(
+                    logger.error(
                         "%s-%d: broker %d skipped leader epoch %d (leader %d): its replica failed: %s",
                         st.topic, st.partition, self.broker_id, st.leader_epoch, st.leader, exc)
                     continue
@@ -441,9 +440,7 @@ class ReplicaManager:
             with self.io.batched_dir_syncs():
                 yield
         except OSError as exc:
-            import logging
-
-            logging.getLogger("pylog.replication").error(
+            logger.error(
                 "broker %d: syncing the directories of a batch of %d partitions in %s failed: %s",
                 self.broker_id, count, self.log_dir, exc)
 
@@ -506,9 +503,7 @@ class ReplicaManager:
             self.checkpoint_high_watermarks()
         except (PylogError, OSError) as exc:
             error, text = KafkaStorageError, f"broker {self.broker_id}: deleting {msg.topic}-{msg.partition}: {exc}"
-            import logging
-
-            logging.getLogger("pylog.replication").error("%s", text)
+            logger.error("%s", text)
         out.send(CONTROLLER, StopReplicaResponse(self.broker_id, msg.topic, msg.partition, error, text))
 
     def _remove_deleted_dirs(self, now_ms: Optional[int]) -> None:
@@ -525,9 +520,7 @@ class ReplicaManager:
             except FileNotFoundError:
                 pass
             except OSError as exc:  # retried at the next tick's turn
-                import logging
-
-                logging.getLogger("pylog.replication").error("broker %d: removing %s failed: %s",
+                logger.error("broker %d: removing %s failed: %s",
                                                              self.broker_id, path, exc)
                 if now_ms is not None:
                     keep.append((now_ms + self.config.file_delete_delay_ms, path))
@@ -1083,9 +1076,7 @@ class ReplicaManager:
             try:
                 self.checkpoint_high_watermarks()
             except OSError as exc:  # a failing disk: retried next interval, never raised out of tick
-                import logging
-
-                logging.getLogger("pylog.replication").error(
+                logger.error(
                     "broker %d: high-watermark checkpoint in %s failed: %s", self.broker_id, self.log_dir, exc)
         return out
 

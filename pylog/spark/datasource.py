@@ -53,7 +53,7 @@ from pylog.spark.reader import ReadSpec, read_range, report_data_loss
 if TYPE_CHECKING:
     from pylog.record import Record
 
-log = logging.getLogger("pylog.spark")
+log = logging.getLogger(__name__)
 
 
 def kafka_schema(include_headers: bool) -> StructType:

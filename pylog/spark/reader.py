@@ -48,7 +48,7 @@ from pylog.record.framing import batch_length_of
 from pylog.storage.index import offset_index_entries
 from pylog.storage.log import Log
 
-log = logging.getLogger("pylog.spark")
+log = logging.getLogger(__name__)
 
 # Bytes of log read per Arrow batch (~70,000 records of 100 bytes). Fewer,
 # bigger batches usually cost less CPU on both sides of Spark's Python-to-JVM

@@ -46,7 +46,7 @@ from pylog.record import BatchInfo
 from pylog.storage.segment import LogSegment
 from pylog.storage.segment_cache import SegmentCache
 
-log = logging.getLogger("pylog.storage")
+log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"

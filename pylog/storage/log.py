@@ -101,7 +101,7 @@ from pylog.storage.segment_cache import SegmentCache
 if TYPE_CHECKING:
     from pylog.metrics import Metric
 
-_logger = logging.getLogger("pylog.storage")
+_logger = logging.getLogger(__name__)
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 T = TypeVar("T")
 

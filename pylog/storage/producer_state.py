@@ -61,7 +61,7 @@ from pylog._native import crc32c
 from pylog.errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
 from pylog.storage.fileio import FileIO
 
-log = logging.getLogger("pylog.storage")
+log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 #: Kafka's ``producer.id.expiration.ms`` default (1 day) and its check interval (10 minutes)

@@ -43,7 +43,7 @@ from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex, offset_entry_at, time_entry_at
 from pylog.storage.segment_cache import SegmentCache, tick
 
-log = logging.getLogger("pylog.storage")
+log = logging.getLogger(__name__)
 READ_CHUNK = 64 * 1024
 _new_tuple = tuple.__new__
 

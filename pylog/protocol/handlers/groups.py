@@ -67,7 +67,7 @@ VERSIONS: Dict[str, Tuple[int, int]] = {
     "ListGroups": (0, 4),
 }
 
-_log = logging.getLogger("pylog.protocol")
+_log = logging.getLogger(__name__)
 
 #: Kafka's ``offset.metadata.max.bytes``: a longer OffsetCommit metadata string gets OFFSET_METADATA_TOO_LARGE
 OFFSET_METADATA_MAX_BYTES = 4096
