@@ -225,3 +225,35 @@ def test_columns_refuse_overflow_and_keep_whole_batches_only() -> None:
         cols.batches(one + bytes(bad), 0, 2 * len(one), PATH, "x")
     assert bad_err.value.position == len(one)  # the second batch's position
     assert (cols.rows, cols.value_used, cols.key_used) == (4, 40, 4)
+
+
+@given(st.binary(max_size=300), st.integers(0, 40), st.booleans(), st.integers(0, 0x3F))
+def test_any_bytes_are_decoded_or_refused_never_written_past_the_caps(raw: bytes, count: int, whole: bool,
+                                                                       attributes: int) -> None:
+    """Arbitrary bytes (no scan first): every call returns or raises a pylog error; the sanitizer
+    pass checks that nothing is read or written out of bounds. A guard byte after each buffer stays."""
+    from pylog.errors import PylogError
+
+    cap_rows, cap = 16, 64
+    sizes = {"offset": 8 * cap_rows, "timestamp": 8 * cap_rows, "timestamp_type": 4 * cap_rows,
+             "value_offsets": 4 * (cap_rows + 1), "key_offsets": 4 * (cap_rows + 1),
+             "value_validity": (cap_rows + 7) // 8, "key_validity": (cap_rows + 7) // 8,
+             "value_data": cap, "key_data": cap, "header_count": 4 * cap_rows}
+    bufs = {k: bytearray(n + 1) for k, n in sizes.items()}
+    for b in bufs.values():
+        b[-1] = 0xA5
+    held = {k: pa.py_buffer(b) for k, b in bufs.items()}
+    cols = ArrowColumns({k: b.address for k, b in held.items()}, cap_rows, cap, cap)
+    try:
+        if whole:  # a v2 batch header (CRC not checked here) around the bytes, then the bytes again
+            tail = struct.pack(">hiqqqhii", attributes, count, 1000, 2000, -1, -1, -1, count) + raw
+            data = struct.pack(">qiibI", 5, len(tail) + 9, 0, 2, 0) + tail + raw
+            at = cols.batches(data, 0, len(data), PATH, "fuzz")
+            assert 0 <= at <= len(data)
+        else:
+            cols.records(raw, count, 7, 1000, 2000, attributes, PATH, 0, "fuzz")
+            assert cols.rows == count
+    except PylogError:
+        pass
+    assert cols.rows <= cap_rows and cols.value_used <= cap and cols.key_used <= cap
+    assert all(b[-1] == 0xA5 for b in bufs.values())
