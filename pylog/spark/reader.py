@@ -261,6 +261,9 @@ def build_arrow(
         for i in data
         if i.attributes & ATTR_COMPRESSION_MASK
     }
+    for i in data:  # before sizing the buffers: a CRC-valid batch may still claim 2**31 records
+        check_record_count(i.records_count, len(inflated[i.position]) if i.position in inflated
+                           else i.size - BATCH_OVERHEAD, f"{what} batch at offset {i.base_offset}", path, i.position)
     n = sum(i.records_count for i in data)
     cap = sum(i.size for i in data if i.position not in inflated) + sum(len(x) for x in inflated.values())
     arr = _Columns(n, cap, include_headers)

@@ -257,3 +257,18 @@ def test_any_bytes_are_decoded_or_refused_never_written_past_the_caps(raw: bytes
         pass
     assert cols.rows <= cap_rows and cols.value_used <= cap and cols.key_used <= cap
     assert all(b[-1] == 0xA5 for b in bufs.values())
+
+
+def test_a_huge_record_count_is_refused_before_any_buffer_is_sized() -> None:
+    """A batch claiming 2**31 - 1 records (scan refuses such a header today; build_arrow does not
+    rely on it) is a CorruptRecordError naming the file, not a 16 GB allocation; a claim that fits
+    but is wrong is the C decoder's CorruptRecordError."""
+    raw = build_batch([Record(value=b"v", timestamp=1)], [0], base_offset=0)
+    info = scan(raw, verify_crc=True).batches[0]
+    spec = ReadSpec(TOPIC, PART, "/logs/t-3", 0, 10)
+    with pytest.raises(CorruptRecordError) as err:
+        build_arrow(memoryview(raw), [info._replace(records_count=2**31 - 1)], spec, PATH)
+    assert err.value.path == PATH and "2147483647 records" in str(err.value)
+    with pytest.raises(CorruptRecordError) as err:
+        build_arrow(memoryview(raw), [info._replace(records_count=2)], spec, PATH)
+    assert err.value.path == PATH
