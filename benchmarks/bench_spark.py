@@ -88,11 +88,25 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     work = args.dir or tempfile.mkdtemp(prefix="pylog-bench-spark-")
     logs = os.path.join(work, "logs")
-    os.makedirs(logs, exist_ok=True)
+    made = os.path.join(work, "logs.done")
+    shape = f"{args.records} {args.value_size} {args.partitions} {args.batch} {args.seed}"
+    print(f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
     try:
-        t_write = write_logs(logs, "bench", args.partitions, args.records, args.value_size, args.batch, args.seed)
+        reused = os.path.exists(made) and open(made).read() == shape
+        if reused:
+            print(f"reusing the log in {logs} ({shape})", flush=True)  # --dir: the same data as last time
+        else:
+            if os.path.exists(made):
+                os.unlink(made)
+            for old in (logs, os.path.join(work, "parquet"), os.path.join(work, "json")):
+                shutil.rmtree(old, ignore_errors=True)
+            os.makedirs(logs)
+            t_write = write_logs(logs, "bench", args.partitions, args.records, args.value_size, args.batch, args.seed)
+            with open(made, "w") as f:
+                f.write(shape)
+            print(f"wrote {args.records:,} records in {t_write:.1f} s", flush=True)
         log_bytes = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(logs) for f in fs)
-        print(f"wrote {args.records:,} records in {t_write:.1f} s ({log_bytes / 1e6:.0f} MB of log)", flush=True)
+        print(f"{log_bytes / 1e6:.0f} MB of log", flush=True)
 
         import profile_spark
         from pyspark import cloudpickle
@@ -109,8 +123,11 @@ def main() -> None:
             return spark.read.format("pylog").option("subscribe", "bench").load(logs)
 
         pq, js = os.path.join(work, "parquet"), os.path.join(work, "json")
-        source().write.mode("overwrite").parquet(pq)
-        source().write.mode("overwrite").json(js)
+        for out, write in ((pq, lambda: source().write.mode("overwrite").parquet(pq)),
+                           (js, lambda: source().write.mode("overwrite").json(js))):
+            if reused and os.path.exists(os.path.join(out, "_SUCCESS")):
+                continue  # --dir: made from this same log by an earlier run
+            write()
         schema = source().schema
         json_schema = "key string, value string, topic string, partition int, offset long, timestamp timestamp, timestampType int"
         n_files = len([f for f in os.listdir(pq) if f.endswith(".parquet")])
@@ -150,6 +167,7 @@ def main() -> None:
 
         times = {name: [] for name in inputs}
         cpus = {name: [] for name in inputs}
+        parts = {name: [] for name in inputs}  # CPU seconds by where: JVM task threads, rest of the JVM, Python
         for name, make in inputs.items():  # cold run, discarded
             make().write.format("noop").mode("overwrite").save()
         for _ in range(args.repeat):
@@ -161,6 +179,7 @@ def main() -> None:
                 times[name].append(time.perf_counter() - t0)
                 c1 = cpu_snapshot(jvm_pid)
                 cpus[name].append(sum(c1.values()) - sum(c0.values()))
+                parts[name].append({k: c1[k] - c0[k] for k in c0})
         sizes = {"parquet": pq, f"parquet_{n_files}": pq, "json": js}
         print()
         print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
@@ -170,7 +189,7 @@ def main() -> None:
               + (f", conf {' '.join(args.conf)}" if args.conf else ""))
         pq_cpu = statistics.median(cpus[f"parquet_{n_files}"])
         print(f"{'input':10} {'best s':>7} {'median s':>9} {'Mrows/s':>8} {'cpu s':>6} {'cpu vs parquet_' + str(n_files):>18} "
-              f"{'on disk MB':>11}")
+              f"{'on disk MB':>11} {'jvm task':>8} {'jvm other':>9} {'python':>6}")
         for name, ts in times.items():
             best = min(ts)
             disk = log_bytes if name == "pylog" else sum(
@@ -178,7 +197,9 @@ def main() -> None:
             ) if name in sizes else 0
             c = statistics.median(cpus[name])
             print(f"{name:10} {best:7.2f} {statistics.median(ts):9.2f} {args.records / best / 1e6:8.2f} {c:6.2f} "
-                  f"{pq_cpu / c:17.2f}x {disk / 1e6:11.0f}")
+                  f"{pq_cpu / c:17.2f}x {disk / 1e6:11.0f} "
+                  + " ".join(f"{statistics.median(x[k] for x in parts[name]):{w}.2f}"
+                             for k, w in (("jvm tasks", 8), ("jvm other", 9), ("python", 6))))
         b = {k: min(v) for k, v in times.items()}
         med = {k: statistics.median(v) for k, v in times.items()}
         base = f"parquet_{n_files}"

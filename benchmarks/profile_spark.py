@@ -183,7 +183,9 @@ def make_sources():
 
         def reader(self, schema):
             o = self.options
-            return ProfReader(_Options(self.options), int(o["chunkbytes"]), o["timing"], o["label"])
+            own = ("chunkbytes", "timing", "label")  # this variant's, not the source's (which refuses unknown options)
+            rest = {k: v for k, v in o.items() if k.lower() not in own}
+            return ProfReader(_Options(rest), int(o["chunkbytes"]), o["timing"], o["label"])
 
     class CachedReader(DataSourceReader):
         def __init__(self, options):

@@ -21,7 +21,7 @@ import pathlib
 from cffi import FFI
 
 HERE = pathlib.Path(__file__).resolve().parent
-SOURCES = ["crc.c", "batch.c", "index.c"]
+SOURCES = ["crc.c", "batch.c", "index.c", "arrow.c"]
 
 ffibuilder = FFI()
 ffibuilder.cdef((HERE / "plg.cdef").read_text())

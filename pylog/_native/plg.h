@@ -301,4 +301,42 @@ typedef struct {
 int plg_decode_fetch_run(const uint8_t *buf, uint64_t len, int64_t min_offset,
                          int64_t below_offset, plg_fetch_run_t *run);
 
+/* ---- arrow.c: v2 records straight into Arrow column buffers (the Spark source) ---- */
+/* Caller-owned buffers for rows [0, cap_rows): offset, timestamp (microseconds) and
+ * timestamp_type columns; value and key binary columns as Arrow lays them out
+ * (offsets: cap_rows + 1 entries; validity: one bit per row; data: `cap` bytes).
+ * header_count may be NULL. The counters are the progress so far (start at 0);
+ * a call advances them only for batches it decoded whole. */
+typedef struct {
+    int64_t *offset;
+    int64_t *timestamp;
+    int32_t *timestamp_type;
+    int32_t *value_offsets;
+    uint8_t *value_validity;
+    uint8_t *value_data;
+    int32_t *key_offsets;
+    uint8_t *key_validity;
+    uint8_t *key_data;
+    int32_t *header_count;
+    uint64_t cap_rows;
+    uint64_t value_cap;
+    uint64_t key_cap;
+    uint64_t rows;
+    uint64_t value_used;
+    uint64_t key_used;
+    uint64_t value_nulls;
+    uint64_t key_nulls;
+    uint64_t header_rows;       /* rows with at least one header                    */
+} plg_arrow_columns_t;
+
+/* One uncompressed records section of `count` records. */
+int plg_arrow_records(const uint8_t *buf, uint64_t len, uint32_t count, int64_t base_offset,
+                      int64_t base_timestamp, int64_t max_timestamp, int16_t attributes,
+                      plg_arrow_columns_t *out);
+/* Consecutive v2 batches of buf[0, len) (framed and CRC-checked by plg_scan):
+ * uncompressed data batches are decoded, control batches skipped; stops at
+ * the first batch it does not take (compressed, legacy, not whole) with
+ * PLG_OK. *consumed_out: bytes of the batches taken. */
+int plg_arrow_batches(const uint8_t *buf, uint64_t len, plg_arrow_columns_t *out, uint64_t *consumed_out);
+
 #endif /* PLG_H */

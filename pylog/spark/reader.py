@@ -35,7 +35,6 @@ from pylog.record import compression as codecs
 from pylog.record import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
-    ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
@@ -43,7 +42,8 @@ from pylog.record import (
     RecordBatch,
     scan,
 )
-from pylog.record.codec import COLUMN_WIDTHS, ColumnTarget
+from pylog._native.arrow import FIXED_WIDTHS, ArrowColumns
+from pylog._native.batch import check_record_count
 from pylog.record.framing import batch_length_of
 from pylog.storage.index import offset_index_entries
 from pylog.storage.log import Log
@@ -124,15 +124,10 @@ def report_data_loss(spec: ReadSpec, start: int, end: int, reason: str, path: Op
 # ---------------------------------------------------------------------------
 
 _I32 = struct.Struct("<i")
-_I64 = struct.Struct("<q")
 
 
 def _const_i32(v: int, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(_I32.pack(v) * n)])
-
-
-def _const_i64(v: int, n: int) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(_I64.pack(v) * n)])
 
 
 def _const_string(s: str, n: int) -> pa.Array:
@@ -154,66 +149,46 @@ def _iota32(n: int) -> pa.Array:
     return cur.slice(0, n)
 
 
-_IOTA64: List[pa.Array] = [pa.array([0], pa.int64())]
-_IOTA_BYTES: List[bytes] = [b""]
+class _Constants:
+    """The topic and partition columns of one partition's batches: built once at the largest row
+    count seen and sliced from row 0 (a slice is zero-copy; Arrow's IPC writer sends only its rows).
+    Re-entrant: a larger set replaces the cached one whole."""
+
+    _cache: "dict[Tuple[str, int], Tuple[int, pa.Array, pa.Array]]" = {}
+
+    @classmethod
+    def get(cls, topic: str, partition: int, n: int) -> Tuple[pa.Array, pa.Array]:
+        have = cls._cache.get((topic, partition))
+        if have is None or have[0] < n:
+            size = max(n, 1024, 2 * have[0] if have else 0)
+            if len(cls._cache) > 64:  # one executor worker reads few partitions; bound it anyway
+                cls._cache.clear()
+            have = (size, _const_string(topic, size), _const_i32(partition, size))
+            cls._cache[(topic, partition)] = have
+        return have[1].slice(0, n), have[2].slice(0, n)
 
 
-def _iota64(n: int) -> pa.Array:
-    cur = _IOTA64[0]
-    if len(cur) < n:
-        cur = pa.array(range(max(n, 2 * len(cur))), pa.int64())
-        _IOTA64[0] = cur
-    return cur.slice(0, n)
+class _Columns:
+    """Arrow buffers for ``n`` rows of one chunk, filled by the C core (:class:`ArrowColumns`):
+    offset, timestamp (µs), timestamp type, and the value and key columns (offsets, validity,
+    bytes back to back, at most ``cap`` bytes each). ``headers``: also each row's header count."""
 
-
-def _iota_bytes(n: int) -> bytes:
-    """0..n-1 as little-endian int32 bytes: what a dense batch's offset deltas look like."""
-    cur = _IOTA_BYTES[0]
-    if len(cur) < 4 * n:
-        cur = _iota32(max(n, 1024)).buffers()[1].to_pybytes()[: 4 * max(n, 1024)]
-        _IOTA_BYTES[0] = cur
-    return cur[: 4 * n]
-
-
-def _spans_of(infos: List[BatchInfo], bases: List[int]) -> Iterator[Tuple[int, int, int]]:
-    k = 0
-    for info, b in zip(infos, bases):
-        yield k, info.records_count, b
-        k += info.records_count
-
-
-def _binary_from_lens(lens: pa.Array, data: pa.Buffer, n: int) -> pa.Array:
-    """A binary array from int32 lengths (-1: null) and the values copied back to back."""
-    valid = pc.greater_equal(lens, 0)
-    if pc.all(valid).as_py():
-        validity = None
-        nulls = 0
-        clipped = lens
-    else:
-        validity = valid.buffers()[1]
-        nulls = n - pc.sum(valid).as_py()
-        clipped = pc.max_element_wise(lens, pa.scalar(0, pa.int32()))
-    ends = pc.cumulative_sum(clipped)
-    offsets = pa.concat_arrays([pa.array([0], pa.int32()), ends])
-    return pa.Array.from_buffers(pa.binary(), n, [validity, offsets.buffers()[1], data], null_count=nulls)
-
-
-class _Arrays:
-    """Arrow buffers for ``n`` records' decoded columns and their gathered values and keys,
-    filled by the C core through a :class:`pylog.record.codec.ColumnTarget`."""
-
-    def __init__(self, n: int, cap: int, max_batch_records: int):
-        self.n = n
+    def __init__(self, n: int, cap: int, headers: bool):
         m = max(n, 1)
-        self.bufs = {name: pa.allocate_buffer(m * width) for name, width in COLUMN_WIDTHS.items()}
-        self.values = pa.allocate_buffer(max(cap, 1))
-        self.keys = pa.allocate_buffer(max(cap, 1))
-        self.cap = cap
-        self.target = ColumnTarget({name: buf.address for name, buf in self.bufs.items()}, self.values.address,
-                                   self.keys.address, cap, max_batch_records)
+        names = ["offset", "timestamp", "timestamp_type"] + (["header_count"] if headers else [])
+        self.bufs = {name: pa.allocate_buffer(m * FIXED_WIDTHS[name]) for name in names}
+        for side in ("value", "key"):
+            self.bufs[f"{side}_offsets"] = pa.allocate_buffer(4 * (m + 1))
+            self.bufs[f"{side}_validity"] = pa.allocate_buffer((m + 7) // 8)
+            self.bufs[f"{side}_data"] = pa.allocate_buffer(max(cap, 1))
+        self.cols = ArrowColumns({name: buf.address for name, buf in self.bufs.items()}, n, cap, cap)
 
-    def int_array(self, name: str, typ: pa.DataType, n: int) -> pa.Array:
-        return pa.Array.from_buffers(typ, n, [None, self.bufs[name]])
+    def binary(self, side: str, n: int, used: int, nulls: int) -> pa.Array:
+        b = self.bufs
+        validity = b[f"{side}_validity"] if nulls else None
+        return pa.Array.from_buffers(
+            pa.binary(), n, [validity, b[f"{side}_offsets"], b[f"{side}_data"].slice(0, used)], null_count=nulls
+        )
 
 
 def _records_section(view: memoryview, info: BatchInfo, path: str) -> Union[memoryview, bytes]:
@@ -278,82 +253,82 @@ def build_arrow(
     if any(i.magic != 2 for i in data):
         rb = _slow_batch(view, data, spec, path, include_headers)
         return _cut(rb, spec)
-    sections = [_records_section(view[i.position : i.position + i.size], i, path) for i in data]
+    what = f"malformed records in {spec.topic}-{spec.partition}"
+    # Compressed batches are decompressed first (their size decides the buffers); the rest are
+    # decoded where they lie in ``view``.
+    inflated = {
+        i.position: _records_section(view[i.position : i.position + i.size], i, path)
+        for i in data
+        if i.attributes & ATTR_COMPRESSION_MASK
+    }
+    for i in data:  # before sizing the buffers: a CRC-valid batch may still claim 2**31 records
+        check_record_count(i.records_count, len(inflated[i.position]) if i.position in inflated
+                           else i.size - BATCH_OVERHEAD, f"{what} batch at offset {i.base_offset}", path, i.position)
     n = sum(i.records_count for i in data)
-    cap = sum(len(s) for s in sections)
-    arr = _Arrays(n, cap, max(i.records_count for i in data))
-    target = arr.target
-    k = 0
-    off_bases: List[int] = []
-    dense = True
-    prev_last = -1
-    ts_parts: List[pa.Array] = []
-    type_parts: List[Tuple[int, int]] = []
-    any_key = False
-    head_rows: Optional[List[object]] = [] if include_headers else None
-    od_arr = arr.int_array("offset_delta", pa.int32(), n)
-    tsd_arr = arr.int_array("timestamp_delta", pa.int64(), n)
-    for info, section in zip(data, sections):
-        c = info.records_count
-        if target.decode_batch(section, k, c, f"malformed records in {spec.topic}-{spec.partition} batch at offset "
-                               f"{info.base_offset}", path, info.position):
-            any_key = True
-        if dense and (
-            info.last_offset - info.base_offset + 1 != c
-            or (k and info.base_offset != prev_last + 1)
-            or target.raw("offset_delta", k, c) != _iota_bytes(c)
-        ):
-            dense = False
-        prev_last = info.last_offset
-        off_bases.append(info.base_offset)
-        if info.attributes & ATTR_LOG_APPEND_TIME:
-            ts_parts.append(_const_i64(info.max_timestamp * 1000, c))
-            type_parts.append((1, c))
-        else:
-            d = tsd_arr.slice(k, c)
-            if target.raw("timestamp_delta", k, c) == bytes(8 * c):
-                ts_parts.append(_const_i64(info.base_timestamp * 1000, c))
-            else:
-                ts_parts.append(pc.multiply(pc.add(d, pa.scalar(info.base_timestamp, pa.int64())), 1000))
-            type_parts.append((0, c))
-        if head_rows is not None:
-            if target.raw("header_count", k, c) == bytes(4 * c):
-                head_rows.extend([None] * c)
-            else:
-                rb = RecordBatch(info, view[info.position : info.position + info.size], path)
-                head_rows.extend(
-                    [{"key": hk, "value": hv} for hk, hv in r.headers] if r.headers else None for r in rb.records()
-                )
-        k += c
-    values = _binary_from_lens(arr.int_array("value_len", pa.int32(), n), arr.values, n)
-    if any_key:
-        keys = _binary_from_lens(arr.int_array("key_len", pa.int32(), n), arr.keys, n)
+    cap = sum(i.size for i in data if i.position not in inflated) + sum(len(x) for x in inflated.values())
+    arr = _Columns(n, cap, include_headers)
+    cols = arr.cols
+    first, last = infos[0], infos[-1]
+    if last.position + last.size - first.position == sum(i.size for i in infos):
+        # The usual case: the batches lie back to back; one C call decodes every uncompressed one
+        # up to the next compressed batch (control batches are skipped in C).
+        by_pos = {i.position: i for i in infos}
+        pos, stop = first.position, last.position + last.size
+        while True:
+            pos = cols.batches(view, pos, stop, path, what)
+            if pos >= stop:
+                break
+            info = by_pos.get(pos)
+            if info is None or not info.attributes & ATTR_COMPRESSION_MASK:
+                raise CorruptRecordError(f"{what}: no decodable batch at byte {pos}", path=path, position=pos)
+            if info.position in inflated:  # (a compressed control batch adds no rows)
+                _decode_one(cols, inflated[info.position], info, path, what)
+            pos += info.size
     else:
-        keys = pa.nulls(n, pa.binary())
-    if dense:  # offsets first..first+n-1 (no compaction gaps): one Arrow call for the chunk
-        offsets = pc.add(_iota64(n), pa.scalar(off_bases[0], pa.int64()))
-    else:
-        offsets = pa.concat_arrays(
-            [pc.add(od_arr.slice(s, c), pa.scalar(b, pa.int64())) for s, c, b in _spans_of(data, off_bases)]
-        )
-    ts = ts_parts[0] if len(ts_parts) == 1 else pa.concat_arrays(ts_parts)
-    if all(t == type_parts[0][0] for t, _ in type_parts):
-        tstype = _const_i32(type_parts[0][0], n)
-    else:
-        tstype = pa.concat_arrays([_const_i32(t, c) for t, c in type_parts])
-    cols = [
-        keys,
-        values,
-        _const_string(spec.topic, n),
-        _const_i32(spec.partition, n),
-        offsets,
-        ts.view(pa.timestamp("us", tz="UTC")),
-        tstype,
+        for info in data:
+            section = inflated.get(info.position)
+            if section is None:
+                section = view[info.position + BATCH_OVERHEAD : info.position + info.size]
+            _decode_one(cols, section, info, path, what)
+    if cols.rows != n:  # the C core checks each batch's count; this guards the walk itself
+        raise CorruptRecordError(f"{what}: decoded {cols.rows} records, the batch headers say {n}",
+                                 path=path, position=first.position)
+    head_rows: Optional[List[object]] = None
+    if include_headers:
+        head_rows = [None] * n
+        if cols.header_rows:
+            counts = arr.bufs["header_count"].to_pybytes()
+            k = 0
+            for info in data:
+                c = info.records_count
+                if counts[4 * k : 4 * (k + c)] != bytes(4 * c):
+                    rb = RecordBatch(info, view[info.position : info.position + info.size], path)
+                    head_rows[k : k + c] = [
+                        [{"key": hk, "value": hv} for hk, hv in r.headers] if r.headers else None for r in rb.records()
+                    ]
+                k += c
+    topic, partition = _Constants.get(spec.topic, spec.partition, n)
+    b = arr.bufs
+    cols_out = [
+        arr.binary("key", n, cols.key_used, cols.key_nulls),
+        arr.binary("value", n, cols.value_used, cols.value_nulls),
+        topic,
+        partition,
+        pa.Array.from_buffers(pa.int64(), n, [None, b["offset"]]),
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, b["timestamp"]]),
+        pa.Array.from_buffers(pa.int32(), n, [None, b["timestamp_type"]]),
     ]
     if head_rows is not None:
-        cols.append(pa.array(head_rows, HEADERS_TYPE))
-    rb = pa.RecordBatch.from_arrays(cols, schema=arrow_schema(include_headers))
+        cols_out.append(pa.array(head_rows, HEADERS_TYPE))
+    rb = pa.RecordBatch.from_arrays(cols_out, schema=arrow_schema(include_headers))
     return _cut(rb, spec)
+
+
+def _decode_one(cols: ArrowColumns, section: Union[memoryview, bytes], info: BatchInfo, path: str, what: str) -> None:
+    """One batch's (uncompressed or decompressed) records section into ``cols``."""
+    check_record_count(info.records_count, len(section), what, path, info.position)
+    cols.records(section, info.records_count, info.base_offset, info.base_timestamp, info.max_timestamp,
+                 info.attributes, path, info.position, f"{what} batch at offset {info.base_offset}")
 
 
 def _cut(rb: pa.RecordBatch, spec: ReadSpec) -> Optional[pa.RecordBatch]:
