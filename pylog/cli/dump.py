@@ -18,7 +18,7 @@ from pylog.cli.progress import Progress, progress_enabled
 from pylog.errors import CorruptRecordError, PylogError
 from pylog.record.compression import NAMES as CODEC_NAMES
 from pylog.storage.fileio import FileIO
-from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.index import OffsetIndex, TimeIndex, offset_entry_at, time_entry_at
 from pylog.record import Record, RecordBatch, scan
 
 
@@ -236,10 +236,10 @@ def dump_index_file(path: str, out: IO[str]) -> bool:
     batch_at = _batches_by_position(path) if not is_time else None
     for i in range(len(data) // size):
         if is_time:
-            ts, rel = struct.unpack_from(">qi", data, i * size)
+            ts, rel = time_entry_at(data, i)
             out.write(f"timestamp: {ts} offset: {base + rel}\n")
         else:
-            rel, pos = struct.unpack_from(">ii", data, i * size)
+            rel, pos = offset_entry_at(data, i)
             out.write(f"offset: {base + rel} position: {pos}\n")
             if batch_at is not None:
                 span = batch_at.get(pos)
