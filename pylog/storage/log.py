@@ -496,7 +496,7 @@ class Log(LocalLog):
         """
         if (records.__class__ is list and compression is None and producer_id == -1 and not transactional
                 and leader_epoch.__class__ is int and compression_level is None):
-            fast = self._append_values(records, leader_epoch)  # type: ignore[arg-type]
+            fast = self._append_values(records, leader_epoch)
             if fast is not None:
                 return fast
         if isinstance(records, (bytes, bytearray, memoryview, str, Record)) or records is None:
