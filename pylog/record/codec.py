@@ -263,6 +263,36 @@ def encode_values_batch(records: Sequence[bytes], now_ms: int, producer_id: int 
     return _encode_values(records, n, now_ms, producer_id, producer_epoch, base_sequence, 0)
 
 
+
+def encode_values_at(records: Sequence[RecordInput], now_ms: int, base_offset: int,
+                     partition_leader_epoch: int) -> Optional[bytearray]:
+    """Log.append's plain batch: when ``records`` is a non-empty ``list`` of ``bytes`` values, the
+    bytes of ``encode_batch(records, now_ms=now_ms, base_offset=base_offset,
+    partition_leader_epoch=partition_leader_epoch)`` (no producer id, no compression); None for
+    anything else (nothing checked is reported: the caller's general path does that).
+
+    One C call reading the list's items directly (``encode_value_list`` of the send-path
+    extension); without that extension, :func:`_encode_values` and a re-stamp of the base offset
+    and epoch (fields outside the CRC).
+
+    Complexity: O(total bytes). Thread-safety: safe (no shared state).
+    """
+    out = _c.encode_value_list(records, now_ms, base_offset, partition_leader_epoch, NO_PRODUCER_ID,
+                               NO_PRODUCER_EPOCH, NO_SEQUENCE, 0)
+    if out is not None or _c._encode_value_list is not None:
+        return out
+    n = len(records)
+    if records.__class__ is not list or n == 0 or {*map(type, records)} != _ONLY_BYTES:
+        return None
+    if not (0 <= base_offset < 2**63 and -2**31 <= partition_leader_epoch < 2**31 and -2**63 <= now_ms < 2**63):
+        return None
+    try:
+        out = _encode_values(cast(Sequence[bytes], records), n, now_ms, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, 0)
+    except InvalidRecordError:
+        return None
+    _c.set_offsets(out, base_offset, partition_leader_epoch)
+    return out
+
 def _encode_values(records: Sequence[bytes], n: int, now_ms: int, producer_id: int, producer_epoch: int,
                    base_sequence: int, attributes: int) -> bytearray:
     """The producer's common case (bytes values only): one C call with scalar header fields into a
@@ -380,5 +410,5 @@ def _encode_columns(records: Sequence[RecordInput], n: int, plain: bool, now_ms:
 
 __all__ = [
     "DecodedColumns", "ColumnTarget", "COLUMN_WIDTHS", "decode_columns", "spans", "is_sequence", "record_fields", "decode_records",
-    "decode_header_columns", "decode_headers", "encode_batch", "encode_values_batch",
+    "decode_header_columns", "decode_headers", "encode_batch", "encode_values_batch", "encode_values_at",
 ]

@@ -72,3 +72,55 @@ def test_c_entry_point_equals_the_general_encoder(vals, now, pid, epoch, seq, at
         assert used_a[0] == used_b[0] == size[0]
         assert out_a[: used_a[0]] == out_b[: used_b[0]]
     assert out_b[cap] == 0  # nothing written past the capacity
+
+
+# ---- encode_values_at: Log.append's plain batch, straight from the list's items (sendpath.c)
+offsets = st.integers(min_value=0, max_value=2**63 - 1)
+leader_epochs = st.integers(min_value=-1, max_value=2**31 - 1)
+
+
+@given(values, times, offsets, leader_epochs)
+def test_encode_values_at_same_bytes_as_the_oracle(vals, now, base, epoch) -> None:
+    from pylog.record.codec import encode_values_at
+
+    got = encode_values_at(vals, now, base, epoch)
+    assert isinstance(got, bytearray)
+    assert bytes(got) == py_encode_batch([Record(value=v, timestamp=now) for v in vals], base_offset=base,
+                                         partition_leader_epoch=epoch)
+    assert got == encode_batch(vals, now_ms=now, base_offset=base, partition_leader_epoch=epoch)
+
+
+@given(values, st.integers(min_value=0, max_value=59), st.sampled_from(
+    [bytearray(b"x"), memoryview(b"y"), None, "s", 7, Record(value=b"r")]))
+def test_encode_values_at_declines_anything_but_a_list_of_bytes(vals, at, odd) -> None:
+    # None (nothing encoded) so the general encoder handles or refuses it precisely
+    from pylog.record.codec import encode_values_at
+
+    mixed = list(vals)
+    mixed.insert(min(at, len(mixed)), odd)
+    assert encode_values_at(mixed, 1, 0, -1) is None
+    assert encode_values_at(tuple(vals), 1, 0, -1) is None
+    assert encode_values_at([], 1, 0, -1) is None
+
+
+@given(values)
+def test_encode_values_at_declines_fields_out_of_range(vals) -> None:
+    from pylog.record.codec import encode_values_at
+
+    assert encode_values_at(vals, 1, 0, 2**31) is None  # leader epoch over int32
+    assert encode_values_at(vals, 1, -1, -1) is None  # negative base offset
+    assert encode_values_at(vals, 2**63, 0, -1) is None  # timestamp over int64
+
+
+def test_encode_values_at_without_the_extension_gives_the_same_bytes(monkeypatch) -> None:
+    # the fallback (no sendpath build): _encode_values + a re-stamp of offset and epoch
+    from pylog._native import batch as _c
+    from pylog.record.codec import encode_values_at
+
+    vals = [bytes([i % 256]) * (i * 7 % 200) for i in range(300)]
+    with_ext = encode_values_at(vals, 99, 12345, 4)
+    monkeypatch.setattr(_c, "_encode_value_list", None)
+    assert encode_values_at(vals, 99, 12345, 4) == with_ext == encode_batch(vals, now_ms=99, base_offset=12345,
+                                                                          partition_leader_epoch=4)
+    assert encode_values_at(vals + [bytearray()], 99, 0, -1) is None
+    assert encode_values_at(vals, 99, 0, 2**31) is None

@@ -985,6 +985,137 @@ static PyObject *untrack_records(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* --------------------------------------------------------- encode_value_list */
+
+/* plg_batch_seal of the cffi-built C core (length field and CRC-32C), set once by set_seal_function,
+ * for the same reason as lookup_fn below: this module calls the core through a pointer rather than
+ * linking a second copy. */
+typedef int (*seal_fn_t)(uint8_t *, uint64_t);
+static seal_fn_t seal_fn = NULL;
+
+static PyObject *set_seal_function(PyObject *self, PyObject *arg) {
+    unsigned long long addr = PyLong_AsUnsignedLongLong(arg);
+    if (addr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    seal_fn = (seal_fn_t)(uintptr_t)addr;
+    Py_RETURN_NONE;
+}
+
+static inline uint32_t ev_varint_size(int64_t v) {
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    uint32_t n = 1;
+    while (u >= 0x80) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *ev_put_varint(uint8_t *p, int64_t v) {
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (u >= 0x80) {
+        *p++ = (uint8_t)(u | 0x80);
+        u >>= 7;
+    }
+    *p++ = (uint8_t)u;
+    return p;
+}
+
+static inline void ev_put(uint8_t *p, uint64_t v, int bytes) { /* big-endian */
+    for (int i = bytes - 1; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+/* encode_value_list(records, now_ms, base_offset, leader_epoch, producer_id, producer_epoch,
+ *                   base_sequence, attributes) -> bytearray | None
+ *
+ * Log.append's plain case in one call: a list of bytes values becomes one sealed, uncompressed
+ * RecordBatch v2 (keyless, headerless records, every timestamp now_ms, the given base offset and
+ * leader epoch), byte for byte what plg_batch_encode_values writes and then set_offsets stamps. The
+ * values are read from the list's items where they are (no joined copy, no length array): one
+ * sizing pass, one bytearray of exactly the batch's size, one writing pass, then the core's seal
+ * (CRC-32C over the batch). Returns None - nothing done - for anything else (not a list, empty,
+ * an item not exactly bytes, a field out of its range, a batch over 2 GiB, no seal function), for
+ * the caller's general encoder to handle or refuse precisely. The GIL is held throughout, so the
+ * list cannot change under the two passes. O(bytes). */
+static PyObject *encode_value_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "encode_value_list takes 8 arguments");
+        return NULL;
+    }
+    PyObject *records = args[0];
+    long long f[7];
+    for (int i = 0; i < 7; i++) {
+        int overflow = 0;
+        if (!PyLong_Check(args[i + 1])) Py_RETURN_NONE;
+        f[i] = PyLong_AsLongLongAndOverflow(args[i + 1], &overflow);
+        if (overflow) Py_RETURN_NONE;
+        if (f[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    long long now_ms = f[0], base_offset = f[1], epoch = f[2], pid = f[3], pepoch = f[4], seq = f[5], attrs = f[6];
+    if (epoch < INT32_MIN || epoch > INT32_MAX || pepoch < INT16_MIN || pepoch > INT16_MAX || seq < INT32_MIN ||
+        seq > INT32_MAX || attrs < 0 || attrs > 0xffff || base_offset < 0 || seal_fn == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (!PyList_CheckExact(records)) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (n <= 0 || n > 0x7fffffff) Py_RETURN_NONE;
+    PyObject **items = ((PyListObject *)records)->ob_item;
+    /* Pass 1: sizes, with plg_batch_encode_values's limits. */
+    uint64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = items[i];
+        if (!PyBytes_CheckExact(v)) Py_RETURN_NONE;
+        uint64_t vl = (uint64_t)PyBytes_GET_SIZE(v);
+        if (vl > 0x7fffffffu) Py_RETURN_NONE;
+        uint64_t body = 4 + ev_varint_size((int64_t)i) + ev_varint_size((int64_t)vl) + vl;
+        if (body > 0x7fffffffu) Py_RETURN_NONE;
+        total += ev_varint_size((int64_t)body) + body;
+        if (total > 0x7fffffffu) Py_RETURN_NONE;
+    }
+    if (total > 0x7fffffffu - 61) Py_RETURN_NONE;
+    uint64_t size = 61 + total; /* PLG_BATCH_OVERHEAD */
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (out == NULL) return NULL;
+    uint8_t *o = (uint8_t *)PyByteArray_AS_STRING(out);
+    ev_put(o, (uint64_t)base_offset, 8);
+    ev_put(o + 12, (uint64_t)(uint32_t)(int32_t)epoch, 4);
+    o[16] = 2; /* magic */
+    ev_put(o + 21, (uint64_t)attrs, 2);
+    ev_put(o + 23, (uint64_t)(n - 1), 4);
+    ev_put(o + 27, (uint64_t)now_ms, 8);
+    ev_put(o + 35, (uint64_t)now_ms, 8);
+    ev_put(o + 43, (uint64_t)pid, 8);
+    ev_put(o + 51, (uint64_t)(uint16_t)(int16_t)pepoch, 2);
+    ev_put(o + 53, (uint64_t)(uint32_t)(int32_t)seq, 4);
+    ev_put(o + 57, (uint64_t)n, 4);
+    /* Pass 2: the records; pass 1 sized exactly these bytes. */
+    uint8_t *p = o + 61;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = items[i];
+        int64_t vl = (int64_t)PyBytes_GET_SIZE(v);
+        int64_t body = 4 + ev_varint_size((int64_t)i) + ev_varint_size(vl) + vl;
+        p = ev_put_varint(p, body);
+        *p++ = 0; /* attributes */
+        *p++ = 0; /* timestampDelta 0 */
+        p = ev_put_varint(p, (int64_t)i);
+        *p++ = 1; /* keyLength -1 (zig-zag) */
+        p = ev_put_varint(p, vl);
+        if (vl > 0) {
+            memcpy(p, PyBytes_AS_STRING(v), (size_t)vl);
+            p += vl;
+        }
+        *p++ = 0; /* headerCount 0 */
+    }
+    if ((uint64_t)(p - o) != size || seal_fn(o, size) != 0) { /* cannot happen: sized above */
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "encode_value_list: size mismatch");
+        return NULL;
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------- point_lookup */
 
 #include "plg.h"
@@ -1288,6 +1419,11 @@ static PyMethodDef module_methods[] = {
      "bind_future(result, exception, add_done_callback, repr, metadata_type): the Python functions behind "
      "FutureRecordMetadata's methods (each called with the future first), and the RecordMetadata type "
      "result() builds itself for an acknowledged record of a plain batch."},
+    {"set_seal_function", set_seal_function, METH_O,
+     "set_seal_function(address): the C core's plg_batch_seal, for encode_value_list."},
+    {"encode_value_list", (PyCFunction)(void (*)(void))encode_value_list, METH_FASTCALL,
+     "encode_value_list(records, now_ms, base_offset, leader_epoch, producer_id, producer_epoch, base_sequence, "
+     "attributes) -> bytearray | None: Log.append's plain batch in one call (see sendpath.c)."},
     {"set_lookup_function", set_lookup_function, METH_O,
      "set_lookup_function(address): the C core's plg_lookup_cached, for point_lookup."},
     {"point_lookup", (PyCFunction)(void (*)(void))point_lookup, METH_FASTCALL,
