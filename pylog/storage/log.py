@@ -1238,7 +1238,7 @@ class Log(LocalLog):
         saved = ps.producers  # a reload replaces the dict, leaving this one as it was
         try:
             if self.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
-                ps.producers = {}
+                ps.reset_memory(leo)
             elif ps.map_end_offset < leo:
                 ps.append(self._read_producer_batches(ps.map_end_offset, leo), leo)
             elif ps.map_end_offset > leo:
@@ -1415,8 +1415,7 @@ class Log(LocalLog):
         try:
             ps.clear(offset)
         except OSError as exc:  # every old snapshot lies below the new log start: a load skips it
-            ps.producers = {}
-            ps.map_end_offset = offset
+            ps.reset_memory(offset)
             _logger.warning("%s-%d: removing producer snapshots after restarting at %d failed: %s", self.topic,
                             self.partition, offset, exc)
 

@@ -565,9 +565,14 @@ class ProducerStateManager:
         self.load(log_start_offset, log_end_offset, read_batches)
 
     def clear(self, offset: int) -> None:
-        """The log was emptied and restarts at ``offset``: forget every producer and snapshot."""
+        """The log was emptied and restarts at ``offset``: forget every producer and snapshot (memory
+        first: when a snapshot cannot be deleted, the state is still empty)."""
+        self.reset_memory(offset)
         for off in self.snapshot_offsets():
             self._delete_snapshot(off)
+
+    def reset_memory(self, offset: int) -> None:
+        """Forget every producer and transaction; the state covers nothing below ``offset``."""
         self.producers = {}
         self.ongoing = {}
         self.unreplicated = deque()

@@ -168,3 +168,25 @@ def test_snapshot_keeps_ongoing_transactions_and_old_format_loads():
     old = struct.pack(">hI", 1, crc32c(body)) + body
     [o] = decode_snapshot(old)
     assert o.txn_first_offset == -1 and o.batches[-1].first_offset == 6
+
+
+def test_cleaning_a_compacted_log_keeps_the_aborted_entries(tmp_path):
+    from pylog.storage.cleaner import Cleaner
+    log = open_log(tmp_path, cleanup_policy="compact")
+    now = int(time.time() * 1000)
+    for i in range(3):
+        b = encode_batch([Record(key=b"k", value=b"v%d" % i)], now_ms=now, producer_id=1, producer_epoch=0,
+                         base_sequence=i, transactional=True)
+        log.append_as_leader(b, leader_epoch=0)
+        log.append_marker(1, 0, i != 1, 0, 0)   # the second transaction aborts
+    log.append_as_leader(encode_batch([Record(key=b"k", value=b"x")], now_ms=now), leader_epoch=0)
+    before = log.aborted_transactions(0, 100)
+    assert before == [AbortedTxn(1, 2, 3, 4)]
+    log.roll()
+    res = Cleaner().clean(log, log.clock_ms, force=True)
+    assert res.cleaned
+    assert log.aborted_transactions(0, 100) == before
+    log.close()
+    log = open_log(tmp_path, cleanup_policy="compact")
+    assert log.aborted_transactions(0, 100) == before
+    log.close()
