@@ -22,7 +22,12 @@ follower's chunk, a scan for anything else - then one write path
 (:attr:`Log.producer_state`, :mod:`pylog.storage.producer_state`):
 :meth:`Log.append_as_leader` validates a client's batch against it, every
 write records its producer ids, a roll snapshots it, truncation reloads it
-and recovery rebuilds it; nothing above storage keeps it.
+and recovery rebuilds it; nothing above storage keeps it. Transactions live
+there too: :meth:`Log.append_marker` writes COMMIT/ABORT control batches, an
+abort adds an entry to its segment's ``.txnindex``, and
+:attr:`Log.first_unstable_offset`, :meth:`Log.last_stable_offset` and
+:meth:`Log.aborted_transactions` answer a read_committed fetch (see
+docs/transactions.md, "The partition side").
 
 Durability (see docs/durability.md):
 
@@ -1185,10 +1190,33 @@ class Log(LocalLog):
         (:func:`pylog.storage.aborted_txns.collect_aborted_transactions`). Complexity: see there.
         Thread-safety: takes the log's lock."""
         with self._lock:
-            if not self.read_only:
-                self.producer_state  # a rebuild after a crash may still owe the index entries
+            if self.read_only:
+                return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
+                                                    start, upper_bound)
+            self.producer_state  # a rebuild after a crash may still owe the index entries
+            for _ in range(len(self.segments)):
+                try:
+                    return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
+                                                        start, upper_bound)
+                except CorruptIndexError as exc:
+                    if not self._rebuild_txn_index(exc):
+                        raise
             return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
                                                 start, upper_bound)
+
+    def _rebuild_txn_index(self, exc: CorruptIndexError) -> bool:
+        """A damaged ``.txnindex`` (``exc`` names it) found while answering: empty it and reload the
+        producer state from a snapshot at or below its segment (the replay adds its aborts back).
+        False when ``exc`` names no segment's index. Complexity: the replay from that snapshot."""
+        for base, seg in self.segments.items():
+            if seg.txn_index.path == getattr(exc, "path", None):
+                _logger.warning("%s-%d: rebuilding damaged transaction index (%s)", self.topic, self.partition, exc)
+                seg.txn_index.reset()
+                ps = self.producer_state
+                ps.delete_snapshots_above(base)
+                ps.load(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
+                return True
+        return False
 
     def read_batch_infos(self, start: int, end: int) -> List[BatchInfo]:
         """Headers of the batches holding offsets in ``[max(start, log start), end)``, in order

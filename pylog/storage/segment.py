@@ -177,6 +177,13 @@ class LogSegment:
                             io.truncate(ifd, 0)
                         finally:
                             io.close(ifd)
+                txn_path = prefix + TXN_INDEX_SUFFIX + suffix
+                if created and io.exists(txn_path):  # the same kind of leftover: no marker is in a new .log
+                    tfd = io.open(txn_path)
+                    try:
+                        io.truncate(tfd, 0)
+                    finally:
+                        io.close(tfd)
         except OSError:
             fd, self._fd = self._fd, None
             if fd is not None:
@@ -957,11 +964,21 @@ class LogSegment:
         # ends at ``position`` for every reader and appender, and the stale bytes past it
         # are cut before the next flush (a clean close flushes); the error is raised.
         first: Optional[OSError] = None
-        for index in (self.offset_index, self.time_index, self.txn_index):
+        for index in (self.offset_index, self.time_index):
             try:
                 index.truncate_to(offset)
             except OSError as exc:
                 first = first or exc
+        try:
+            self.txn_index.truncate_to(offset)
+        except CorruptIndexError as exc:  # emptied: the log's producer-state reload adds back what it replays
+            log.warning("emptying damaged transaction index while truncating: %s", exc)
+            try:
+                self.txn_index.reset()
+            except OSError as exc2:
+                first = first or exc2
+        except OSError as exc:
+            first = first or exc
         try:
             self._cut_stale_tail(position, raise_error=True)
         except OSError as exc:

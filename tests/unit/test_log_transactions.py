@@ -190,3 +190,30 @@ def test_cleaning_a_compacted_log_keeps_the_aborted_entries(tmp_path):
     log = open_log(tmp_path, cleanup_policy="compact")
     assert log.aborted_transactions(0, 100) == before
     log.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_damaged_txnindex_is_rebuilt_from_the_log(tmp_path, clean):
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(1, 0), leader_epoch=0)      # 0..1
+    log.append_marker(1, 0, False, 0, 0)                       # 2
+    log.roll()                                                 # snapshot at 3
+    log.append_as_leader(txn_batch(1, 2), leader_epoch=0)      # 3..4
+    log.append_marker(1, 0, False, 0, 0)                       # 5
+    log.append_as_leader(txn_batch(2, 0), leader_epoch=0)      # 6..7 (open)
+    expected = [AbortedTxn(1, 0, 2, 3), AbortedTxn(1, 3, 5, 6)]
+    assert log.aborted_transactions(0, 100) == expected
+    idx0 = os.path.join(log.dir, "00000000000000000000.txnindex")
+    if clean:
+        log.close()
+    else:
+        log.flush()
+        log.abandon()
+    with open(idx0, "r+b") as f:  # version 7: not an entry this build reads
+        f.write(b"\x00\x07")
+    log = open_log(tmp_path)
+    assert log.aborted_transactions(0, 100) == expected
+    assert log.first_unstable_offset == 6
+    log.truncate_to(4)  # truncation goes through the rebuilt index
+    assert log.aborted_transactions(0, 100) == expected[:1]
+    log.close()
