@@ -22,7 +22,9 @@ upper_bound``; an entry whose ``last_stable_offset >= upper_bound`` ends the
 search (no later abort can overlap the range).
 
 As in Kafka the file is created lazily, on the first append; a segment without
-aborts has none. Unlike Kafka, the entries are read once into memory (the file
+aborts has none. Reading the entries holds no descriptor afterwards (a query
+over many old segments opens none); a change opens the file and keeps it open
+until :meth:`TransactionIndex.close`. Unlike Kafka, the entries are read once into memory (the file
 is small: one entry per abort) and queries are answered from there; the file is
 written behind them, one ``pwrite`` per append.
 
@@ -165,9 +167,21 @@ class TransactionIndex:
             if isinstance(exc, CorruptIndexError):
                 raise
             raise self._error(exc, "read") from exc
-        self._fd = fd
+        if fd != self._fd:  # opened only to read: a query holds no descriptor (the next change reopens)
+            try:
+                self._io.close(fd)
+            except OSError:
+                pass
         self._entries = entries
         return entries
+
+    def _open_existing(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = self._io.open(self.path, create=False)
+            except OSError as exc:
+                raise self._error(exc, "open") from exc
+        return self._fd
 
     # ---- queries ---------------------------------------------------------
     @property
@@ -255,9 +269,9 @@ class TransactionIndex:
                 break
         if keep == len(entries):
             return
-        assert self._fd is not None  # entries exist, so the file was opened
+        fd = self._open_existing()  # entries exist, so the file does
         try:
-            self._io.truncate(self._fd, keep * ENTRY_SIZE)
+            self._io.truncate(fd, keep * ENTRY_SIZE)
         except OSError as exc:
             raise self._error(exc, "truncate") from exc
         del entries[keep:]

@@ -217,3 +217,27 @@ def test_damaged_txnindex_is_rebuilt_from_the_log(tmp_path, clean):
     log.truncate_to(4)  # truncation goes through the rebuilt index
     assert log.aborted_transactions(0, 100) == expected[:1]
     log.close()
+
+
+def test_txnindex_holds_no_descriptor_after_a_query_and_survives_segment_release(tmp_path):
+    log = open_log(tmp_path, max_open_segments=2)
+    expected = []
+    for i in range(6):
+        r = log.append_as_leader(txn_batch(1, 2 * i), leader_epoch=0)
+        m = log.append_marker(1, 0, False, 0, 0)
+        expected.append(AbortedTxn(1, r.base_offset, m.base_offset, m.base_offset + 1))
+        log.roll()
+    log.close()
+    log = open_log(tmp_path, max_open_segments=2)
+    assert log.aborted_transactions(0, 100) == expected
+    held = [b for b, seg in log.segments.items() if seg._txn_index is not None and seg._txn_index._fd is not None]
+    assert held == []
+    # appends and releases in between: every segment's entries are still there, once each
+    for i in range(3):
+        log.append([b"x"])
+        log.roll()
+    assert log.aborted_transactions(0, 100) == expected
+    log.truncate_to(expected[-1].last_offset)  # cuts the last marker: its entry goes, its transaction reopens
+    assert log.aborted_transactions(0, 100) == expected[:-1]
+    assert log.first_unstable_offset == expected[-1].first_offset
+    log.close()
