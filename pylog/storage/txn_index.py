@@ -32,8 +32,8 @@ Damage: a file whose length is not a multiple of 34, an entry of an unknown
 version, a ``last_offset`` below the segment's base offset or not above the
 previous one, or ``first_offset > last_offset`` makes :meth:`sanity_check` (and
 any read) raise :class:`~pylog.errors.CorruptIndexError` naming the file and the
-byte position of the bad entry; the log's recovery then rebuilds the index from
-the segment's markers (not wired yet: see docs/transactions.md).
+byte position of the bad entry; the log then empties the index and rebuilds it
+from the segment's markers (:meth:`pylog.storage.log.Log.aborted_transactions`).
 
 Durability: :meth:`TransactionIndex.append` only writes (page cache);
 :meth:`TransactionIndex.flush` fsyncs the file, and its directory the first
