@@ -308,6 +308,8 @@ class Log(LocalLog):
         self._compact_of: Optional[LogConfig] = None  # the config _compact was computed from
         #: idempotent-producer state, loaded by the first use of :attr:`producer_state`
         self._producers: Optional[ProducerStateManager] = None
+        #: the offset of a marker just written whose .txnindex entry could not be (see _undo_marker)
+        self._txn_index_failed_at: Optional[int] = None
         #: client batches :meth:`append_as_leader` recognised as retries and did not write again
         self.duplicate_appends_total = 0
         self._compact = False
@@ -622,7 +624,13 @@ class Log(LocalLog):
         Complexity: O(bytes) (the CRC) + O(batches). Durability: see the
         module docstring. Thread-safety: takes the log's lock.
         """
-        return self._append_bytes(data, assign_offsets, leader_epoch, None)
+        try:
+            return self._append_bytes(data, assign_offsets, leader_epoch, None)
+        except OSError:
+            if self._txn_index_failed_at is not None:
+                with self._lock:
+                    self._undo_marker()
+            raise
 
     def _append_bytes(self, data: Union[bytes, bytearray, memoryview], assign_offsets: bool,
                       leader_epoch: Optional[int], client: Optional[ProducerStateManager]) -> AppendResult:
@@ -1132,7 +1140,29 @@ class Log(LocalLog):
         idx = self.segments.peekitem(i)[1].txn_index
         last = idx.last_offset
         if last is None or txn.last_offset > last:
-            idx.append(txn)
+            try:
+                idx.append(txn)
+            except OSError:
+                ps = self._producers
+                if ps is None or not ps.loading:  # a marker being written: the append undoes it
+                    self._txn_index_failed_at = txn.last_offset
+                raise
+
+    def _undo_marker(self) -> None:
+        """After a write whose ABORT marker's ``.txnindex`` entry failed (the error is being raised):
+        cut the log at that marker - all-or-nothing for the marker and what followed it in the same
+        append, as for any failed append - and reload the producer state to match. Under the lock."""
+        at, self._txn_index_failed_at = self._txn_index_failed_at, None
+        if at is None or at >= self.log_end_offset:
+            return
+        try:
+            self.truncate_to(at)
+            ps = self._producers
+            if ps is not None:
+                ps.truncate_and_reload(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
+        except (PylogError, OSError) as exc:
+            _logger.warning("%s-%d: could not remove the marker at %d whose transaction index entry failed (%s)",
+                            self.topic, self.partition, at, exc)
 
     # ---------------------------------------------------------- transactions
     @_storage_errors("transaction marker append")
@@ -1164,7 +1194,11 @@ class Log(LocalLog):
                                          base_offset=self.log_end_offset, partition_leader_epoch=leader_epoch,
                                          producer_id=producer_id, producer_epoch=producer_epoch,
                                          transactional=True, control=True))
-            res = self._append_one(buf, True, leader_epoch, None)
+            try:
+                res = self._append_one(buf, True, leader_epoch, None)
+            except OSError:
+                self._undo_marker()
+                raise
             assert res is not None
             self._maybe_flush()
             return res

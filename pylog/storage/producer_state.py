@@ -265,6 +265,8 @@ class ProducerStateManager:
         self.unreplicated: Deque[Tuple[int, int]] = deque()
         #: called with each aborted non-empty transaction as its marker is recorded (the log's .txnindex)
         self.on_abort: Optional[Callable[[AbortedTxn], None]] = None
+        #: True while :meth:`load` replays the log (the aborts it reports are already in the log)
+        self.loading = False
 
     # --------------------------------------------------------------- checks
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
@@ -555,7 +557,11 @@ class ProducerStateManager:
             self.map_end_offset = off
             break
         if self.map_end_offset < log_end_offset:
-            self.append(read_batches(self.map_end_offset, log_end_offset), log_end_offset)
+            self.loading = True
+            try:
+                self.append(read_batches(self.map_end_offset, log_end_offset), log_end_offset)
+            finally:
+                self.loading = False
         self.map_end_offset = log_end_offset
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int,

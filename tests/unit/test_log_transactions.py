@@ -241,3 +241,39 @@ def test_txnindex_holds_no_descriptor_after_a_query_and_survives_segment_release
     assert log.aborted_transactions(0, 100) == expected[:-1]
     assert log.first_unstable_offset == expected[-1].first_offset
     log.close()
+
+
+@pytest.mark.parametrize("follower", [False, True])
+def test_failed_txnindex_append_undoes_the_marker(tmp_path, follower, monkeypatch):
+    from pylog.errors import KafkaStorageError
+    from pylog.storage.txn_index import TransactionIndex
+    leader = pylog.Log.open(os.path.join(str(tmp_path), "a", "t-0"))
+    leader.append_as_leader(txn_batch(1, 0), leader_epoch=0)   # 0..1
+    leader.append_marker(1, 0, False, 0, 0)                    # 2
+    leader.append([b"after"])                                  # 3
+    log = pylog.Log.open(os.path.join(str(tmp_path), "b", "t-0"))
+
+    def failing_append(self, txn):
+        raise KafkaStorageError(5, "append of transaction index failed: EIO")
+
+    if follower:
+        monkeypatch.setattr(TransactionIndex, "append", failing_append)
+        with pytest.raises(KafkaStorageError):
+            log.append_batches(leader.fetch(0), assign_offsets=False)
+    else:
+        log.append_as_leader(txn_batch(1, 0), leader_epoch=0)
+        monkeypatch.setattr(TransactionIndex, "append", failing_append)
+        with pytest.raises(KafkaStorageError):
+            log.append_marker(1, 0, False, 0, 0)
+    # the marker (and what followed it in the append) is gone, the transaction is open again
+    assert log.log_end_offset == 2
+    assert log.first_unstable_offset == 0
+    monkeypatch.undo()
+    if follower:
+        log.append_batches(leader.fetch(2), assign_offsets=False)
+    else:
+        log.append_marker(1, 0, False, 0, 0)
+    assert log.aborted_transactions(0, 100) == [AbortedTxn(1, 0, 2, 3)]
+    assert log.first_unstable_offset is None
+    log.close()
+    leader.close()
