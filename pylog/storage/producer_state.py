@@ -520,10 +520,16 @@ class ProducerStateManager:
             pass
 
     def delete_snapshots_above(self, offset: int) -> None:
-        """Remove snapshots covering more than ``offset`` (after a truncation to ``offset``)."""
+        """Remove snapshots covering more than ``offset`` (after a truncation to ``offset``), durably:
+        the directory is fsynced when one was removed, so a crash cannot bring back a snapshot of
+        records the log no longer has (or has different ones at those offsets)."""
+        removed = False
         for off in self.snapshot_offsets():
             if off > offset:
                 self._delete_snapshot(off)
+                removed = True
+        if removed:
+            self.io.fsync_dir(self.dir)
 
     def load(self, log_start_offset: int, log_end_offset: int,
              read_batches: Callable[[int, int], Sequence[ProducerBatch]]) -> None:

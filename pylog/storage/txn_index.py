@@ -302,6 +302,20 @@ class TransactionIndex:
         unsynced by this object or by an earlier one); nothing to do without a file."""
         self._check_open()
         if self._fd is None:
+            # Only read (a query closes its descriptor): an earlier object may have left the file
+            # unsynced, so the first flush of this object fsyncs it once all the same.
+            if self._name_synced or not self._entries:
+                return
+            try:
+                fd = self._io.open(self.path, create=False)
+                try:
+                    self._io.fsync(fd)
+                finally:
+                    self._io.close(fd)
+                self._io.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+                self._name_synced = True
+            except OSError as exc:
+                raise self._error(exc, "flush") from exc
             return
         try:
             self._io.fsync(self._fd)
