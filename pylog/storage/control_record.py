@@ -28,9 +28,12 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pylog.errors import CorruptRecordError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from pylog.record import RecordBatch
 
 CONTROL_KEY_VERSION = 0
 CONTROL_KEY_SIZE = 4
@@ -142,3 +145,22 @@ class EndTransactionMarker:
             raise CorruptRecordError(f"transaction marker value{at} has version {version}",
                                      path=path, position=position)
         return cls(kind, epoch)
+
+
+def marker_of_batch(batch: "RecordBatch") -> Optional[EndTransactionMarker]:
+    """The COMMIT/ABORT marker in a control batch, None for another control type (e.g. LEADER_CHANGE).
+
+    Raises :class:`CorruptRecordError` naming the batch's file and base offset when the batch holds
+    no record or its key/value do not decode. Complexity: O(batch bytes).
+    """
+    records = batch.records()
+    off = batch.base_offset
+    if not records:
+        raise CorruptRecordError(f"control batch at offset {off} holds no record", path=batch.path)
+    r = records[0]
+    key = bytes(r.key) if r.key is not None else None
+    kind = parse_control_type(key, path=batch.path, offset=off)
+    if kind not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+        return None
+    value = bytes(r.value) if r.value is not None else None
+    return EndTransactionMarker.decode(key, value, path=batch.path, offset=off)

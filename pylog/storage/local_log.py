@@ -25,11 +25,14 @@ Thread-safety: every public method takes the log's lock.
 """
 from __future__ import annotations
 
+import bisect
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from pylog.errors import (
+    CorruptIndexError,
     CorruptRecordError,
     InvalidConfigurationError,
     KafkaStorageError,
@@ -43,6 +46,8 @@ from pylog.record import BatchInfo, Record, RecordBatch, scan
 from pylog.record.framing import batch_length_of
 from pylog.storage.segment import LogSegment
 from pylog.storage.segment_cache import SegmentCache
+
+_logger = logging.getLogger("pylog.storage")
 
 if TYPE_CHECKING:
     from sortedcontainers import SortedDict
@@ -433,6 +438,7 @@ class LocalLog:
                     f"do not cover the range of {list(old_bases)}"
                 )
             try:
+                self._carry_txn_entries([self.segments[b] for b in old_bases], new_segments)
                 for seg in reversed(new_segments):
                     seg.change_suffix(SWAP_SUFFIX)
                 self.io.fsync_dir(self.dir)
@@ -456,6 +462,30 @@ class LocalLog:
                     seg.close()
                 self.abandon()
                 raise err from exc
+
+    def _carry_txn_entries(self, old: Sequence[LogSegment], new: Sequence[LogSegment]) -> None:
+        """Copy the old segments' ``.txnindex`` entries into the new segment covering each marker offset
+        (Kafka's cleaner copies them too: a read_committed fetch of cleaned data still needs the
+        aborts), unless the new index already has them; the copies are fsynced before the swap."""
+        bases = [n.base_offset for n in new]
+        touched = []
+        for seg in old:
+            try:
+                entries = seg.txn_index.all_aborted()
+            except CorruptIndexError as exc:
+                _logger.warning("%s-%d: not carrying the damaged transaction index into the cleaned segment (%s)",
+                                self.topic, self.partition, exc)
+                continue
+            for e in entries:
+                target = new[max(0, bisect.bisect_right(bases, e.last_offset) - 1)]
+                idx = target.txn_index
+                last = idx.last_offset
+                if last is None or e.last_offset > last:
+                    idx.append(e)
+                    if target not in touched:
+                        touched.append(target)
+        for seg in touched:
+            seg.txn_index.flush()
 
     def _close_segments(self) -> Optional[OSError]:
         """Close every segment's files, going on past a failure; returns the first OSError."""

@@ -22,7 +22,12 @@ follower's chunk, a scan for anything else - then one write path
 (:attr:`Log.producer_state`, :mod:`pylog.storage.producer_state`):
 :meth:`Log.append_as_leader` validates a client's batch against it, every
 write records its producer ids, a roll snapshots it, truncation reloads it
-and recovery rebuilds it; nothing above storage keeps it.
+and recovery rebuilds it; nothing above storage keeps it. Transactions live
+there too: :meth:`Log.append_marker` writes COMMIT/ABORT control batches, an
+abort adds an entry to its segment's ``.txnindex``, and
+:attr:`Log.first_unstable_offset`, :meth:`Log.last_stable_offset` and
+:meth:`Log.aborted_transactions` answer a read_committed fetch (see
+docs/transactions.md, "The partition side").
 
 Durability (see docs/durability.md):
 
@@ -64,6 +69,7 @@ from sortedcontainers import SortedDict
 
 from pylog.errors import (
     CorruptCheckpointError,
+    CorruptIndexError,
     CorruptRecordError,
     InvalidConfigurationError,
     InvalidOffsetError,
@@ -82,7 +88,10 @@ from pylog.storage.local_log import LocalLog
 from pylog.storage.log_config import CLEANUP_POLICIES, LogConfig, validate_topic  # (re-exported here)
 from pylog.storage.loader import RecoveryResult, check_segments, load_segments, recover
 from pylog.storage.logdir import LogDir, parse_partition_dir
+from pylog.storage.aborted_txns import collect_aborted_transactions
+from pylog.storage.control_record import ControlRecordType, EndTransactionMarker, marker_of_batch
 from pylog.storage.producer_state import ProducerBatch, ProducerStateManager
+from pylog.storage.txn_index import AbortedTxn
 from pylog.record import (
     BATCH_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
@@ -121,11 +130,36 @@ class AppendResult(NamedTuple):
 
 
 
-def _producer_batches(batches: Sequence[BatchInfo]) -> List[ProducerBatch]:
-    """The idempotent batches of ``batches`` as the producer state takes them."""
-    return [ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset, b.last_offset,
-                          b.max_timestamp, b.attributes)
-            for b in batches if b.producer_id >= 0 and b.base_sequence >= 0]
+def _producer_batches(batches: Sequence[BatchInfo], data: Union[bytes, bytearray, memoryview, None] = None,
+                      path: Optional[str] = None) -> List[ProducerBatch]:
+    """The batches of ``batches`` the producer state takes: idempotent ones and, when ``data`` (the
+    bytes the infos' positions point into) is given, control batches with their marker."""
+    out = []
+    origin = batches[0].position if batches else 0  # ``data`` may be a slice starting at the first batch
+    for b in batches:
+        if b.producer_id < 0:
+            continue
+        if b.attributes & 0x20 and b.magic == 2:
+            if data is not None:
+                out.append(_control_batch(data, b, path, b.position - origin))
+        elif b.base_sequence >= 0 or b.attributes & 0x10:
+            out.append(ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset, b.last_offset,
+                                     b.max_timestamp, b.attributes))
+    return out
+
+
+def _control_batch(data: Union[bytes, bytearray, memoryview], b: BatchInfo, path: Optional[str] = None,
+                   position: Optional[int] = None) -> ProducerBatch:
+    """A control batch of ``data`` (at ``position``, default ``b.position``) with its marker decoded."""
+    pos = b.position if position is None else position
+    view = memoryview(data)[pos : pos + b.size]
+    marker = marker_of_batch(RecordBatch(b, view, path))
+    return ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset, b.last_offset,
+                         b.max_timestamp, b.attributes, marker)
+
+
+def _has_txn_batch(batches: Sequence[BatchInfo]) -> bool:
+    return any(b.attributes & 0x30 and b.producer_id >= 0 and b.magic == 2 for b in batches)
 
 
 def _require_keys(records: Sequence[RecordInput], topic: str, partition: int) -> None:
@@ -275,6 +309,8 @@ class Log(LocalLog):
         self._compact_of: Optional[LogConfig] = None  # the config _compact was computed from
         #: idempotent-producer state, loaded by the first use of :attr:`producer_state`
         self._producers: Optional[ProducerStateManager] = None
+        #: the offset of a marker just written whose .txnindex entry could not be (see _undo_marker)
+        self._txn_index_failed_at: Optional[int] = None
         #: client batches :meth:`append_as_leader` recognised as retries and did not write again
         self.duplicate_appends_total = 0
         self._compact = False
@@ -388,6 +424,7 @@ class Log(LocalLog):
             # A producer snapshot past the recovered log end describes records that are gone: drop
             # it now, before appends reuse those offsets (the state itself loads on first use).
             ProducerStateManager(self.dir, io).delete_snapshots_above(self.log_end_offset)
+            self._recover_txn_indexes(recovery_point)
         with ld.lock:  # another partition's thread may be writing the checkpoints (iterating these)
             ld.recovery_points[tp] = self.recovery_point
             ld.log_start_offsets[tp] = self.log_start_offset
@@ -395,6 +432,26 @@ class Log(LocalLog):
         self._unflushed_messages = 0
         self._last_flush_ms = now
         self._last_checkpoint_ms = now
+
+    def _recover_txn_indexes(self, recovery_point: int) -> None:
+        """After a crash: the ``.txnindex`` of every segment from the one holding the recovery point on
+        loses the entries past the segment's records; a damaged one is emptied and the producer
+        snapshots from its segment on deleted, so the producer-state load (which replays every
+        marker after its snapshot into the indexes, :meth:`_index_aborted_txn`) rebuilds it. Entries
+        below a snapshot are durable: a snapshot is written after the segments below it were fsynced."""
+        keys = self.segments.keys()
+        psm = ProducerStateManager(self.dir, self.io)
+        for i in range(max(0, self.segments.bisect_right(recovery_point) - 1), len(keys)):
+            base = keys[i]
+            end = keys[i + 1] if i + 1 < len(keys) else self.log_end_offset
+            idx = self.segments[base].txn_index
+            try:
+                idx.sanity_check()
+                idx.truncate_to(end)
+            except CorruptIndexError as exc:
+                _logger.warning("%s-%d: rebuilding damaged transaction index (%s)", self.topic, self.partition, exc)
+                idx.reset()
+                psm.delete_snapshots_above(base)
 
     def _load_read_only(self) -> None:
         self.segments = load_segments(
@@ -604,7 +661,13 @@ class Log(LocalLog):
         Complexity: O(bytes) (the CRC) + O(batches). Durability: see the
         module docstring. Thread-safety: takes the log's lock.
         """
-        return self._append_bytes(data, assign_offsets, leader_epoch, None)
+        try:
+            return self._append_bytes(data, assign_offsets, leader_epoch, None)
+        except OSError:
+            if self._txn_index_failed_at is not None:
+                with self._lock:
+                    self._undo_marker()
+            raise
 
     def _append_bytes(self, data: Union[bytes, bytearray, memoryview], assign_offsets: bool,
                       leader_epoch: Optional[int], client: Optional[ProducerStateManager]) -> AppendResult:
@@ -646,6 +709,9 @@ class Log(LocalLog):
                         dup = self._duplicate_of(client, pb)
                         if dup is not None:
                             return dup
+                    if any(b.attributes & 0x20 for b in infos):
+                        raise InvalidRecordError(
+                            f"produce to {self.topic}-{self.partition}: a client may not write control batches")
                 return self._append_validated(buf, infos)
             if found.batches[0].base_offset < self.log_end_offset:
                 raise self._below_end(found.batches[0].base_offset)
@@ -680,6 +746,8 @@ class Log(LocalLog):
         with self._lock:
             self._ensure_writable()
             track = self._producers is not None
+            if not track and _has_txn_batch(found.batches):
+                track = self.producer_state is not None  # transactions need the state: load it now
             prev_last, n_records = -1, 0
             max_ts, offset_of_max, big_size, big_offset = -1, -1, -1, -1
             epoch_starts: List[Tuple[int, int]] = []
@@ -698,9 +766,12 @@ class Log(LocalLog):
                 if epoch != last_epoch:  # assign() ignores later batches of the latest epoch
                     epoch_starts.append((epoch, b.base_offset))
                     last_epoch = epoch
-                if track and b.producer_id >= 0 and b.base_sequence >= 0:
-                    producers.append(ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset,
-                                                   last, ts, b.attributes))
+                if track and b.producer_id >= 0:
+                    if b.attributes & 0x20:
+                        producers.append(_control_batch(data, b))
+                    elif b.base_sequence >= 0 or b.attributes & 0x10:
+                        producers.append(ProducerBatch(b.producer_id, b.producer_epoch, b.base_sequence,
+                                                       b.base_offset, last, ts, b.attributes))
             first_offset = found.batches[0].base_offset
             n_batches = len(found.batches)
             if first_offset < self.log_end_offset:
@@ -774,7 +845,12 @@ class Log(LocalLog):
                     raise self._below_end(base)
             producers: Sequence[ProducerBatch] = ()
             last, max_ts, pid = info.last_offset, info.max_timestamp, info.producer_id
-            if pid >= 0 and (client is not None or self._producers is not None):
+            if pid >= 0 and info.attributes & 0x30:  # a transaction's data or marker
+                txn = self._txn_batch(buf, info, base, client)
+                if isinstance(txn, AppendResult):
+                    return txn
+                producers = txn
+            elif pid >= 0 and (client is not None or self._producers is not None):
                 seq, p_epoch = info.base_sequence, info.producer_epoch
                 if seq >= 0:
                     if client is not None:  # ProducerStateManager.validate, without building the batch first
@@ -787,6 +863,26 @@ class Log(LocalLog):
             return self._write_validated(buf, base, last, max_ts, last, info.records_count, ((epoch, base),),
                                          (info.size, base), follower=not assign_offsets, producers=producers)
 
+    def _txn_batch(self, buf: bytearray, info: BatchInfo, base: int,
+                   client: Optional[ProducerStateManager]) -> Union[AppendResult, Sequence[ProducerBatch]]:
+        """:meth:`_append_one` for a transactional or control batch (under the lock): load the
+        producer state (transactions need it), validate a client's batch, decode a marker."""
+        ps = self.producer_state
+        if info.attributes & 0x20:
+            if client is not None:
+                raise InvalidRecordError(
+                    f"produce to {self.topic}-{self.partition}: a client may not write control batches")
+            return (_control_batch(buf, info._replace(base_offset=base, last_offset=base + info.last_offset
+                                                      - info.base_offset), position=0),)
+        last = info.last_offset
+        pb = ProducerBatch(info.producer_id, info.producer_epoch, info.base_sequence, base, last, info.max_timestamp,
+                           info.attributes)
+        if client is not None:
+            dup = self._duplicate_of(ps, pb)
+            if dup is not None:
+                return dup
+        return (pb,)
+
     def _below_end(self, base_offset: int) -> InvalidOffsetError:
         return InvalidOffsetError(
             f"append to {self.topic}-{self.partition}: batch offset {base_offset} "
@@ -798,11 +894,13 @@ class Log(LocalLog):
         first, last = batches[0], batches[-1]
         max_ts = max(b.max_timestamp for b in batches)
         offset_of_max = next(b.last_offset for b in batches if b.max_timestamp == max_ts)
+        if self._producers is None and _has_txn_batch(batches):
+            self.producer_state  # transactions need the state: load it before the write
         return self._write_validated(data, first.base_offset, last.last_offset, max_ts, offset_of_max,
                                      sum(b.records_count for b in batches),
                                      [(b.partition_leader_epoch, b.base_offset) for b in batches],
                                      max((b.size, b.base_offset) for b in batches), follower=follower,
-                                     producers=_producer_batches(batches) if self._producers is not None else ())
+                                     producers=_producer_batches(batches, data) if self._producers is not None else ())
 
     def _write_validated(self, data: Union[bytes, bytearray, memoryview], first_offset: int, last_offset: int, max_ts: int,
                          offset_of_max: int, n_records: int, epoch_starts: Sequence[Tuple[int, int]],
@@ -1044,9 +1142,152 @@ class Log(LocalLog):
             self._ensure_writable()
             if self._producers is None:
                 ps = ProducerStateManager(self.dir, self.io)
-                ps.load(self.log_start_offset, self.log_end_offset, self.read_batch_infos)
+                ps.on_abort = self._index_aborted_txn
+                ps.load(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
                 self._producers = ps
             return self._producers
+
+    def _read_producer_batches(self, start: int, end: int) -> List[ProducerBatch]:
+        """What a producer-state rebuild replays: :meth:`read_batches` of ``[start, end)`` as
+        :class:`ProducerBatch` (control batches with their marker). Under the lock."""
+        out: List[ProducerBatch] = []
+        off = max(start, self.log_start_offset)
+        while off < end:
+            batches = self.read_batches(off, 1 << 20, max_offset=end)
+            if not batches:
+                break
+            for b in batches:
+                i = b.info
+                if b.last_offset >= off and i.producer_id >= 0 and i.magic == 2:
+                    if i.attributes & 0x20:
+                        out.append(ProducerBatch(i.producer_id, i.producer_epoch, i.base_sequence, i.base_offset,
+                                                 i.last_offset, i.max_timestamp, i.attributes, marker_of_batch(b)))
+                    elif i.base_sequence >= 0 or i.attributes & 0x10:
+                        out.append(ProducerBatch(i.producer_id, i.producer_epoch, i.base_sequence, i.base_offset,
+                                                 i.last_offset, i.max_timestamp, i.attributes))
+                off = b.last_offset + 1
+        return out
+
+    def _index_aborted_txn(self, txn: AbortedTxn) -> None:
+        """The producer state's ``on_abort``: add ``txn`` to the ``.txnindex`` of the segment holding its
+        marker, unless that index already has it (a rebuild replays markers the index may hold)."""
+        i = self.segments.bisect_right(txn.last_offset) - 1
+        if i < 0:
+            return
+        idx = self.segments.peekitem(i)[1].txn_index
+        last = idx.last_offset
+        if last is None or txn.last_offset > last:
+            try:
+                idx.append(txn)
+            except OSError:
+                ps = self._producers
+                if ps is None or not ps.loading:  # a marker being written: the append undoes it
+                    self._txn_index_failed_at = txn.last_offset
+                raise
+
+    def _undo_marker(self) -> None:
+        """After a write whose ABORT marker's ``.txnindex`` entry failed (the error is being raised):
+        cut the log at that marker - all-or-nothing for the marker and what followed it in the same
+        append, as for any failed append - and reload the producer state to match. Under the lock."""
+        at, self._txn_index_failed_at = self._txn_index_failed_at, None
+        if at is None or at >= self.log_end_offset:
+            return
+        try:
+            self.truncate_to(at)
+            ps = self._producers
+            if ps is not None:
+                ps.truncate_and_reload(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
+        except (PylogError, OSError) as exc:
+            _logger.warning("%s-%d: could not remove the marker at %d whose transaction index entry failed (%s)",
+                            self.topic, self.partition, at, exc)
+
+    # ---------------------------------------------------------- transactions
+    @_storage_errors("transaction marker append")
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      leader_epoch: int) -> AppendResult:
+        """Write one COMMIT (``commit``) or ABORT control batch for ``producer_id`` at the log end
+        (what a partition leader does for WriteTxnMarkers; Kafka's ``appendAsLeader`` with origin
+        COORDINATOR). It ends the producer's ongoing transaction; an ABORT of a non-empty one adds an
+        entry to the active segment's ``.txnindex`` (producer id, first offset, marker offset, the
+        last stable offset at that moment).
+
+        Raises InvalidProducerEpochError when ``producer_epoch`` is older than the producer's,
+        TransactionCoordinatorFencedError when ``coordinator_epoch`` is older than the last
+        marker's for this producer (nothing is written). Complexity: O(1) plus the write.
+        Durability: as :meth:`append`. Thread-safety: takes the log's lock.
+        """
+        for name, v in (("producer_id", producer_id), ("producer_epoch", producer_epoch),
+                        ("coordinator_epoch", coordinator_epoch), ("leader_epoch", leader_epoch)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InvalidRecordError(f"append_marker to {self.topic}-{self.partition}: {name} must be a "
+                                         f"non-negative int, got {v!r}")
+        marker = EndTransactionMarker(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
+                                      coordinator_epoch)
+        with self._lock:
+            ps = self.producer_state
+            ps.validate_marker(producer_id, producer_epoch, coordinator_epoch)
+            now = self.clock_ms()
+            buf = bytearray(encode_batch([Record(key=marker.key(), value=marker.value(), timestamp=now)], now_ms=now,
+                                         base_offset=self.log_end_offset, partition_leader_epoch=leader_epoch,
+                                         producer_id=producer_id, producer_epoch=producer_epoch,
+                                         transactional=True, control=True))
+            try:
+                res = self._append_one(buf, True, leader_epoch, None)
+            except OSError:
+                self._undo_marker()
+                raise
+            assert res is not None
+            self._maybe_flush()
+            return res
+
+    @property
+    def first_unstable_offset(self) -> Optional[int]:
+        """The first offset of the oldest ongoing transaction (None when none is open). Loads the
+        producer state. Complexity: O(ongoing transactions). Thread-safety: takes the log's lock."""
+        with self._lock:
+            return self.producer_state.first_unstable_offset
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: min(``high_watermark``, the first offset of every ongoing transaction and of every
+        completed one whose marker is not below ``high_watermark``) - what a read_committed fetch may
+        read up to. The caller (replication) owns the high watermark. Complexity: O(ongoing +
+        unreplicated transactions). Thread-safety: takes the log's lock."""
+        with self._lock:
+            return self.producer_state.last_stable_offset(min(high_watermark, self.log_end_offset))
+
+    def aborted_transactions(self, start: int, upper_bound: int) -> List[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[start, upper_bound)`` needs (marker
+        at or after ``start``, first offset before ``upper_bound``), from the segments' ``.txnindex``
+        (:func:`pylog.storage.aborted_txns.collect_aborted_transactions`). Complexity: see there.
+        Thread-safety: takes the log's lock."""
+        with self._lock:
+            if self.read_only:
+                return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
+                                                    start, upper_bound)
+            self.producer_state  # a rebuild after a crash may still owe the index entries
+            for _ in range(len(self.segments)):
+                try:
+                    return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
+                                                        start, upper_bound)
+                except CorruptIndexError as exc:
+                    if not self._rebuild_txn_index(exc):
+                        raise
+            return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
+                                                start, upper_bound)
+
+    def _rebuild_txn_index(self, exc: CorruptIndexError) -> bool:
+        """A damaged ``.txnindex`` (``exc`` names it) found while answering: empty it and reload the
+        producer state from a snapshot at or below its segment (the replay adds its aborts back).
+        False when ``exc`` names no segment's index. Complexity: the replay from that snapshot."""
+        for base, seg in self.segments.items():
+            if seg.txn_index.path == getattr(exc, "path", None):
+                _logger.warning("%s-%d: rebuilding damaged transaction index (%s)", self.topic, self.partition, exc)
+                seg.txn_index.reset()
+                ps = self.producer_state
+                ps.delete_snapshots_above(base)
+                ps.load(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
+                return True
+        return False
 
     def read_batch_infos(self, start: int, end: int) -> List[BatchInfo]:
         """Headers of the batches holding offsets in ``[max(start, log start), end)``, in order
@@ -1096,11 +1337,11 @@ class Log(LocalLog):
         saved = ps.producers  # a reload replaces the dict, leaving this one as it was
         try:
             if self.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
-                ps.producers = {}
+                ps.reset_memory(leo)
             elif ps.map_end_offset < leo:
-                ps.update_from_infos(self.read_batch_infos(ps.map_end_offset, leo))
+                ps.append(self._read_producer_batches(ps.map_end_offset, leo), leo)
             elif ps.map_end_offset > leo:
-                ps.truncate_and_reload(self.log_start_offset, leo, self.read_batch_infos)
+                ps.truncate_and_reload(self.log_start_offset, leo, self._read_producer_batches)
         except (PylogError, OSError) as exc:
             _logger.warning("%s-%d: producer state could not be read back to offset %d (%s): keeping what "
                             "lies below it", self.topic, self.partition, leo, exc)
@@ -1273,8 +1514,7 @@ class Log(LocalLog):
         try:
             ps.clear(offset)
         except OSError as exc:  # every old snapshot lies below the new log start: a load skips it
-            ps.producers = {}
-            ps.map_end_offset = offset
+            ps.reset_memory(offset)
             _logger.warning("%s-%d: removing producer snapshots after restarting at %d failed: %s", self.topic,
                             self.partition, offset, exc)
 

@@ -36,6 +36,28 @@ the partition directory, ``offset`` being the log end offset the state covers
         offsetDelta i32 (lastSeq - firstSeq of the last batch), timestamp i64,
         coordinatorEpoch i32 (-1), currentTxnFirstOffset i64 (-1)
 
+Transactions (Kafka's ``ProducerAppendInfo``/``ProducerStateManager``): a
+transactional batch (attributes bit 0x10) begins the producer's ongoing
+transaction at its base offset, or extends it; a control batch (0x20) holding
+a COMMIT/ABORT marker (:class:`EndTransactionMarker`) ends it. A leader
+refuses a non-transactional batch, and a transactional one of another epoch,
+from a producer whose transaction is ongoing (:class:`InvalidTxnStateError`),
+and a marker of an older producer epoch (:class:`InvalidProducerEpochError`)
+or an older coordinator epoch (:class:`TransactionCoordinatorFencedError`);
+replicated batches are taken as they come. Ending an aborted, non-empty
+transaction reports an :class:`AbortedTxn` to :attr:`ProducerStateManager.on_abort`
+(the log appends it to the ``.txnindex``) with the last stable offset at that
+moment: the first offset of another producer's ongoing transaction, else the
+marker's offset + 1 (Kafka's ``lastStableOffset(completedTxn)``). Completed
+transactions stay *unreplicated* until a high watermark passed to
+:meth:`ProducerStateManager.last_stable_offset` passes their marker.
+
+The snapshot keeps the ongoing transactions: Kafka's version-1 entry already
+has ``coordinatorEpoch`` and ``currentTxnFirstOffset``, which pylog wrote as
+-1 before transactions existed, so older snapshots load unchanged (no
+ongoing transaction) and no new version was needed. A producer known only
+from a marker (no batch) is written with lastSequence and lastOffset -1.
+
 A snapshot keeps only each producer's *last* batch (as Kafka's does), so
 after a restart a retry of that last batch is still recognised, and the
 sequence check continues from it; the older retained batches come back only
@@ -55,11 +77,16 @@ import logging
 import os
 import struct
 from collections import deque
-from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from pylog._native import crc32c
-from pylog.errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
+from pylog.errors import (
+    CorruptRecordError, InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from pylog.storage.control_record import EndTransactionMarker
 from pylog.storage.fileio import FileIO
+from pylog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +103,9 @@ _HEADER = struct.Struct(">hIi")
 _ENTRY = struct.Struct(">qhiqiqiq")
 assert _HEADER.size == 10 and _ENTRY.size == 46
 _INT32_MAX = 0x7FFFFFFF
+#: RecordBatch attribute bits
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
 
 
 class ProducerBatch(NamedTuple):
@@ -98,6 +128,8 @@ class ProducerBatch(NamedTuple):
     last_offset: int
     max_timestamp: int
     attributes: int = 0
+    #: a control batch's COMMIT/ABORT marker (None for data batches and other control types)
+    marker: Optional[EndTransactionMarker] = None
 
     @property
     def last_sequence(self) -> int:
@@ -122,19 +154,24 @@ class BatchMetadata(NamedTuple):
 class ProducerEntry:
     """State of one producer id: epoch and last batches (oldest first)."""
 
-    __slots__ = ("producer_id", "epoch", "batches")
+    __slots__ = ("producer_id", "epoch", "batches", "coordinator_epoch", "txn_first_offset")
 
     def __init__(self, producer_id: int, epoch: int):
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: Deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        #: epoch of the coordinator that wrote this producer's last marker (-1: none)
+        self.coordinator_epoch = -1
+        #: first offset of the producer's ongoing transaction (-1: none)
+        self.txn_first_offset = -1
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     def __repr__(self) -> str:
-        return f"ProducerEntry(pid={self.producer_id}, epoch={self.epoch}, batches={list(self.batches)})"
+        return (f"ProducerEntry(pid={self.producer_id}, epoch={self.epoch}, batches={list(self.batches)}, "
+                f"coordinator_epoch={self.coordinator_epoch}, txn_first_offset={self.txn_first_offset})")
 
 
 def last_sequence(first_seq: int, count: int) -> int:
@@ -156,11 +193,15 @@ def encode_snapshot(entries: Iterable[ProducerEntry]) -> bytes:
     body = bytearray()
     n = 0
     for e in entries:
-        if not e.batches:
+        if e.batches:
+            b = e.batches[-1]
+            body += _ENTRY.pack(e.producer_id, e.epoch, b.last_seq, b.last_offset, b.last_offset - b.first_offset,
+                                b.timestamp, e.coordinator_epoch, e.txn_first_offset)
+        elif e.txn_first_offset >= 0 or e.coordinator_epoch >= 0:  # known from a marker only
+            body += _ENTRY.pack(e.producer_id, e.epoch, NO_SEQUENCE, -1, 0, -1, e.coordinator_epoch,
+                                e.txn_first_offset)
+        else:
             continue
-        b = e.batches[-1]
-        body += _ENTRY.pack(e.producer_id, e.epoch, b.last_seq, b.last_offset, b.last_offset - b.first_offset,
-                            b.timestamp, -1, -1)
         n += 1
     tail = struct.pack(">i", n) + bytes(body)
     return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(tail)) + tail
@@ -183,11 +224,20 @@ def decode_snapshot(data: bytes, path: str = "<snapshot>") -> List[ProducerEntry
             path=path, position=6)
     out = []
     for i in range(count):
-        pid, epoch, last_seq, last_off, delta, ts, _coord, _txn = _ENTRY.unpack_from(data, _HEADER.size + i * _ENTRY.size)
+        pid, epoch, last_seq, last_off, delta, ts, coord, txn = _ENTRY.unpack_from(data, _HEADER.size + i * _ENTRY.size)
+        if txn < -1:
+            raise CorruptRecordError(f"producer snapshot {path}: entry {i} has transaction first offset {txn}",
+                                     path=path, position=_HEADER.size + i * _ENTRY.size)
+        if last_seq == NO_SEQUENCE and last_off == -1:  # a producer known from a marker only
+            e = ProducerEntry(pid, epoch)
+            e.coordinator_epoch, e.txn_first_offset = coord, txn
+            out.append(e)
+            continue
         if delta < 0 or last_off < delta:
             raise CorruptRecordError(f"producer snapshot {path}: entry {i} has offset delta {delta}",
                                      path=path, position=_HEADER.size + i * _ENTRY.size)
         e = ProducerEntry(pid, epoch)
+        e.coordinator_epoch, e.txn_first_offset = coord, txn
         first_seq = last_seq - delta if last_seq >= delta else last_seq - delta + _INT32_MAX + 1
         e.batches.append(BatchMetadata(first_seq, last_seq, last_off - delta, last_off, ts))
         out.append(e)
@@ -208,14 +258,26 @@ class ProducerStateManager:
         self.snapshots_written = 0
         self.corrupt_snapshots = 0
         self.expired_producers = 0
+        #: producer id -> first offset of its ongoing transaction (Kafka's ``ongoingTxns``)
+        self.ongoing: Dict[int, int] = {}
+        #: (first offset, marker offset) of completed transactions whose marker may be above the
+        #: high watermark, in marker order (Kafka's ``unreplicatedTxns``)
+        self.unreplicated: Deque[Tuple[int, int]] = deque()
+        #: called with each aborted non-empty transaction as its marker is recorded (the log's .txnindex)
+        self.on_abort: Optional[Callable[[AbortedTxn], None]] = None
+        #: True while :meth:`load` replays the log (the aborts it reports are already in the log)
+        self.loading = False
 
     # --------------------------------------------------------------- checks
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> Optional[BatchMetadata]:
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+              transactional: bool = False) -> Optional[BatchMetadata]:
         """Validate a client batch before it is appended.
 
         Returns the retained :class:`BatchMetadata` when the batch is a duplicate
         (do not append; answer with its offsets), None when it may be appended.
-        Raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        Raises InvalidProducerEpochError or OutOfOrderSequenceError, and
+        InvalidTxnStateError for a non-transactional batch (or a transactional
+        one of another epoch) while the producer's transaction is ongoing.
         """
         e = self.producers.get(producer_id)
         if e is None:
@@ -223,6 +285,15 @@ class ProducerStateManager:
         if epoch < e.epoch:
             raise InvalidProducerEpochError(
                 f"{self._where()}: producer {producer_id} epoch {epoch} is older than the current epoch {e.epoch}")
+        if e.txn_first_offset >= 0 and (not transactional or epoch != e.epoch):
+            if epoch == e.epoch:
+                for b in e.batches:
+                    if b.first_seq == first_seq and b.last_seq == last_seq:
+                        return b
+            what = "a non-transactional batch" if not transactional else f"a transactional batch of epoch {epoch}"
+            raise InvalidTxnStateError(
+                f"{self._where()}: producer {producer_id} sent {what} while its transaction of epoch {e.epoch} "
+                f"begun at offset {e.txn_first_offset} is ongoing")
         if epoch != e.epoch:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(
@@ -254,17 +325,108 @@ class ProducerStateManager:
         """
         if batch.producer_id < 0 or batch.base_sequence < 0:
             return None
-        return self.check(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+        return self.check(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
+                          bool(batch.attributes & TRANSACTIONAL_BIT))
+
+    def validate_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """A leader's check of a COMMIT/ABORT marker before it is written (Kafka's
+        ``appendEndTxnMarker`` for origin COORDINATOR): raises InvalidProducerEpochError when
+        ``producer_epoch`` is older than the producer's, TransactionCoordinatorFencedError when
+        ``coordinator_epoch`` is older than the last marker's. Complexity: O(1)."""
+        e = self.producers.get(producer_id)
+        if e is None:
+            return
+        if producer_epoch < e.epoch:
+            raise InvalidProducerEpochError(
+                f"{self._where()}: transaction marker for producer {producer_id} has epoch {producer_epoch}, "
+                f"older than the current epoch {e.epoch}")
+        if coordinator_epoch < e.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{self._where()}: transaction marker for producer {producer_id} has coordinator epoch "
+                f"{coordinator_epoch} (zombie), older than {e.coordinator_epoch} (current)")
 
     def append(self, batches: Iterable[ProducerBatch], end_offset: int) -> None:
         """Record batches the log has just written (leader or follower), in log order, and move
         ``map_end_offset`` to ``end_offset`` (the new log end). Complexity: O(batches)."""
         update = self.update
-        for pid, epoch, seq, base, last, ts, _attributes in batches:
-            if pid >= 0 and seq >= 0:
+        for pid, epoch, seq, base, last, ts, attributes, marker in batches:
+            if attributes & 0x30:
+                self._append_txn(pid, epoch, seq, base, last, ts, attributes, marker)
+            elif pid >= 0 and seq >= 0:
                 update(pid, epoch, seq, (seq + last - base) & _INT32_MAX, base, last, ts)
         if end_offset > self.map_end_offset:
             self.map_end_offset = end_offset
+
+    def _append_txn(self, pid: int, epoch: int, seq: int, base: int, last: int, ts: int, attributes: int,
+                    marker: Optional[EndTransactionMarker]) -> None:
+        """Record a transactional data batch or a control batch (see the module docstring)."""
+        if pid < 0:
+            return
+        if attributes & CONTROL_BIT:
+            if marker is not None:
+                self.complete_txn(pid, epoch, marker, base)
+            if last + 1 > self.map_end_offset:
+                self.map_end_offset = last + 1
+            return
+        if seq >= 0:
+            self.update(pid, epoch, seq, (seq + last - base) & _INT32_MAX, base, last, ts)
+        e = self.producers.get(pid)
+        if e is None:
+            e = self.producers[pid] = ProducerEntry(pid, epoch)
+        if e.epoch == epoch and e.txn_first_offset < 0:
+            e.txn_first_offset = base
+            self.ongoing[pid] = base
+        if last + 1 > self.map_end_offset:
+            self.map_end_offset = last + 1
+
+    def complete_txn(self, pid: int, epoch: int, marker: EndTransactionMarker, offset: int) -> Optional[AbortedTxn]:
+        """Record the marker at ``offset`` ending ``pid``'s transaction; returns the
+        :class:`AbortedTxn` (also given to :attr:`on_abort`) when it aborted a non-empty one.
+        A marker of an older epoch (replicated) is recorded too, as Kafka's replica does."""
+        e = self.producers.get(pid)
+        if e is None:
+            e = self.producers[pid] = ProducerEntry(pid, epoch)
+        first = e.txn_first_offset
+        if epoch > e.epoch:
+            e.epoch = epoch
+            e.batches.clear()
+        e.txn_first_offset = -1
+        e.coordinator_epoch = marker.coordinator_epoch
+        if first < 0:
+            return None  # an empty transaction: no effect on the LSO nor the index
+        self.ongoing.pop(pid, None)
+        self.unreplicated.append((first, offset))
+        if marker.committed:
+            return None
+        lso = min(self.ongoing.values(), default=offset + 1)
+        txn = AbortedTxn(pid, first, offset, lso)
+        if self.on_abort is not None:
+            self.on_abort(txn)
+        return txn
+
+    @property
+    def first_unstable_offset(self) -> Optional[int]:
+        """The first offset of the oldest ongoing transaction, None when none is. O(ongoing)."""
+        return min(self.ongoing.values(), default=None)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """min(``high_watermark``, first offset of every ongoing transaction and of every completed one
+        whose marker is at or above ``high_watermark``). Forgets completed transactions whose marker
+        is below it (Kafka's ``onHighWatermarkUpdated``). Complexity: O(ongoing + unreplicated)."""
+        unrep = self.unreplicated
+        while unrep and unrep[0][1] < high_watermark:
+            unrep.popleft()
+        lso = high_watermark
+        for first in self.ongoing.values():
+            if first < lso:
+                lso = first
+        for first, _ in unrep:
+            if first < lso:
+                lso = first
+        return lso
+
+    def _rebuild_ongoing(self) -> None:
+        self.ongoing = {pid: e.txn_first_offset for pid, e in self.producers.items() if e.txn_first_offset >= 0}
 
     def keep_below(self, end_offset: int) -> None:
         """Last resort when the log cannot be read back: forget every retained batch at or above
@@ -275,8 +437,12 @@ class ProducerStateManager:
             kept = [b for b in entry.batches if b.last_offset < end_offset]
             entry.batches.clear()
             entry.batches.extend(kept)
-            if not kept:
+            if entry.txn_first_offset >= end_offset:
+                entry.txn_first_offset = -1
+            if not kept and entry.txn_first_offset < 0:
                 del self.producers[pid]
+        self._rebuild_ongoing()
+        self.unreplicated = deque(t for t in self.unreplicated if t[1] < end_offset)
         self.map_end_offset = end_offset
 
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
@@ -306,7 +472,7 @@ class ProducerStateManager:
         Complexity: O(producers).
         """
         gone = sorted(pid for pid, e in self.producers.items()
-                      if e.batches and now_ms - e.batches[-1].timestamp >= expiration_ms)
+                      if e.batches and e.txn_first_offset < 0 and now_ms - e.batches[-1].timestamp >= expiration_ms)
         for pid in gone:
             del self.producers[pid]
         self.expired_producers += len(gone)
@@ -354,21 +520,31 @@ class ProducerStateManager:
             pass
 
     def delete_snapshots_above(self, offset: int) -> None:
-        """Remove snapshots covering more than ``offset`` (after a truncation to ``offset``)."""
+        """Remove snapshots covering more than ``offset`` (after a truncation to ``offset``), durably:
+        the directory is fsynced when one was removed, so a crash cannot bring back a snapshot of
+        records the log no longer has (or has different ones at those offsets)."""
+        removed = False
         for off in self.snapshot_offsets():
             if off > offset:
                 self._delete_snapshot(off)
+                removed = True
+        if removed:
+            self.io.fsync_dir(self.dir)
 
     def load(self, log_start_offset: int, log_end_offset: int,
-             read_infos: Callable[[int, int], Sequence[object]]) -> None:
+             read_batches: Callable[[int, int], Sequence[ProducerBatch]]) -> None:
         """Rebuild: the newest valid snapshot at or below ``log_end_offset``, then replay the log after it.
 
-        ``read_infos(start, end)`` returns the :class:`BatchInfo` of the batches in
-        ``[start, end)`` (the caller reads its log). Snapshots above the log end
+        ``read_batches(start, end)`` returns the :class:`ProducerBatch` of every batch in
+        ``[start, end)`` (the caller reads its log; control batches with their marker). The
+        replay reports the aborted transactions it meets to :attr:`on_abort` again (the log
+        adds those its ``.txnindex`` lacks). Snapshots above the log end
         (written before a truncation or an unflushed crash) are deleted; a corrupt
         one is deleted, logged and skipped.
         """
         self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = deque()
         self.map_end_offset = log_start_offset
         self.delete_snapshots_above(log_end_offset)
         for off in reversed(self.snapshot_offsets()):
@@ -383,23 +559,35 @@ class ProducerStateManager:
                 self._delete_snapshot(off)
                 continue
             self.producers = {e.producer_id: e for e in entries}
+            self._rebuild_ongoing()
             self.map_end_offset = off
             break
         if self.map_end_offset < log_end_offset:
-            self.update_from_infos(read_infos(self.map_end_offset, log_end_offset))
+            self.loading = True
+            try:
+                self.append(read_batches(self.map_end_offset, log_end_offset), log_end_offset)
+            finally:
+                self.loading = False
         self.map_end_offset = log_end_offset
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int,
-                            read_infos: Callable[[int, int], Sequence[object]]) -> None:
+                            read_batches: Callable[[int, int], Sequence[ProducerBatch]]) -> None:
         """After the log was truncated to ``log_end_offset``: drop later snapshots, rebuild."""
         self.delete_snapshots_above(log_end_offset)
-        self.load(log_start_offset, log_end_offset, read_infos)
+        self.load(log_start_offset, log_end_offset, read_batches)
 
     def clear(self, offset: int) -> None:
-        """The log was emptied and restarts at ``offset``: forget every producer and snapshot."""
+        """The log was emptied and restarts at ``offset``: forget every producer and snapshot (memory
+        first: when a snapshot cannot be deleted, the state is still empty)."""
+        self.reset_memory(offset)
         for off in self.snapshot_offsets():
             self._delete_snapshot(off)
+
+    def reset_memory(self, offset: int) -> None:
+        """Forget every producer and transaction; the state covers nothing below ``offset``."""
         self.producers = {}
+        self.ongoing = {}
+        self.unreplicated = deque()
         self.map_end_offset = offset
 
     def _check(self) -> None:
@@ -409,6 +597,9 @@ class ProducerStateManager:
             assert offs == sorted(offs), e
             for b in e.batches:
                 assert b.first_offset <= b.last_offset < self.map_end_offset, (e, self.map_end_offset)
+            assert self.ongoing.get(pid, -1) == e.txn_first_offset, (e, self.ongoing)
+            assert e.txn_first_offset < self.map_end_offset, (e, self.map_end_offset)
+        assert set(self.ongoing) <= set(self.producers), self.ongoing
 
 
 __all__ = [

@@ -1,4 +1,8 @@
-"""One log segment: ``<base>.log`` with its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base>.log`` with its ``.index`` and ``.timeindex`` (and ``.txnindex``).
+
+The ``.txnindex`` (:mod:`pylog.storage.txn_index`, made lazily on the first
+aborted transaction) is truncated, flushed, renamed, released, closed and
+deleted with the segment; the log appends to it and recovery rebuilds it.
 
 Mirrors Kafka's LogSegment: batches are appended to the ``.log`` file; after
 each append the C core decides (Kafka's rule, see ``index.c``) whether an
@@ -42,6 +46,7 @@ from pylog.record.types import status_reason
 from pylog.storage.fileio import FileIO
 from pylog.storage.index import OffsetIndex, TimeIndex, offset_entry_at, time_entry_at
 from pylog.storage.segment_cache import SegmentCache, tick
+from pylog.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 64 * 1024
@@ -172,6 +177,13 @@ class LogSegment:
                             io.truncate(ifd, 0)
                         finally:
                             io.close(ifd)
+                txn_path = prefix + TXN_INDEX_SUFFIX + suffix
+                if created and io.exists(txn_path):  # the same kind of leftover: no marker is in a new .log
+                    tfd = io.open(txn_path)
+                    try:
+                        io.truncate(tfd, 0)
+                    finally:
+                        io.close(tfd)
         except OSError:
             fd, self._fd = self._fd, None
             if fd is not None:
@@ -217,6 +229,9 @@ class LogSegment:
         #: served without an index lookup or a walk (:meth:`pylog.storage.log.Log.fetch`). Cleared
         #: whenever the file shrinks (:meth:`truncate_to`, :meth:`recover`) and on a roll.
         self.recent_starts: Dict[int, int] = {}
+        #: the .txnindex (aborted transactions whose ABORT marker is in this segment): made on first
+        #: use (:attr:`txn_index`), the file itself on the first append; dropped on release and close
+        self._txn_index: Optional[TransactionIndex] = None
         #: the log's open-segment cache (None: always open, or closed)
         self._cache = cache
         if cache is not None and self._fd is not None:
@@ -239,6 +254,28 @@ class LogSegment:
             fd = self._fd
             assert fd is not None
         return fd
+
+    @property
+    def txn_path(self) -> str:
+        return os.path.join(self.directory, filename_prefix(self.base_offset)) + TXN_INDEX_SUFFIX + self.suffix
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """This segment's ``.txnindex`` (:mod:`pylog.storage.txn_index`); the object is made on first
+        use, the file on the first append. Released with the segment's other descriptors."""
+        idx = self._txn_index
+        if idx is None:
+            idx = self._txn_index = TransactionIndex(self.txn_path, self.base_offset, file_io=self.io)
+        return idx
+
+    def _drop_txn_index(self) -> Optional[OSError]:
+        idx, self._txn_index = self._txn_index, None
+        if idx is not None:
+            try:
+                idx.close()
+            except OSError as exc:
+                return exc
+        return None
 
     # ---- the open-segment cache (pylog.storage.segment_cache) ------------------------
     def _cache_open(self) -> None:
@@ -294,6 +331,7 @@ class LogSegment:
                 index.close()
             except OSError as exc:
                 first = first or exc
+        first = first or self._drop_txn_index()
         if first is not None:
             log.warning("closing the released segment %s: %s", self.log_path, first)
 
@@ -932,6 +970,16 @@ class LogSegment:
             except OSError as exc:
                 first = first or exc
         try:
+            self.txn_index.truncate_to(offset)
+        except CorruptIndexError as exc:  # emptied: the log's producer-state reload adds back what it replays
+            log.warning("emptying damaged transaction index while truncating: %s", exc)
+            try:
+                self.txn_index.reset()
+            except OSError as exc2:
+                first = first or exc2
+        except OSError as exc:
+            first = first or exc
+        try:
             self._cut_stale_tail(position, raise_error=True)
         except OSError as exc:
             first = first or exc
@@ -1018,6 +1066,8 @@ class LogSegment:
         self.io.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        if self._txn_index is not None:
+            self._txn_index.flush()
         self._dirty = False
 
     def close(self) -> None:
@@ -1039,6 +1089,7 @@ class LogSegment:
                 index.close()
             except OSError as exc:
                 first = first or exc
+        first = first or self._drop_txn_index()
         if first is not None:
             raise first
 
@@ -1057,6 +1108,10 @@ class LogSegment:
             if self.io.exists(index.path):
                 self.io.replace(index.path, target)
             index.path = target
+        if self._txn_index is not None:
+            self._txn_index.rename_to(prefix + TXN_INDEX_SUFFIX + new_suffix)
+        elif self.io.exists(self.txn_path):
+            self.io.replace(self.txn_path, prefix + TXN_INDEX_SUFFIX + new_suffix)
         target = prefix + ".log" + new_suffix
         self.io.replace(self.log_path, target)
         self.log_path = target
@@ -1090,6 +1145,11 @@ class LogSegment:
                 index.delete()
             except OSError:
                 pass
+        try:
+            self.txn_index.delete_if_exists()
+        except OSError:
+            pass
+        self._txn_index = None
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -22,7 +22,9 @@ upper_bound``; an entry whose ``last_stable_offset >= upper_bound`` ends the
 search (no later abort can overlap the range).
 
 As in Kafka the file is created lazily, on the first append; a segment without
-aborts has none. Unlike Kafka, the entries are read once into memory (the file
+aborts has none. Reading the entries holds no descriptor afterwards (a query
+over many old segments opens none); a change opens the file and keeps it open
+until :meth:`TransactionIndex.close`. Unlike Kafka, the entries are read once into memory (the file
 is small: one entry per abort) and queries are answered from there; the file is
 written behind them, one ``pwrite`` per append.
 
@@ -30,8 +32,8 @@ Damage: a file whose length is not a multiple of 34, an entry of an unknown
 version, a ``last_offset`` below the segment's base offset or not above the
 previous one, or ``first_offset > last_offset`` makes :meth:`sanity_check` (and
 any read) raise :class:`~pylog.errors.CorruptIndexError` naming the file and the
-byte position of the bad entry; the log's recovery then rebuilds the index from
-the segment's markers (not wired yet: see docs/transactions.md).
+byte position of the bad entry; the log then empties the index and rebuilds it
+from the segment's markers (:meth:`pylog.storage.log.Log.aborted_transactions`).
 
 Durability: :meth:`TransactionIndex.append` only writes (page cache);
 :meth:`TransactionIndex.flush` fsyncs the file, and its directory the first
@@ -165,9 +167,21 @@ class TransactionIndex:
             if isinstance(exc, CorruptIndexError):
                 raise
             raise self._error(exc, "read") from exc
-        self._fd = fd
+        if fd != self._fd:  # opened only to read: a query holds no descriptor (the next change reopens)
+            try:
+                self._io.close(fd)
+            except OSError:
+                pass
         self._entries = entries
         return entries
+
+    def _open_existing(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = self._io.open(self.path, create=False)
+            except OSError as exc:
+                raise self._error(exc, "open") from exc
+        return self._fd
 
     # ---- queries ---------------------------------------------------------
     @property
@@ -255,9 +269,9 @@ class TransactionIndex:
                 break
         if keep == len(entries):
             return
-        assert self._fd is not None  # entries exist, so the file was opened
+        fd = self._open_existing()  # entries exist, so the file does
         try:
-            self._io.truncate(self._fd, keep * ENTRY_SIZE)
+            self._io.truncate(fd, keep * ENTRY_SIZE)
         except OSError as exc:
             raise self._error(exc, "truncate") from exc
         del entries[keep:]
@@ -288,6 +302,20 @@ class TransactionIndex:
         unsynced by this object or by an earlier one); nothing to do without a file."""
         self._check_open()
         if self._fd is None:
+            # Only read (a query closes its descriptor): an earlier object may have left the file
+            # unsynced, so the first flush of this object fsyncs it once all the same.
+            if self._name_synced or not self._entries:
+                return
+            try:
+                fd = self._io.open(self.path, create=False)
+                try:
+                    self._io.fsync(fd)
+                finally:
+                    self._io.close(fd)
+                self._io.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+                self._name_synced = True
+            except OSError as exc:
+                raise self._error(exc, "flush") from exc
             return
         try:
             self._io.fsync(self._fd)
