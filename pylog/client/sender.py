@@ -202,7 +202,7 @@ class Sender:
         for ps in lingering:
             if ps.open is None:
                 continue
-            if id(ps) in drained or ps in dirty:
+            if id(ps) in drained:
                 self._lingering[ps] = None
                 continue
             st = partitions.get((ps.topic, ps.partition))
