@@ -202,7 +202,7 @@ class Sender:
         for ps in lingering:
             if ps.open is None:
                 continue
-            if id(ps) in drained:
+            if id(ps) in drained or ps.backoff_until > now:  # (a retry's backoff: its own timer comes back)
                 self._lingering[ps] = None
                 continue
             st = partitions.get((ps.topic, ps.partition))
