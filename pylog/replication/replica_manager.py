@@ -152,7 +152,7 @@ def _reply(out: Outbox, src: object, resp: ProduceResponse) -> None:
         g.parts[src.index] = resp  # type: ignore[attr-defined]
         g.missing -= 1
         if g.missing == 0:
-            out.send(g.src, MultiProduceResponse(g.correlation_id, tuple(g.parts)))
+            out.send(g.src, MultiProduceResponse(g.correlation_id, tuple(g.parts)))  # type: ignore[arg-type]  # all set
 
 
 @dataclass
