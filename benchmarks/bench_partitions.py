@@ -79,6 +79,7 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
         if prof:
             prof.phase(c, "idle")
         rates = {}
+        shapes = {}  # label -> (batches, produce requests)
         if produce:
             p = c.producer(acks="all", linger_ms=5)
             v = b"x" * 100
@@ -86,10 +87,12 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
                 for f in [p.send("t", v, partition=parts[i % len(parts)]) for i in range(min(produce, 2000))]:
                     f.result(timeout=120)
                 t0 = time.perf_counter()
+                b0, r0 = p.batches_sent, getattr(p, "produce_requests", 0)
                 futs = [p.send("t", v, partition=parts[i % len(parts)]) for i in range(produce)]
                 for f in futs:
                     f.result(timeout=300)
                 rates[label] = produce / (time.perf_counter() - t0)
+                shapes[label] = (p.batches_sent - b0, getattr(p, "produce_requests", 0) - r0)
             p.close()
         t0 = time.perf_counter()
         if prof and produce:
@@ -103,7 +106,8 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
               f"(CPU {cpu_create:.2f} s), "
               f"idle CPU {idle * 100:.2f}% of a core over {idle_s:g} s, close {t_close:.2f} s")
         for label, r in rates.items():
-            print(f"  produce acks=all spread over {label}: {r:,.0f} records/s")
+            print(f"  produce acks=all spread over {label}: {r:,.0f} records/s "
+                  f"({shapes[label][0]} batches in {shapes[label][1]} produce requests)")
         if len(rates) == 2:
             a, b = rates.values()
             print(f"  ratio spread/one: {b / a:.2f}x")

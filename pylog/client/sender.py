@@ -2,7 +2,7 @@
 
 Owns: everything after a batch is closed - waking the loop once per batch,
 draining the partitions that may send (``max_in_flight``, ``linger_ms``,
-retry mode, backoff), encoding a batch once and sending the same bytes on
+retry mode, backoff) into one request per leader broker, encoding a batch once and sending the same bytes on
 every retry, the answers (success, retry, split of a batch too large, failure
 to the caller), delivery timeouts, and idempotence: the producer id and epoch
 (InitProducerId), the per-partition sequence numbers and their KIP-360
@@ -15,8 +15,10 @@ from (with :class:`~pylog.client.buffer_pool.BufferPool`): the producer
 inherits it, and its methods work on the producer's own attributes; what it
 uses from the other parts is declared under ``TYPE_CHECKING``.
 
-Complexity: O(dirty partitions) per wake-up; one encode and one request per
-batch, O(1) to complete it (O(batches of the partition) on a failure).
+Complexity: O(dirty partitions) per wake-up (plus O(lingering partitions) when
+something is sent); one encode per batch and one produce request per leader
+broker per wake-up (Kafka's drain by node), O(1) to complete a batch
+(O(batches of the partition) on a failure).
 Durability: what ``acks`` promises (docs/producer.md); nothing on the client's disk.
 Thread-safety: the loop thread, except ``_wake``/``_wake_locked``, which any
 thread calls (under the producer's ``_lock``); partition state changes under it.

@@ -5,6 +5,9 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
 ``(destination, message)`` pairs for the runtime to send. The destination
 :data:`CONTROLLER` means "whichever broker is the active controller".
 
+* A :class:`MultiProduceRequest` (a producer's batches for every partition this
+  broker leads) is handled part by part as single produces and answered by one
+  :class:`MultiProduceResponse` once every part has its answer.
 * Produce with ``acks=all`` waits in the produce purgatory until the HW passes
   the batch (then ``NotEnoughReplicasAfterAppendError`` if the maximal ISR is
   below min ISR, else success), the maximal ISR shrinks below min ISR (the HW
