@@ -79,20 +79,21 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
         if prof:
             prof.phase(c, "idle")
         rates = {}
-        shapes = {}  # label -> (batches, produce requests)
+        shapes = {}  # label -> (batches, produce requests, CPU us per record)
         if produce:
             p = c.producer(acks="all", linger_ms=5)
             v = b"x" * 100
             for label, parts in (("one partition", [0]), (f"{partitions} partitions", list(range(partitions)))):
                 for f in [p.send("t", v, partition=parts[i % len(parts)]) for i in range(min(produce, 2000))]:
                     f.result(timeout=120)
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 b0, r0 = p.batches_sent, getattr(p, "produce_requests", 0)
                 futs = [p.send("t", v, partition=parts[i % len(parts)]) for i in range(produce)]
                 for f in futs:
                     f.result(timeout=300)
                 rates[label] = produce / (time.perf_counter() - t0)
-                shapes[label] = (p.batches_sent - b0, getattr(p, "produce_requests", 0) - r0)
+                shapes[label] = (p.batches_sent - b0, getattr(p, "produce_requests", 0) - r0,
+                                 (time.process_time() - cpu0) / produce * 1e6)
             p.close()
         t0 = time.perf_counter()
         if prof and produce:
@@ -106,11 +107,13 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
               f"(CPU {cpu_create:.2f} s), "
               f"idle CPU {idle * 100:.2f}% of a core over {idle_s:g} s, close {t_close:.2f} s")
         for label, r in rates.items():
-            print(f"  produce acks=all spread over {label}: {r:,.0f} records/s "
+            print(f"  produce acks=all spread over {label}: {r:,.0f} records/s, "
+                  f"CPU (all threads) {shapes[label][2]:.2f} us/record "
                   f"({shapes[label][0]} batches in {shapes[label][1]} produce requests)")
         if len(rates) == 2:
             a, b = rates.values()
-            print(f"  ratio spread/one: {b / a:.2f}x")
+            (_, _, ca), (_, _, cb) = shapes.values()
+            print(f"  ratio spread/one: {b / a:.2f}x (by CPU per record, load-independent: {ca / cb:.2f}x)")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
