@@ -368,7 +368,6 @@ class Producer(BufferPool, Sender):
         self._incomplete.add(b)
         if self.linger_ms > 0 and not self._flushing:
             self.scheduler.call_later(self.linger_ms, self._on_linger, ps)
-            self._lingering[ps] = None  # may go early with another batch for its leader (Sender._run)
         else:
             self._dirty[ps] = None
             self._wake_locked()

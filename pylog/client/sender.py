@@ -15,8 +15,7 @@ from (with :class:`~pylog.client.buffer_pool.BufferPool`): the producer
 inherits it, and its methods work on the producer's own attributes; what it
 uses from the other parts is declared under ``TYPE_CHECKING``.
 
-Complexity: O(dirty partitions) per wake-up (plus O(lingering partitions) when
-something is sent); one encode per batch and one produce request per leader
+Complexity: O(dirty partitions) per wake-up; one encode per batch and one produce request per leader
 broker per wake-up (Kafka's drain by node), O(1) to complete a batch
 (O(batches of the partition) on a failure).
 Durability: what ``acks`` promises (docs/producer.md); nothing on the client's disk.
@@ -119,9 +118,6 @@ class Sender:
         # An insertion-ordered set (dict keys): partitions hash by identity, so iterating a
         # set would follow heap addresses and a seeded simulation would not replay exactly.
         self._dirty: Dict[PartitionState, None] = {}
-        #: partitions whose open batch waits for its ``linger_ms`` (insertion-ordered, as ``_dirty``); such a
-        #: batch goes early when its leader is sent a request (:meth:`_drain_lingering`)
-        self._lingering: Dict[PartitionState, None] = {}
         self._wake_pending = False
         # idempotence (loop thread)
         self.producer_id = -1
@@ -149,9 +145,12 @@ class Sender:
             self._wake_locked()
 
     def _on_linger(self, ps: PartitionState) -> None:
+        """A linger (or retry backoff) timer of ``ps`` expired: drain it on the next pass of the loop, with
+        every other partition whose timer expired in this pass, so their batches share one request per
+        leader broker (:meth:`_send_grouped`)."""
         with self._lock:
             self._dirty[ps] = None
-        self._run()
+            self._wake_locked()
 
     # ---------------------------------------------------------------- sender
     def _run(self) -> None:
@@ -165,8 +164,6 @@ class Sender:
             dirty, self._dirty = self._dirty, {}
             for ps in dirty:
                 self._drain(ps, now, to_send, expired, dirty)
-            if to_send and self._lingering:
-                self._drain_lingering(now, to_send, expired, dirty)
             if self.enable_idempotence and self.producer_id < 0 and any(ps.open or ps.queue for ps in dirty):
                 need_pid = True
         for b in expired:
@@ -185,40 +182,9 @@ class Sender:
         if need_pid:
             self._init_producer_id()
 
-    def _drain_lingering(self, now: int, to_send: List[Tuple[PartitionState, ProducerBatch]],
-                         expired: List[ProducerBatch], dirty: Dict[PartitionState, None]) -> None:
-        """Kafka's ``RecordAccumulator.drain``: once a leader has a batch to send, the open batches of its other
-        partitions go in the same request even though their ``linger_ms`` has not passed (a request is
-        being sent to that broker anyway), so N partitions led by one broker cost one request, not N.
-        Partitions already drained in this wake-up are left alone (their open batch keeps filling).
-        Under the lock; O(partitions with an open lingering batch)."""
-        partitions = self._store.partitions
-        ready: Set[int] = set()
-        drained: Set[int] = set()
-        for ps, _ in to_send:
-            drained.add(id(ps))
-            st = partitions.get((ps.topic, ps.partition))
-            if st is not None and st.leader != NO_LEADER:
-                ready.add(st.leader)
-        lingering, self._lingering = self._lingering, {}
-        for ps in lingering:
-            if ps.open is None:
-                continue
-            if id(ps) in drained or ps.backoff_until > now:  # (a retry's backoff: its own timer comes back)
-                self._lingering[ps] = None
-                continue
-            st = partitions.get((ps.topic, ps.partition))
-            if st is None or st.leader not in ready:
-                self._lingering[ps] = None
-                continue
-            self._drain(ps, now, to_send, expired, dirty, force=True)
-            if ps.open is not None:
-                self._lingering[ps] = None
-
     def _drain(self, ps: PartitionState, now: int, to_send: List[Tuple[PartitionState, ProducerBatch]],
-               expired: List[ProducerBatch], dirty: Dict[PartitionState, None], force: bool = False) -> None:
-        """Pick ``ps``'s batches that may be sent now (under the lock); ``force``: an open batch goes even
-        if it has not lingered ``linger_ms`` (its leader is being sent a request anyway)."""
+               expired: List[ProducerBatch], dirty: Dict[PartitionState, None]) -> None:
+        """Pick ``ps``'s batches that may be sent now (under the lock)."""
         while ps.queue and now >= ps.queue[0].deadline_ms and ps.queue[0].sequence < 0:
             expired.append(ps.queue.popleft())
         if ps.open is not None and now >= ps.open.deadline_ms:
@@ -242,7 +208,7 @@ class Sender:
                 break
             if ps.queue:
                 b = ps.queue[0]
-            elif ps.open is not None and (force or self.linger_ms == 0 or self._flushing or self._closed
+            elif ps.open is not None and (self.linger_ms == 0 or self._flushing or self._closed
                                           or now - ps.open.created_ms >= self.linger_ms):
                 b = ps.open
             else:

@@ -61,19 +61,19 @@ def test_one_request_per_leader_broker(sim):
         assert [r.value for r in log.read(0, 1 << 20)] == [b"v%d" % i for i in range(part, 10 * PARTS, PARTS)]
 
 
-def test_lingering_batches_go_with_a_ready_one(sim):
-    """A full batch makes its leader ready: the lingering batches of that leader's other partitions go
-    in the same request, not linger_ms later (Kafka's drain takes a batch of every partition of the node)."""
-    p = sim.producer(acks="all", linger_ms=60_000, batch_size=1_000)
+def test_batches_whose_linger_ends_together_share_a_request(sim):
+    """Linger timers that expire in one pass of the loop drain in one wake-up, so their batches go in one
+    request per leader (not one wake-up, and one request, per timer)."""
+    p = sim.producer(acks="all", linger_ms=50)
+    p.send("t", b"warm", partition=0).result()  # the producer id, so nothing waits for it below
     seen = count_requests(sim, p._node.node_id)
-    led = [part for part in range(PARTS) if sim.leader_of("t", part) == sim.leader_of("t", 0)]
-    small = [p.send("t", b"s", partition=part) for part in led[1:]]
-    full = [p.send("t", b"x" * 100, partition=led[0]) for _ in range(12)]  # fills a 1,000-byte batch
-    sim.advance(100)  # far below linger_ms
-    assert all(f.done() for f in small) and full[0].done()
-    assert [f.result().offset for f in small] == [0] * len(small)
-    leader = sim.leader_of("t", 0)
-    assert seen[leader] == 1 and seen[(leader, "batches")] == len(led)
+    futs = [p.send("t", b"v", partition=part) for part in range(PARTS)]
+    sim.advance(20)
+    assert not any(f.done() for f in futs)  # still lingering
+    sim.advance(100)
+    assert all(f.done() for f in futs)
+    for broker, n in leaders(sim).items():
+        assert seen[broker] == 1 and seen[(broker, "batches")] == n, (broker, seen)
     p.close()
 
 
