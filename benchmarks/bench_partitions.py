@@ -8,7 +8,7 @@ produce spread over 1,000 partitions RF 3 >= 0.8x the one-partition rate (``--pr
 ``create_topic``'s CPU time (the whole process) is printed beside its wall time: on a shared host
 the wall time is mostly waiting for the disk (file creation) and for the CPU.
 
-Run: .venv/bin/python benchmarks/bench_partitions.py [--partitions 1000] [--idle 10] [--produce N]
+Run: .venv/bin/python benchmarks/bench_partitions.py [--partitions 1000] [--idle 10] [--produce N] [--repeat R]
      [--profile PREFIX]   (cProfile of the loop thread: PREFIX.open/.create/.idle/.close)
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ class _LoopProfile:
         c.scheduler.run_sync(swap)
 
 
-def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None") -> None:
+def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None", repeat: int = 1) -> None:
     d = tempfile.mkdtemp(prefix="pylog-bench-parts-")
     try:
         t0 = time.perf_counter()
@@ -79,17 +79,23 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
         if prof:
             prof.phase(c, "idle")
         rates = {}
+        shapes = {}  # label -> (batches, produce requests, CPU us per record)
         if produce:
             p = c.producer(acks="all", linger_ms=5)
             v = b"x" * 100
-            for label, parts in (("one partition", [0]), (f"{partitions} partitions", list(range(partitions)))):
+            phases = [("one partition", [0]), (f"{partitions} partitions", list(range(partitions)))] * repeat
+            for n, (label, parts) in enumerate(phases):
+                label = label if n < 2 else f"{label} (#{n // 2 + 1})"
                 for f in [p.send("t", v, partition=parts[i % len(parts)]) for i in range(min(produce, 2000))]:
                     f.result(timeout=120)
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
+                b0, r0 = p.batches_sent, getattr(p, "produce_requests", 0)
                 futs = [p.send("t", v, partition=parts[i % len(parts)]) for i in range(produce)]
                 for f in futs:
                     f.result(timeout=300)
                 rates[label] = produce / (time.perf_counter() - t0)
+                shapes[label] = (p.batches_sent - b0, getattr(p, "produce_requests", 0) - r0,
+                                 (time.process_time() - cpu0) / produce * 1e6)
             p.close()
         t0 = time.perf_counter()
         if prof and produce:
@@ -103,10 +109,15 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
               f"(CPU {cpu_create:.2f} s), "
               f"idle CPU {idle * 100:.2f}% of a core over {idle_s:g} s, close {t_close:.2f} s")
         for label, r in rates.items():
-            print(f"  produce acks=all spread over {label}: {r:,.0f} records/s")
-        if len(rates) == 2:
-            a, b = rates.values()
-            print(f"  ratio spread/one: {b / a:.2f}x")
+            print(f"  produce acks=all spread over {label}: {r:,.0f} records/s, "
+                  f"CPU (all threads) {shapes[label][2]:.2f} us/record "
+                  f"({shapes[label][0]} batches in {shapes[label][1]} produce requests)")
+        if len(rates) >= 2:
+            one, spread = list(rates.values())[0::2], list(rates.values())[1::2]
+            cpu_one = [x[2] for x in list(shapes.values())[0::2]]
+            cpu_spread = [x[2] for x in list(shapes.values())[1::2]]
+            print(f"  ratio spread/one: {max(spread) / max(one):.2f}x (best rates; by the least CPU per record, "
+                  f"load-independent: {min(cpu_one) / min(cpu_spread):.2f}x)")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -136,11 +147,12 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--produce", type=int, default=0)
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--repeat", type=int, default=1, help="produce phases (one partition, spread) N times each")
     a = ap.parse_args()
     prof = _LoopProfile(a.profile) if a.profile else None
     if prof:
         prof.install()
-    run(a.partitions, a.idle, a.produce, prof)
+    run(a.partitions, a.idle, a.produce, prof, a.repeat)
     file_floor(a.partitions)
 
 

@@ -2,7 +2,7 @@
 
 Owns: everything after a batch is closed - waking the loop once per batch,
 draining the partitions that may send (``max_in_flight``, ``linger_ms``,
-retry mode, backoff), encoding a batch once and sending the same bytes on
+retry mode, backoff) into one request per leader broker, encoding a batch once and sending the same bytes on
 every retry, the answers (success, retry, split of a batch too large, failure
 to the caller), delivery timeouts, and idempotence: the producer id and epoch
 (InitProducerId), the per-partition sequence numbers and their KIP-360
@@ -15,8 +15,9 @@ from (with :class:`~pylog.client.buffer_pool.BufferPool`): the producer
 inherits it, and its methods work on the producer's own attributes; what it
 uses from the other parts is declared under ``TYPE_CHECKING``.
 
-Complexity: O(dirty partitions) per wake-up; one encode and one request per
-batch, O(1) to complete it (O(batches of the partition) on a failure).
+Complexity: O(dirty partitions) per wake-up; one encode per batch and one produce request per leader
+broker per wake-up (Kafka's drain by node), O(1) to complete a batch
+(O(batches of the partition) on a failure).
 Durability: what ``acks`` promises (docs/producer.md); nothing on the client's disk.
 Thread-safety: the loop thread, except ``_wake``/``_wake_locked``, which any
 thread calls (under the producer's ``_lock``); partition state changes under it.
@@ -43,7 +44,7 @@ from pylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from pylog.metrics import Histogram
-from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, ProduceRequest
+from pylog.replication.messages import NO_LEADER, InitProducerIdRequest, MultiProduceRequest, ProduceRequest
 from pylog.record import compression as codecs
 from pylog.record import encode_batch, encode_values_batch
 
@@ -59,7 +60,9 @@ logger = logging.getLogger(__name__)
 #: then stopped leading), NotEnoughReplicasAfterAppend - means it may be in the log
 _REFUSALS = (OutOfOrderSequenceError, InvalidProducerEpochError, NotEnoughReplicasError, RecordTooLargeError,
              InvalidRecordError, CorruptRecordError, LeaderNotAvailableError, UnknownTopicOrPartitionError)
-_MAX_EPOCH = 32_766  # a producer epoch is an int16; past this a new producer id is taken
+_MAX_EPOCH = 32_766
+#: the most record bytes one multi-partition produce request carries (Kafka's ``max.request.size`` default)
+MAX_REQUEST_BYTES = 1_048_576  # a producer epoch is an int16; past this a new producer id is taken
 
 
 def _seq_before(a: int, b: int) -> bool:
@@ -128,6 +131,7 @@ class Sender:
         self.record_errors = 0
         self.retries = 0
         self.batches_sent = 0
+        self.produce_requests = 0  # produce requests sent (one per leader broker per wake-up: many batches in one)
         #: seconds from a batch's first send() to its acknowledgement (the oldest record's send -> ack)
         self.send_latency = Histogram()
 
@@ -141,9 +145,12 @@ class Sender:
             self._wake_locked()
 
     def _on_linger(self, ps: PartitionState) -> None:
+        """A linger (or retry backoff) timer of ``ps`` expired: drain it on the next pass of the loop, with
+        every other partition whose timer expired in this pass, so their batches share one request per
+        leader broker (:meth:`_send_grouped`)."""
         with self._lock:
             self._dirty[ps] = None
-        self._run()
+            self._wake_locked()
 
     # ---------------------------------------------------------------- sender
     def _run(self) -> None:
@@ -165,8 +172,13 @@ class Sender:
                 f"{b.topic}-{b.partition}: delivery timed out ({self.delivery_timeout_ms} ms since the batch was "
                 f"created; {len(b.records)} records)"
                 + (f"; last error: {type(last).__name__}: {last}" if last is not None else "")))
-        for ps, b in to_send:
-            self._send_batch(ps, b)
+        if len(to_send) == 1:
+            ps, b = to_send[0]
+            leader = self._prepare(ps, b)
+            if leader is not None:
+                self._send_one(ps, b, leader)
+        elif to_send:
+            self._send_grouped(to_send)
         if need_pid:
             self._init_producer_id()
 
@@ -219,12 +231,46 @@ class Sender:
             ps.inflight.append(b)
             to_send.append((ps, b))
 
-    def _send_batch(self, ps: PartitionState, b: ProducerBatch) -> None:
-        """Loop thread: encode (first time) and send one batch to the partition's leader."""
+    def _send_grouped(self, to_send: List[Tuple[PartitionState, ProducerBatch]]) -> None:
+        """Loop thread: send ``to_send`` with one request per leader broker (Kafka's ``RecordAccumulator.drain``
+        grouped by node + ``Sender.sendProduceRequests``): the batches a leader leads go in one
+        :class:`MultiProduceRequest` of at most :data:`MAX_REQUEST_BYTES` of records (a batch larger than
+        that goes alone), in drain order, so two batches of one partition keep their order at the leader.
+        A leader with one batch gets a plain :class:`ProduceRequest` (the one-partition path)."""
+        by_leader: Dict[int, List[Tuple[PartitionState, ProducerBatch]]] = {}
+        for ps, b in to_send:
+            leader = self._prepare(ps, b)
+            if leader is not None:
+                group = by_leader.get(leader)
+                if group is None:
+                    by_leader[leader] = [(ps, b)]
+                else:
+                    group.append((ps, b))
+        for leader, group in by_leader.items():
+            if len(group) == 1:
+                self._send_one(group[0][0], group[0][1], leader)
+                continue
+            chunk: List[Tuple[PartitionState, ProducerBatch]] = []
+            size = 0
+            for ps, b in group:
+                n = len(b.data or b"")
+                if chunk and size + n > MAX_REQUEST_BYTES:
+                    self._send_many(chunk, leader)
+                    chunk, size = [], 0
+                chunk.append((ps, b))
+                size += n
+            if len(chunk) == 1:
+                self._send_one(chunk[0][0], chunk[0][1], leader)
+            else:
+                self._send_many(chunk, leader)
+
+    def _prepare(self, ps: PartitionState, b: ProducerBatch) -> Optional[int]:
+        """Loop thread: encode ``b`` (first time) and count the attempt; its leader's broker id, or None when
+        ``b`` has been answered here (closed producer, deleted partition, no leader, an encoding error)."""
         topic, p = b.topic, b.partition
         if self._node.closed:
             self._fail(b, self._closed_error())
-            return
+            return None
         cfg = self._store.topics.get(topic)
         if cfg is None or p >= cfg.partitions:  # deleted (or re-created smaller) while the batch waited
             self._settle(ps, b)
@@ -232,11 +278,11 @@ class Sender:
                 f"topic {topic!r} does not exist (deleted?)" if cfg is None else
                 f"topic {topic!r} has no partition {p} now (deleted and re-created with {cfg.partitions}); "
                 "make a new producer for the re-created topic"))
-            return
+            return None
         if cfg.partitions > len(self._parts.get(topic, ())):
             self._refresh_partitions(topic)
-        now = self.scheduler.clock.now_ms()
         if b.data is None:
+            now = self.scheduler.clock.now_ms()
             try:
                 if b.plain and self.compression == codecs.NONE:
                     b.data = encode_values_batch(b.records, now, b.producer_id, b.producer_epoch, b.sequence)
@@ -249,22 +295,53 @@ class Sender:
                 self._sequence_failed(ps, b, written=False)
                 self._settle(ps, b)
                 self._fail(b, exc)
-                return
+                return None
             b.timestamp = now
         st = self._store.partitions.get((topic, p))
         b.attempts += 1
         if st is None or st.leader == NO_LEADER:
             self._on_failure(ps, b, LeaderNotAvailableError(f"{topic}-{p} has no leader"))
-            return
-        leader = st.leader
+            return None
+        return st.leader
+
+    def _send_one(self, ps: PartitionState, b: ProducerBatch, leader: int) -> None:
+        """Loop thread: send one prepared batch to ``leader`` in a :class:`ProduceRequest`."""
         node = self._node
-        req = ProduceRequest(topic, p, b.data, self.acks, self.request_timeout_ms, node.next_corr())
+        req = ProduceRequest(b.topic, b.partition, b.data, self.acks, self.request_timeout_ms,  # type: ignore[arg-type]
+                             node.next_corr())
         self.batches_sent += 1
+        self.produce_requests += 1
         if self.acks == 0:
             node.transport.send(node.node_id, leader, req)
             self._on_success(ps, b, -1, b.timestamp)
             return
-        node.request(leader, req, self.request_timeout_ms + 100, partial(self._on_response, ps, b, leader), now)
+        node.request(leader, req, self.request_timeout_ms + 100, partial(self._on_response, ps, b, leader))
+
+    def _send_many(self, group: List[Tuple[PartitionState, ProducerBatch]], leader: int) -> None:
+        """Loop thread: send prepared batches led by ``leader`` in one :class:`MultiProduceRequest`."""
+        node = self._node
+        acks, timeout = self.acks, self.request_timeout_ms
+        parts = tuple(ProduceRequest(b.topic, b.partition, b.data, acks, timeout, 0)  # type: ignore[arg-type]
+                      for _, b in group)
+        req = MultiProduceRequest(parts, acks, timeout, node.next_corr())
+        self.batches_sent += len(group)
+        self.produce_requests += 1
+        if acks == 0:
+            node.transport.send(node.node_id, leader, req)
+            for ps, b in group:
+                self._on_success(ps, b, -1, b.timestamp)
+            return
+        node.request(leader, req, timeout + 100, partial(self._on_multi_response, group, leader))
+
+    def _on_multi_response(self, group: List[Tuple[PartitionState, ProducerBatch]], leader: int, resp: Any) -> None:
+        """The answer to a :class:`MultiProduceRequest` (None: none came): each batch handled as if it had
+        been answered alone, in the request's order."""
+        if resp is None:
+            for ps, b in group:
+                self._on_response(ps, b, leader, None)
+            return
+        for (ps, b), r in zip(group, resp.parts):
+            self._on_response(ps, b, leader, r)
 
     def _on_response(self, ps: PartitionState, b: ProducerBatch, leader: int, resp: Any) -> None:
         if resp is None:

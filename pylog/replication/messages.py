@@ -100,6 +100,33 @@ class ProduceResponse:
     timestamp: int = -1
 
 
+@_dict_init
+@dataclass(frozen=True)
+class MultiProduceRequest:
+    """One produce request carrying batches of many partitions led by one broker (Kafka's ProduceRequest
+    with its ``topic_data``; the sender drains every ready batch for a leader into one, as Kafka's
+    ``Sender.sendProduceRequests``). ``parts``: one :class:`ProduceRequest` per batch, in the order the
+    leader appends them (two of one partition keep their order); their own ``acks``/``timeout_ms`` equal
+    this request's. Answered (unless ``acks`` is 0) by one :class:`MultiProduceResponse` once every
+    part has its answer: with acks=all, once every part is committed, refused or timed out."""
+
+    parts: Tuple[ProduceRequest, ...]
+    acks: int
+    timeout_ms: int
+    correlation_id: int
+
+
+@_dict_init
+@dataclass(frozen=True)
+class MultiProduceResponse:
+    """The answer to a :class:`MultiProduceRequest`: ``parts[i]`` answers the request's ``parts[i]``
+    (per-partition offsets and errors, as Kafka's per-partition ``PartitionProduceResponse``)."""
+
+    correlation_id: int
+    parts: Tuple[ProduceResponse, ...]
+    error: ErrorType = None  # never set: errors are per part (a field for ClientNode's generic checks)
+
+
 @dataclass(frozen=True)
 class InitProducerIdRequest:
     """An idempotent producer asks any broker for a producer id and epoch (Kafka's InitProducerId)."""

@@ -5,6 +5,9 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
 ``(destination, message)`` pairs for the runtime to send. The destination
 :data:`CONTROLLER` means "whichever broker is the active controller".
 
+* A :class:`MultiProduceRequest` (a producer's batches for every partition this
+  broker leads) is handled part by part as single produces and answered by one
+  :class:`MultiProduceResponse` once every part has its answer.
 * Produce with ``acks=all`` waits in the produce purgatory until the HW passes
   the batch (then ``NotEnoughReplicasAfterAppendError`` if the maximal ISR is
   below min ISR, else success), the maximal ISR shrinks below min ISR (the HW
@@ -69,6 +72,8 @@ from pylog.replication.messages import (
     OffsetsForLeaderEpochResponse,
     Outbox,
     PartitionState,
+    MultiProduceRequest,
+    MultiProduceResponse,
     ProduceRequest,
     ProduceResponse,
     StopReplicaRequest,
@@ -114,6 +119,44 @@ class _DelayedProduce:
     deadline_ms: int
     base_offset: int
     timestamp: int
+
+
+class _Gather:
+    """The answers collected for one :class:`MultiProduceRequest` from ``src``; sent as one
+    :class:`MultiProduceResponse` when the last part is answered."""
+
+    __slots__ = ("src", "correlation_id", "parts", "missing")
+
+    def __init__(self, src: object, correlation_id: int, count: int):
+        self.src = src
+        self.correlation_id = correlation_id
+        self.parts: List[Optional[ProduceResponse]] = [None] * count
+        self.missing = count
+
+
+class _GatherSlot:
+    """The ``src`` a part of a :class:`MultiProduceRequest` is handled with: its answer goes to the
+    gather (:func:`_reply`), at index ``index``."""
+
+    __slots__ = ("gather", "index")
+
+    def __init__(self, gather: _Gather, index: int):
+        self.gather = gather
+        self.index = index
+
+
+def _reply(out: Outbox, src: object, resp: ProduceResponse) -> None:
+    """Send a produce answer to ``src``, or, for a part of a multi-partition request, record it and send
+    the whole response once it is complete. O(1) (O(parts) for the last one)."""
+    if src.__class__ is not _GatherSlot:
+        out.send(src, resp)
+        return
+    g = src.gather  # type: ignore[attr-defined]
+    if g.parts[src.index] is None:  # type: ignore[attr-defined]
+        g.parts[src.index] = resp  # type: ignore[attr-defined]
+        g.missing -= 1
+        if g.missing == 0:
+            out.send(g.src, MultiProduceResponse(g.correlation_id, tuple(g.parts)))  # type: ignore[arg-type]  # all set
 
 
 @dataclass
@@ -338,6 +381,8 @@ class ReplicaManager:
             self._on_fetch(src, msg, now_ms, out)
         elif isinstance(msg, ProduceRequest):
             self._on_produce(src, msg, now_ms, out)
+        elif isinstance(msg, MultiProduceRequest):
+            self._on_multi_produce(src, msg, now_ms, out)
         elif isinstance(msg, FetchResponse):
             self._on_fetch_response(msg, now_ms, out)
         elif isinstance(msg, OffsetsForLeaderEpochRequest):
@@ -372,7 +417,7 @@ class ReplicaManager:
                     self._fail_delayed_produce(tp, NotLeaderError, out)
         if self._fetchers_due:
             self._send_fetchers(now_ms, out)
-        if self._session_wakeups and msg.__class__ is not ProduceRequest:
+        if self._session_wakeups and msg.__class__ is not ProduceRequest and msg.__class__ is not MultiProduceRequest:
             self._answer_woken_sessions(now_ms, out)
         return out
 
@@ -537,6 +582,18 @@ class ReplicaManager:
         self._next_pid += 1
         return InitProducerIdResponse(req.correlation_id, producer_id=pid, producer_epoch=0)
 
+    def _on_multi_produce(self, src: object, req: MultiProduceRequest, now_ms: int, out: Outbox) -> None:
+        """Each part appended in order, as if it had come alone; one :class:`MultiProduceResponse` once
+        every part has its answer (with acks=all: committed, refused or timed out - Kafka's
+        ``DelayedProduce`` over all the request's partitions). O(parts) plus the appends."""
+        if req.acks == 0:
+            for part in req.parts:
+                self._on_produce(src, part, now_ms, out)
+            return
+        gather = _Gather(src, req.correlation_id, len(req.parts))
+        for i, part in enumerate(req.parts):
+            self._on_produce(_GatherSlot(gather, i), part, now_ms, out)
+
     def _on_produce(self, src: object, req: ProduceRequest, now_ms: int, out: Outbox) -> None:
         tp = (req.topic, req.partition)
         p = self.partitions.get(tp)
@@ -544,7 +601,7 @@ class ReplicaManager:
         if p is None:
             if acks != 0:
                 gone = tp in self.deleted
-                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id,
+                _reply(out, src, ProduceResponse(req.topic, req.partition, req.correlation_id,
                                               error=UnknownTopicOrPartitionError if gone else NotLeaderError,
                                               message=f"broker {self.broker_id} has no replica of "
                                               f"{req.topic}-{req.partition}" + (" (deleted)" if gone else "")))
@@ -555,7 +612,7 @@ class ReplicaManager:
             res = p.append_as_leader(req.records, acks, now_ms)
         except PylogError as exc:
             if acks != 0:
-                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=type(exc),
+                _reply(out, src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=type(exc),
                                               message=str(exc)))
             return
         if self.delayed_fetch.get(tp) or self._session_wakeups:
@@ -565,7 +622,7 @@ class ReplicaManager:
             self.fetch_wakeups.add(tp)
         if acks != ACKS_ALL:
             if acks != 0:
-                out.send(src, ProduceResponse(req.topic, req.partition, req.correlation_id,
+                _reply(out, src, ProduceResponse(req.topic, req.partition, req.correlation_id,
                                               base_offset=res.base_offset, timestamp=res.max_timestamp))
             self._complete_delayed(tp, now_ms, out, fetches=False)
             return
@@ -599,10 +656,10 @@ class ReplicaManager:
                         out: Outbox) -> None:
         """The answer to an acks=all produce whose offsets the HW has passed (``p`` leads)."""
         if len(p.maximal_isr) >= p.effective_min_isr:
-            out.send(src, ProduceResponse(r.topic, r.partition, r.correlation_id,
+            _reply(out, src, ProduceResponse(r.topic, r.partition, r.correlation_id,
                                           base_offset=base_offset, timestamp=timestamp))
         else:
-            out.send(src, ProduceResponse(
+            _reply(out, src, ProduceResponse(
                 r.topic, r.partition, r.correlation_id, error=NotEnoughReplicasAfterAppendError,
                 message=f"{r.topic}-{r.partition}: offset {base_offset} appended but the ISR "
                 f"{sorted(p.maximal_isr)} shrank below min_insync_replicas={p.min_insync_replicas}"))
@@ -617,7 +674,7 @@ class ReplicaManager:
             for d in waiting:
                 r = d.req
                 if p.role != LEADER:
-                    out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=NotLeaderError,
+                    _reply(out, d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=NotLeaderError,
                                                     message=f"broker {self.broker_id} stopped leading {r.topic}-{r.partition}"))
                 elif p.high_watermark >= d.required_offset:
                     self._answer_produce(p, d.src, r, d.base_offset, d.timestamp, out)
@@ -626,12 +683,12 @@ class ReplicaManager:
                     # waiting could only end in a timeout. Answer now, as Kafka <= 3.6 did once its HW passed
                     # the append (checkEnoughReplicasReachOffset): retriable; the records are in the leader's
                     # log and are committed if the ISR grows back (an idempotent retry is then a duplicate).
-                    out.send(d.src, ProduceResponse(
+                    _reply(out, d.src, ProduceResponse(
                         r.topic, r.partition, r.correlation_id, error=NotEnoughReplicasAfterAppendError,
                         message=f"{r.topic}-{r.partition}: offset {d.base_offset} appended but the ISR "
                         f"{sorted(p.maximal_isr)} shrank below min_insync_replicas={p.min_insync_replicas}"))
                 elif now_ms >= d.deadline_ms:
-                    out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=RequestTimedOutError,
+                    _reply(out, d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=RequestTimedOutError,
                                                     message=f"{r.topic}-{r.partition}: offset {d.base_offset} not "
                                                     f"replicated to the ISR within {r.timeout_ms} ms"))
                 else:
@@ -643,7 +700,7 @@ class ReplicaManager:
     def _fail_delayed_produce(self, tp: TP, error: type, out: Outbox) -> None:
         for d in self.delayed_produce.pop(tp, []):
             r = d.req
-            out.send(d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=error,
+            _reply(out, d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=error,
                                             message=f"broker {self.broker_id} stopped leading {r.topic}-{r.partition}"))
 
     # ---------------------------------------------------------------- fetch

@@ -47,6 +47,7 @@ from pylog.replication.messages import (
     HeartbeatResponse,
     LeaderAndIsrRequest,
     Outbox,
+    MultiProduceRequest,
     ProduceRequest,
     ProduceResponse,
     StopReplicaResponse,
@@ -209,7 +210,8 @@ class Broker:
         if not self.running:
             return
         now = self.scheduler.clock.now_ms()
-        if msg.__class__ is ProduceRequest:  # the common message: none of the checks below applies
+        if msg.__class__ is ProduceRequest or msg.__class__ is MultiProduceRequest:  # the common messages: none
+            # of the checks below applies
             rm = self.rm
             self._send(rm.handle(src, msg, now))  # type: ignore[union-attr]
             if rm.fetch_wakeups and not self._wakeup_queued:  # type: ignore[union-attr]

@@ -1,7 +1,8 @@
 """Produce and InitProducerId: the same broker paths as pylog's own producer.
 
-Each partition's record batch (opaque bytes) becomes one in-process
-:class:`~pylog.replication.messages.ProduceRequest` to this listener's broker,
+The partitions' record batches (opaque bytes) become one in-process
+:class:`~pylog.replication.messages.MultiProduceRequest` to this listener's broker
+(a :class:`~pylog.replication.messages.ProduceRequest` for a single partition),
 exactly what :class:`pylog.client.producer.Producer` sends: the leader's
 validated append (one RecordBatch v2, CRC, idempotent sequence check), the
 produce purgatory for ``acks=-1``. The response waits for every partition.
@@ -19,7 +20,7 @@ from typing import Any, Dict, List, Tuple
 
 from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, register
-from pylog.replication.messages import InitProducerIdRequest, ProduceRequest
+from pylog.replication.messages import InitProducerIdRequest, MultiProduceRequest, ProduceRequest
 from pylog.replication.partition import LEADER
 
 _MAX_TIMEOUT_MS = 2**31 - 1
@@ -106,10 +107,32 @@ def produce(ctx: RequestContext, req: Any) -> None:
             if part is None or part.role != LEADER:
                 ctx.close_connection(f"acks=0 produce to {topic}-{p}: broker {ctx.broker_id} is not its leader")
                 return
-        for (topic, p), data in sends:
+        if len(sends) > 1:
+            node.transport.send(node.node_id, ctx.broker_id, MultiProduceRequest(
+                tuple(ProduceRequest(topic, p, data, 0, timeout, 0) for (topic, p), data in sends), 0, timeout,
+                ctx.next_corr()))
+        for (topic, p), data in sends if len(sends) == 1 else ():
             node.transport.send(node.node_id, ctx.broker_id,
                                 ProduceRequest(topic, p, data, 0, timeout, ctx.next_corr()))
         ctx.no_reply()
+        return
+    if len(sends) > 1:
+        # One internal request for all the partitions (the broker appends each and answers once, as
+        # Kafka's ReplicaManager.appendRecords does for one wire request).
+        def on_all(resp: Any) -> None:
+            for i, (tp, _) in enumerate(sends):
+                if resp is None:
+                    results[tp] = (codec.REQUEST_TIMED_OUT if ctx.broker.running else codec.NOT_LEADER_OR_FOLLOWER,
+                                   -1, "no answer from the broker")
+                else:
+                    r = resp.parts[i]
+                    results[tp] = ((codec.error_code_of(r.error), -1, r.message) if r.error is not None
+                                   else (codec.NONE, r.base_offset, ""))
+            finish()
+
+        ctx.request(MultiProduceRequest(tuple(ProduceRequest(topic, p, data, acks, timeout, 0)
+                                              for (topic, p), data in sends), acks, timeout, ctx.next_corr()),
+                    on_all, timeout_ms=timeout + 5_000)
         return
     waiting[0] = len(sends)
     for (topic, p), data in sends:
