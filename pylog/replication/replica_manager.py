@@ -151,9 +151,9 @@ def _reply(out: Outbox, src: object, resp: ProduceResponse) -> None:
     if src.__class__ is not _GatherSlot:
         out.send(src, resp)
         return
-    g = src.gather  # type: ignore[attr-defined]
-    if g.parts[src.index] is None:  # type: ignore[attr-defined]
-        g.parts[src.index] = resp  # type: ignore[attr-defined]
+    g = src.gather
+    if g.parts[src.index] is None:
+        g.parts[src.index] = resp
         g.missing -= 1
         if g.missing == 0:
             out.send(g.src, MultiProduceResponse(g.correlation_id, tuple(g.parts)))  # type: ignore[arg-type]  # all set

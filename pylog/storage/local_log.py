@@ -47,7 +47,7 @@ from pylog.record.framing import batch_length_of
 from pylog.storage.segment import LogSegment
 from pylog.storage.segment_cache import SegmentCache
 
-_logger = logging.getLogger("pylog.storage")
+_logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from sortedcontainers import SortedDict

@@ -1679,7 +1679,7 @@ class Log(LocalLog):
                     self.active_segment.on_become_inactive()
                     self.flush()
                     ld = self._logdir
-                    if ld is not None and ld._refs == 1 and not ld._inherited:
+                    if ld is not None and ld.release_writes_checkpoints():
                         # The last log of the directory: its release below writes both checkpoints
                         # (then the clean-shutdown marker); writing them here too cost 4 more fsyncs.
                         ld.log_start_offsets[(self.topic, self.partition)] = self.log_start_offset

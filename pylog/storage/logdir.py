@@ -186,6 +186,13 @@ class LogDir:
             self.io.unlink(marker)
             self.io.fsync_dir(self.path)
 
+    def release_writes_checkpoints(self) -> bool:
+        """True when the next :meth:`release` is the last one and writes both offset checkpoints
+        (this process owns the directory and holds one reference): a closing log may then leave
+        its checkpoint to it. O(1). Thread-safety: a snapshot under the registry lock."""
+        with _registry_lock:
+            return self._refs == 1 and not self._inherited
+
     def release(self) -> None:
         """Drop one reference; the last one writes checkpoints, the clean marker, and unlocks.
 
