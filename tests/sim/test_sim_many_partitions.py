@@ -5,7 +5,7 @@
   per-partition work), and a produce to every partition is replicated and acknowledged.
 * Soak (``PYLOG_SOAK=1``): 10,000 partitions - created, every partition written with acks=all, a
   broker crashed and restarted, the ISR back to full, the directory reopened from its metadata.
-  Replay: ``PYLOG_SOAK=1 .venv/bin/python -m pytest tests/sim/test_many_partitions.py -m soak -q``
+  Replay: ``PYLOG_SOAK=1 .venv/bin/python -m pytest tests/sim/test_sim_many_partitions.py -m soak -q``
   (``PYLOG_SOAK_PARTITIONS`` to choose the count).
 """
 from __future__ import annotations
