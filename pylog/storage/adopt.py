@@ -44,6 +44,7 @@ from pylog.storage.logdir import (
     CLEANER_OFFSET_FILE,
     LOG_START_FILE,
     RECOVERY_POINT_FILE,
+    broker_id_of,
     check_not_locked,
     parse_partition_dir,
 )
@@ -77,7 +78,7 @@ def adoptable(path: str, metadata_file: str) -> bool:
     """True when ``path`` has no ``metadata_file`` but partition folders (at the top or in broker-0)."""
     if os.path.exists(os.path.join(path, metadata_file)):
         return False
-    top = {tp for tp in partition_folders(path) if not re.fullmatch(r"broker-\d+", f"{tp[0]}-{tp[1]}")}
+    top = {tp for tp, p in partition_folders(path).items() if broker_id_of(path, os.path.basename(p)) is None}
     return bool(top) or bool(partition_folders(os.path.join(path, "broker-0")))
 
 
@@ -86,7 +87,7 @@ def move_into_broker(path: str, io: FileIO) -> None:
     check_not_locked(path)  # an open Log (this process or another) is writing them
     broker_dir = os.path.join(path, "broker-0")
     check_not_locked(broker_dir)
-    top = {tp: p for tp, p in partition_folders(path).items() if not re.fullmatch(r"broker-\d+", os.path.basename(p))}
+    top = {tp: p for tp, p in partition_folders(path).items() if broker_id_of(path, os.path.basename(p)) is None}
     if not top:
         return
     os.makedirs(broker_dir, exist_ok=True)
@@ -126,7 +127,7 @@ def latest_epoch(folder: str, io: FileIO) -> int:
 def remove_top_checkpoints(path: str) -> None:
     """Step 3: once no partition folder is left at the top of ``path``, remove the checkpoint files
     that described the moved folders (a later Log.open of a same-named folder must not inherit them)."""
-    if any(not re.fullmatch(r"broker-\d+", os.path.basename(p)) for p in partition_folders(path).values()):
+    if any(broker_id_of(path, os.path.basename(p)) is None for p in partition_folders(path).values()):
         return
     for name in (LOG_START_FILE, RECOVERY_POINT_FILE, CLEANER_OFFSET_FILE, CLEAN_SHUTDOWN_FILE):
         try:
