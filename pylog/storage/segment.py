@@ -318,6 +318,13 @@ class LogSegment:
         """
         if self._dirty and not self.read_only:
             self.flush()
+        first = self._close_files()
+        if first is not None:
+            log.warning("closing the released segment %s: %s", self.log_path, first)
+
+    def _close_files(self) -> Optional[OSError]:
+        """Drop the map and close the ``.log`` descriptor and the indexes, every one even if an
+        earlier close fails; returns the first OSError (None when all closed)."""
         self._drop_map()
         fd, self._fd = self._fd, None
         first: Optional[OSError] = None
@@ -331,9 +338,7 @@ class LogSegment:
                 index.close()
             except OSError as exc:
                 first = first or exc
-        first = first or self._drop_txn_index()
-        if first is not None:
-            log.warning("closing the released segment %s: %s", self.log_path, first)
+        return first or self._drop_txn_index()
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -1073,23 +1078,10 @@ class LogSegment:
     def close(self) -> None:
         """Release the map and the three descriptors. Every one is released even if closing an
         earlier one raises; the first OSError is raised after. Idempotent."""
-        first: Optional[OSError] = None
         if self._cache is not None:
             self._cache.discard(self)
             self._cache = None
-        self._drop_map()
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            try:
-                self.io.close(fd)
-            except OSError as exc:
-                first = exc
-        for index in (self.offset_index, self.time_index):
-            try:
-                index.close()
-            except OSError as exc:
-                first = first or exc
-        first = first or self._drop_txn_index()
+        first = self._close_files()
         if first is not None:
             raise first
 
