@@ -225,31 +225,43 @@ class FileIO:
             if first is not None and not failed:
                 raise first
 
+    @staticmethod
+    def _syncfs_groups(paths: List[str], flags: int) -> Tuple[List[str], Optional[OSError]]:
+        """One ``syncfs(2)`` per filesystem holding more than :data:`SYNCFS_MIN_DIRS` of ``paths``
+        (opened with ``flags``); returns the paths left to sync one by one (fewer on their
+        filesystem, or unreadable) and the first error."""
+        assert _syncfs is not None
+        by_dev: Dict[int, List[str]] = {}
+        rest: List[str] = []
+        first: Optional[OSError] = None
+        for p in paths:
+            try:
+                by_dev.setdefault(os.stat(p).st_dev, []).append(p)
+            except OSError:
+                rest.append(p)  # gone or unreadable: the one-by-one sync reports it
+        for group in by_dev.values():
+            if len(group) <= SYNCFS_MIN_DIRS:
+                rest.extend(group)
+                continue
+            fd = os.open(group[0], flags)
+            try:
+                if _syncfs(fd) != 0:
+                    import ctypes
+
+                    e = ctypes.get_errno()
+                    first = first or OSError(e, f"syncfs: {os.strerror(e)}", group[0])
+            finally:
+                os.close(fd)
+        return rest, first
+
     def _sync_files(self, paths: List[str]) -> None:
         """Make the contents of the files ``paths`` durable: one ``syncfs`` per filesystem for many
         files with the real file layer on Linux, else one fsync each. Raises the first OSError."""
         rest = paths
         if _syncfs is not None and type(self).fsync is FileIO.fsync and len(paths) > SYNCFS_MIN_DIRS:
-            by_dev: Dict[int, List[str]] = {}
-            rest = []
-            for p in paths:
-                try:
-                    by_dev.setdefault(os.stat(p).st_dev, []).append(p)
-                except OSError:
-                    rest.append(p)
-            for group in by_dev.values():
-                if len(group) <= SYNCFS_MIN_DIRS:
-                    rest.extend(group)
-                    continue
-                fd = os.open(group[0], os.O_RDONLY)
-                try:
-                    if _syncfs(fd) != 0:
-                        import ctypes
-
-                        e = ctypes.get_errno()
-                        raise OSError(e, f"syncfs: {os.strerror(e)}", group[0])
-                finally:
-                    os.close(fd)
+            rest, first = self._syncfs_groups(paths, os.O_RDONLY)
+            if first is not None:
+                raise first
         for p in rest:
             fd = self.open(p, create=False)
             try:
@@ -269,26 +281,7 @@ class FileIO:
         first: Optional[OSError] = None
         rest = paths
         if _syncfs is not None and type(self).fsync_dir is FileIO.fsync_dir and len(paths) > SYNCFS_MIN_DIRS:
-            by_dev: Dict[int, List[str]] = {}
-            rest = []
-            for p in paths:
-                try:
-                    by_dev.setdefault(os.stat(p).st_dev, []).append(p)
-                except OSError:
-                    rest.append(p)  # gone or unreadable: fsync_dir below reports it
-            for group in by_dev.values():
-                if len(group) <= SYNCFS_MIN_DIRS:
-                    rest.extend(group)
-                    continue
-                fd = os.open(group[0], os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-                try:
-                    if _syncfs(fd) != 0:
-                        import ctypes
-
-                        e = ctypes.get_errno()
-                        first = first or OSError(e, f"syncfs: {os.strerror(e)}", group[0])
-                finally:
-                    os.close(fd)
+            rest, first = self._syncfs_groups(paths, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         for p in rest:
             try:
                 self.fsync_dir(p)
