@@ -551,8 +551,9 @@ class Log(LocalLog):
         roll or :meth:`close`; nothing is held back in a user-space buffer.
         Thread-safety: takes the log's lock.
         """
-        if (records.__class__ is list and compression is None and producer_id == -1 and not transactional
-                and leader_epoch.__class__ is int and compression_level is None):
+        if (records.__class__ is list and compression is None and producer_id == -1 and producer_epoch == -1
+                and base_sequence == -1 and transactional is False and leader_epoch.__class__ is int
+                and compression_level is None):
             fast = self._append_values(records, leader_epoch)
             if fast is not None:
                 return fast
