@@ -16,8 +16,11 @@ GROUP = "statics"
 WAIT_S = 60.0  # a liveness bound only
 
 
-def _settled(cluster, members, n: int):
-    """Poll until the group is Stable with ``n`` members and each member holds what the coordinator says."""
+def _settled(cluster, members, n: int, partitions: int = 4):
+    """Poll until the group is Stable with ``n`` members, each member holds what the coordinator says,
+    and every partition is assigned. (A leader that assigned before its client had the topic's metadata
+    hands out nothing - kafka-python logs "No partition metadata for topic" - and rejoins once the
+    metadata arrives: an all-empty Stable generation is not settled yet.)"""
     deadline = time.monotonic() + WAIT_S
     while True:
         for m in members:
@@ -28,7 +31,8 @@ def _settled(cluster, members, n: int):
             d = None
         if d is not None and d.state == "Stable" and len(d.members) == n:
             by_client = {x.client_id: {p for _, p in x.assignment} for x in d.members}
-            if all(by_client.get(m.name) == m.assignment() for m in members):
+            assigned = set().union(*by_client.values()) if by_client else set()
+            if assigned == set(range(partitions)) and all(by_client.get(m.name) == m.assignment() for m in members):
                 return d
         assert time.monotonic() < deadline, d
 
