@@ -62,7 +62,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING, Callable, List, Literal, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union,
+    TYPE_CHECKING, Callable, Iterator, List, Literal, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union,
 )
 
 from sortedcontainers import SortedDict
@@ -93,6 +93,8 @@ from pylog.storage.control_record import ControlRecordType, EndTransactionMarker
 from pylog.storage.producer_state import ProducerBatch, ProducerStateManager
 from pylog.storage.txn_index import AbortedTxn
 from pylog.record import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     BATCH_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     BatchInfo,
@@ -1120,7 +1122,7 @@ class Log(LocalLog):
         Loaded on first use (a replica's :class:`pylog.replication.partition.Partition`
         uses it from the start; a log nobody produces to idempotently never pays
         for it): the newest valid ``.snapshot`` at or below the log end, then the
-        batch headers after it (:meth:`read_batch_infos`). From then on the log
+        batches after it (:meth:`read_producer_batches`). From then on the log
         keeps it equal to its records, whatever appends: every batch written
         with a producer id and sequence is recorded (:meth:`append_as_leader`
         validates a client's first), a roll at the log end snapshots it, a
@@ -1144,29 +1146,39 @@ class Log(LocalLog):
             if self._producers is None:
                 ps = ProducerStateManager(self.dir, self.io)
                 ps.on_abort = self._index_aborted_txn
-                ps.load(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
+                ps.load(self.log_start_offset, self.log_end_offset, self.read_producer_batches)
                 self._producers = ps
             return self._producers
 
-    def _read_producer_batches(self, start: int, end: int) -> List[ProducerBatch]:
-        """What a producer-state rebuild replays: :meth:`read_batches` of ``[start, end)`` as
-        :class:`ProducerBatch` (control batches with their marker). Under the lock."""
-        out: List[ProducerBatch] = []
+    def _batches_in(self, start: int, end: int) -> Iterator[RecordBatch]:
+        """The batches holding offsets in ``[max(start, log start), end)``, in order, read as
+        :meth:`read_batches` reads (CRC-checked) in 1 MiB steps. The caller holds the lock."""
         off = max(start, self.log_start_offset)
         while off < end:
             batches = self.read_batches(off, 1 << 20, max_offset=end)
             if not batches:
                 break
             for b in batches:
-                i = b.info
-                if b.last_offset >= off and i.producer_id >= 0 and i.magic == 2:
-                    if i.attributes & 0x20:
-                        out.append(ProducerBatch(i.producer_id, i.producer_epoch, i.base_sequence, i.base_offset,
-                                                 i.last_offset, i.max_timestamp, i.attributes, marker_of_batch(b)))
-                    elif i.base_sequence >= 0 or i.attributes & 0x10:
-                        out.append(ProducerBatch(i.producer_id, i.producer_epoch, i.base_sequence, i.base_offset,
-                                                 i.last_offset, i.max_timestamp, i.attributes))
+                if b.last_offset >= off:
+                    yield b
                 off = b.last_offset + 1
+
+    def read_producer_batches(self, start: int, end: int) -> List[ProducerBatch]:
+        """What a producer-state rebuild replays: the idempotent, transactional and control batches
+        of ``[start, end)`` as :class:`ProducerBatch` (control batches with their marker).
+        Complexity: O(bytes of those batches). Thread-safety: takes the log's lock."""
+        out: List[ProducerBatch] = []
+        with self._lock:
+            for b in self._batches_in(start, end):
+                i = b.info
+                if i.producer_id < 0 or i.magic != 2:
+                    continue
+                if i.attributes & ATTR_CONTROL:
+                    out.append(ProducerBatch(i.producer_id, i.producer_epoch, i.base_sequence, i.base_offset,
+                                             i.last_offset, i.max_timestamp, i.attributes, marker_of_batch(b)))
+                elif i.base_sequence >= 0 or i.attributes & ATTR_TRANSACTIONAL:
+                    out.append(ProducerBatch(i.producer_id, i.producer_epoch, i.base_sequence, i.base_offset,
+                                             i.last_offset, i.max_timestamp, i.attributes))
         return out
 
     def _index_aborted_txn(self, txn: AbortedTxn) -> None:
@@ -1197,7 +1209,7 @@ class Log(LocalLog):
             self.truncate_to(at)
             ps = self._producers
             if ps is not None:
-                ps.truncate_and_reload(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
+                ps.truncate_and_reload(self.log_start_offset, self.log_end_offset, self.read_producer_batches)
         except (PylogError, OSError) as exc:
             _logger.warning("%s-%d: could not remove the marker at %d whose transaction index entry failed (%s)",
                             self.topic, self.partition, at, exc)
@@ -1286,26 +1298,16 @@ class Log(LocalLog):
                 seg.txn_index.reset()
                 ps = self.producer_state
                 ps.delete_snapshots_above(base)
-                ps.load(self.log_start_offset, self.log_end_offset, self._read_producer_batches)
+                ps.load(self.log_start_offset, self.log_end_offset, self.read_producer_batches)
                 return True
         return False
 
     def read_batch_infos(self, start: int, end: int) -> List[BatchInfo]:
-        """Headers of the batches holding offsets in ``[max(start, log start), end)``, in order
-        (what a producer-state rebuild replays). Complexity: O(bytes of those batches), read
-        as :meth:`read_batches` does (CRC-checked). Thread-safety: takes the log's lock."""
-        out: List[BatchInfo] = []
+        """Headers of the batches holding offsets in ``[max(start, log start), end)``, in order.
+        Complexity: O(bytes of those batches), read as :meth:`read_batches` does (CRC-checked).
+        Thread-safety: takes the log's lock."""
         with self._lock:
-            off = max(start, self.log_start_offset)
-            while off < end:
-                batches = self.read_batches(off, 1 << 20, max_offset=end)
-                if not batches:
-                    break
-                for b in batches:
-                    if b.last_offset >= off:
-                        out.append(b.info)
-                    off = b.last_offset + 1
-        return out
+            return [b.info for b in self._batches_in(start, end)]
 
     def _snapshot_producer_state(self, *, only_if_moved: bool = False) -> None:
         """Write ``<log end>.snapshot`` when the state is loaded and covers exactly the log (a roll:
@@ -1340,9 +1342,9 @@ class Log(LocalLog):
             if self.log_start_offset > ps.map_end_offset:  # the log was emptied to restart further on
                 ps.reset_memory(leo)
             elif ps.map_end_offset < leo:
-                ps.append(self._read_producer_batches(ps.map_end_offset, leo), leo)
+                ps.append(self.read_producer_batches(ps.map_end_offset, leo), leo)
             elif ps.map_end_offset > leo:
-                ps.truncate_and_reload(self.log_start_offset, leo, self._read_producer_batches)
+                ps.truncate_and_reload(self.log_start_offset, leo, self.read_producer_batches)
         except (PylogError, OSError) as exc:
             _logger.warning("%s-%d: producer state could not be read back to offset %d (%s): keeping what "
                             "lies below it", self.topic, self.partition, leo, exc)

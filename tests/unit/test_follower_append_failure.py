@@ -207,10 +207,13 @@ def test_when_the_landed_headers_cannot_be_read_back_the_producer_state_still_ma
     req = FetchRequest(1, "t", 0, 0, 0, 1)
     resp, _ = leader.handle_fetch(req, 0)
 
+    reads = []
+
     def unreadable(start: int, end: int):
+        reads.append((start, end))
         raise KafkaStorageError(errno.EIO, f"read of {follower.log.dir} [{start}, {end}) failed")
 
-    follower.log.read_batch_infos = unreadable  # type: ignore[method-assign]
+    follower.log.read_producer_batches = unreadable  # type: ignore[method-assign]
     assert follower.on_fetch_response(req, resp, 0) == 0
     assert follower.follower_state == FAILED and 0 < follower.log_end_offset < leader.log_end_offset
     assert follower.producer_state.map_end_offset == follower.log_end_offset
@@ -219,6 +222,7 @@ def test_when_the_landed_headers_cannot_be_read_back_the_producer_state_still_ma
     before = _producers(follower)
     cut = follower.log_end_offset - 1
     follower.log.truncate_to(cut)  # the reload cannot read the log: entries below the new end stay
+    assert reads  # the reload did try to read the log back (and failed)
     leo = follower.log_end_offset
     assert leo <= cut and follower.producer_state.map_end_offset == leo
     after = _producers(follower)
