@@ -807,6 +807,38 @@ static void batch_fields(plg_record_ref_t *out, uint32_t size, int64_t base_offs
     out->offset = target;
 }
 
+/* Walk the record section rb[0..len) of a batch from byte p, at most `count` records, to the
+ * record at offset delta `want`: fills `out`'s record fields and *tsd (its timestamp delta).
+ * Records with index < skip_below are stepped over by their length alone (a dense batch has
+ * record i at delta i). end_is_notfound: reaching the end of the section before `count`
+ * records is PLG_ENOTFOUND (a walk from an anchor) instead of PLG_ECORRUPT. Bounds are
+ * checked before every read; O(records walked). */
+static int walk_to_record(const uint8_t *rb, uint64_t len, uint64_t p, uint32_t count, int64_t want,
+                          int64_t skip_below, int end_is_notfound, uint64_t pos, plg_record_ref_t *out,
+                          int64_t *tsd) {
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t rlen, od;
+        if (end_is_notfound && p >= len) break;
+        if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
+        if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
+        uint64_t rend = p + (uint64_t)rlen;
+        if ((int64_t)i < skip_below) {
+            p = rend;
+            continue;
+        }
+        p++; /* attributes */
+        if (get_varint(rb, rend, &p, 10, tsd) != PLG_OK) return PLG_ECORRUPT;
+        if (get_varint(rb, rend, &p, 5, &od) != PLG_OK || od < 0) return PLG_ECORRUPT;
+        if (od > want) return PLG_ENOTFOUND;
+        if (od < want) {
+            p = rend;
+            continue;
+        }
+        return record_fields(rb, rend, p, pos, out);
+    }
+    return PLG_ENOTFOUND;
+}
+
 int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, uint64_t idx_len,
                       int64_t base_offset, int64_t target, uint64_t verified_bytes,
                       plg_record_ref_t *out) {
@@ -826,30 +858,13 @@ int plg_lookup_record(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
     /* A dense batch (no compaction gaps) has record i at offset delta i: skip
      * the records before it by their lengths alone. */
     int dense = (int64_t)info.records_count == info.last_offset - info.base_offset + 1;
-    for (int32_t i = 0; i < info.records_count; i++) {
-        int64_t rlen, tsd, od;
-        if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
-        if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
-        uint64_t rend = p + (uint64_t)rlen;
-        if (dense && i < want) {
-            p = rend;
-            continue;
-        }
-        p++; /* attributes */
-        if (get_varint(rb, rend, &p, 10, &tsd) != PLG_OK) return PLG_ECORRUPT;
-        if (get_varint(rb, rend, &p, 5, &od) != PLG_OK || od < 0) return PLG_ECORRUPT;
-        if (od > want) return PLG_ENOTFOUND;
-        if (od < want) {
-            p = rend;
-            continue;
-        }
-        int frc = record_fields(rb, rend, p, pos, out);
-        if (frc != PLG_OK) return frc;
-        batch_fields(out, info.size, info.base_offset, info.last_offset, info.attributes, info.max_timestamp,
-                     info.base_timestamp, tsd, target);
-        return PLG_OK;
-    }
-    return PLG_ENOTFOUND;
+    uint32_t count = info.records_count < 0 ? 0 : (uint32_t)info.records_count;
+    int64_t tsd = 0;
+    int rc = walk_to_record(rb, len, p, count, want, dense ? want : 0, 0, pos, out, &tsd);
+    if (rc != PLG_OK) return rc;
+    batch_fields(out, info.size, info.base_offset, info.last_offset, info.attributes, info.max_timestamp,
+                 info.base_timestamp, tsd, target);
+    return PLG_OK;
 }
 
 /* ---- point lookup with a per-segment cache ------------------------------- */
@@ -1075,27 +1090,13 @@ int plg_lookup_cached(const uint8_t *log, uint64_t log_len, const uint8_t *idx, 
     const uint8_t *rb = log + pos + PLG_BATCH_OVERHEAD;
     uint64_t len = e->size - PLG_BATCH_OVERHEAD, p = e->anchor_pos[lo - 1];
     if (p >= len) return PLG_ECORRUPT;
-    uint32_t limit = e->records_count; /* never walk more records than the batch holds */
-    for (uint32_t i = 0; i < limit && p < len; i++) {
-        int64_t rlen, tsd, od;
-        if (get_varint(rb, len, &p, 5, &rlen) != PLG_OK) return PLG_ECORRUPT;
-        if (rlen < 1 || (uint64_t)rlen > len - p) return PLG_ECORRUPT;
-        uint64_t rend = p + (uint64_t)rlen;
-        p++; /* attributes */
-        if (get_varint(rb, rend, &p, 10, &tsd) != PLG_OK) return PLG_ECORRUPT;
-        if (get_varint(rb, rend, &p, 5, &od) != PLG_OK || od < 0) return PLG_ECORRUPT;
-        if (od > want) return PLG_ENOTFOUND;
-        if (od < want) {
-            p = rend;
-            continue;
-        }
-        int frc = record_fields(rb, rend, p, pos, out);
-        if (frc != PLG_OK) return frc;
-        batch_fields(out, e->size, e->base_offset, e->last_offset, e->attributes, e->max_timestamp,
-                     e->base_timestamp, tsd, target);
-        return PLG_OK;
-    }
-    return PLG_ENOTFOUND;
+    int64_t tsd = 0;
+    /* never walk more records than the batch holds */
+    int rc = walk_to_record(rb, len, p, e->records_count, want, 0, 1, pos, out, &tsd);
+    if (rc != PLG_OK) return rc;
+    batch_fields(out, e->size, e->base_offset, e->last_offset, e->attributes, e->max_timestamp,
+                 e->base_timestamp, tsd, target);
+    return PLG_OK;
 }
 
 /* ---- a fetch response as consumer record columns ------------------------ */
