@@ -36,10 +36,10 @@ Thread-safety: pure functions; safe anywhere.
 """
 from __future__ import annotations
 
-import struct
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pylog.errors import CorruptRecordError
+from pylog.replication.schema_reader import I16 as _I16, I32 as _I32, I64 as _I64, SchemaReader
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 50
@@ -49,9 +49,6 @@ GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 # --------------------------------------------------------------- partitioning
@@ -124,51 +121,6 @@ class _Writer:
         return b"".join(self.parts)
 
 
-class _Reader:
-    __slots__ = ("data", "pos", "what")
-
-    def __init__(self, data: bytes, what: str):
-        self.data = bytes(data)
-        self.pos = 0
-        self.what = what
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or n > len(self.data) - self.pos:
-            raise CorruptRecordError(f"{OFFSETS_TOPIC} {self.what}: truncated at byte {self.pos} "
-                                     f"(needs {n} of {len(self.data) - self.pos} left)")
-        b = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return b
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def string(self, nullable: bool = False) -> Optional[str]:
-        n = self.i16()
-        if n < 0:
-            if not nullable:
-                raise CorruptRecordError(f"{OFFSETS_TOPIC} {self.what}: null string at byte {self.pos - 2}")
-            return None
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptRecordError(f"{OFFSETS_TOPIC} {self.what}: bad UTF-8 at byte {self.pos - n}") from exc
-
-    def bytes_(self) -> Optional[bytes]:
-        n = self.i32()
-        return None if n < 0 else self._take(n)
-
-    def end(self) -> None:
-        if self.pos != len(self.data):
-            raise CorruptRecordError(f"{OFFSETS_TOPIC} {self.what}: {len(self.data) - self.pos} trailing bytes")
-
-
 # --------------------------------------------------------------------- records
 class OffsetCommitKey(NamedTuple):
     group: str
@@ -236,13 +188,13 @@ Key = Union[OffsetCommitKey, GroupMetadataKey]
 
 def decode_key(data: bytes) -> Key:
     """An ``OffsetCommitKey`` (versions 0 and 1) or ``GroupMetadataKey`` (version 2)."""
-    r = _Reader(data, "key")
+    r = SchemaReader(data, f"{OFFSETS_TOPIC} key")
     version = r.i16()
     if version in (0, 1):
         group, topic = r.string(), r.string()
-        k: Key = OffsetCommitKey(group, topic, r.i32())  # type: ignore[arg-type]
+        k: Key = OffsetCommitKey(group, topic, r.i32())
     elif version == 2:
-        k = GroupMetadataKey(r.string())  # type: ignore[arg-type]
+        k = GroupMetadataKey(r.string())
     else:
         raise CorruptRecordError(f"{OFFSETS_TOPIC} key: unknown key version {version}")
     r.end()
@@ -251,7 +203,7 @@ def decode_key(data: bytes) -> Key:
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     """Versions 0-3 (version 1 carries an expire timestamp, 3 a leader epoch)."""
-    r = _Reader(data, "offset commit value")
+    r = SchemaReader(data, f"{OFFSETS_TOPIC} offset commit value")
     version = r.i16()
     if not 0 <= version <= 3:
         raise CorruptRecordError(f"{OFFSETS_TOPIC} offset commit value: unknown version {version}")
@@ -266,14 +218,14 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     """Versions 0-3 (1 adds rebalance_timeout, 2 current_state_timestamp, 3 group_instance_id)."""
-    r = _Reader(data, "group metadata value")
+    r = SchemaReader(data, f"{OFFSETS_TOPIC} group metadata value")
     version = r.i16()
     if not 0 <= version <= 3:
         raise CorruptRecordError(f"{OFFSETS_TOPIC} group metadata value: unknown version {version}")
     protocol_type = r.string()
     generation = r.i32()
-    protocol = r.string(nullable=True)
-    leader = r.string(nullable=True)
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
     ts = r.i64() if version >= 2 else -1
     n = r.i32()
     if n < 0 or n > len(data):
@@ -281,7 +233,7 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     members = []
     for _ in range(n):
         member_id = r.string()
-        instance = r.string(nullable=True) if version >= 3 else None
+        instance = r.nullable_string() if version >= 3 else None
         client_id = r.string()
         host = r.string()
         rebalance = r.i32() if version >= 1 else -1
@@ -290,9 +242,9 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
             rebalance = session
         sub = r.bytes_() or b""
         asg = r.bytes_() or b""
-        members.append(MemberMetadata(member_id, client_id, host, rebalance, session, sub, asg, instance))  # type: ignore[arg-type]
+        members.append(MemberMetadata(member_id, client_id, host, rebalance, session, sub, asg, instance))
     r.end()
-    return GroupMetadataValue(protocol_type, generation, protocol, leader, ts, tuple(members))  # type: ignore[arg-type]
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, ts, tuple(members))
 
 
 # ----------------------------------------------------------- consumer protocol
@@ -305,14 +257,14 @@ def encode_subscription(topics: Sequence[str], user_data: Optional[bytes] = None
 
 
 def decode_subscription(data: bytes) -> Tuple[List[str], Optional[bytes]]:
-    r = _Reader(data, "subscription")
+    r = SchemaReader(data, f"{OFFSETS_TOPIC} subscription")
     r.i16()  # every version starts with v0's fields
     n = r.i32()
     if n < 0 or n > len(data):
         raise CorruptRecordError(f"subscription: bad topic count {n}")
     topics = [r.string() for _ in range(n)]
-    user = r.bytes_() if r.pos < len(r.data) else None
-    return topics, user  # type: ignore[return-value]
+    user = r.bytes_() if r.left > 0 else None
+    return topics, user
 
 
 def encode_assignment(partitions: Sequence[Tuple[str, int]], user_data: Optional[bytes] = None) -> bytes:
@@ -331,7 +283,7 @@ def encode_assignment(partitions: Sequence[Tuple[str, int]], user_data: Optional
 def decode_assignment(data: bytes) -> List[Tuple[str, int]]:
     if not data:
         return []
-    r = _Reader(data, "assignment")
+    r = SchemaReader(data, f"{OFFSETS_TOPIC} assignment")
     r.i16()
     n = r.i32()
     if n < 0 or n > len(data):
@@ -342,7 +294,7 @@ def decode_assignment(data: bytes) -> List[Tuple[str, int]]:
         k = r.i32()
         if k < 0 or k > len(data):
             raise CorruptRecordError(f"assignment: bad partition count {k} for topic {t!r}")
-        out.extend((t, r.i32()) for _ in range(k))  # type: ignore[misc]
+        out.extend((t, r.i32()) for _ in range(k))
     return out
 
 

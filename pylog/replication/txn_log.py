@@ -46,6 +46,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from pylog.errors import CorruptRecordError, InvalidRequestError
 from pylog.replication.offsets_topic import java_string_hash, kafka_abs
+from pylog.replication.schema_reader import I8 as _I8, I16 as _I16, I32 as _I32, I64 as _I64, SchemaReader
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 #: Kafka's ``transaction.state.log.num.partitions`` default
@@ -60,10 +61,6 @@ NO_PRODUCER_EPOCH = -1
 
 TopicPartition = Tuple[str, int]
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 class TransactionState(enum.IntEnum):
@@ -204,66 +201,6 @@ def encode_value(value: TxnLogValue, version: int = 1) -> bytes:
 
 
 # ------------------------------------------------------------------ reading
-class _Reader:
-    """Bounds-checked reads over untrusted bytes; every failure names the field and position."""
-
-    __slots__ = ("buf", "pos", "what")
-
-    def __init__(self, buf: bytes, what: str):
-        self.buf = memoryview(bytes(buf))
-        self.pos = 0
-        self.what = what
-
-    def fail(self, msg: str) -> CorruptRecordError:
-        return CorruptRecordError(f"{self.what}: {msg} at byte {self.pos} of {len(self.buf)}")
-
-    def take(self, n: int, field_name: str) -> memoryview:
-        if n < 0 or n > len(self.buf) - self.pos:
-            raise self.fail(f"{field_name} needs {n} bytes, {len(self.buf) - self.pos} left")
-        v = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return v
-
-    def i8(self, name: str) -> int:
-        return int(_I8.unpack(self.take(1, name))[0])
-
-    def i16(self, name: str) -> int:
-        return int(_I16.unpack(self.take(2, name))[0])
-
-    def i32(self, name: str) -> int:
-        return int(_I32.unpack(self.take(4, name))[0])
-
-    def i64(self, name: str) -> int:
-        return int(_I64.unpack(self.take(8, name))[0])
-
-    def uvarint(self, name: str) -> int:
-        n = shift = 0
-        while True:
-            if shift > 28:
-                raise self.fail(f"{name}: unsigned varint longer than 5 bytes")
-            b = self.take(1, name)[0]
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-
-    def string(self, name: str, compact: bool) -> str:
-        if compact:
-            n = self.uvarint(name) - 1
-        else:
-            n = self.i16(name)
-        if n < 0:
-            raise self.fail(f"{name} is null")
-        try:
-            return bytes(self.take(n, name)).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise self.fail(f"{name} is not UTF-8 ({exc.reason})") from None
-
-    def end(self) -> None:
-        if self.pos != len(self.buf):
-            raise self.fail(f"{len(self.buf) - self.pos} trailing bytes")
-
-
 def decode_key(data: bytes) -> Optional[str]:
     """The transactional id of a ``__transaction_state`` record key.
 
@@ -273,7 +210,7 @@ def decode_key(data: bytes) -> Optional[str]:
     """
     if data is None:
         raise CorruptRecordError("transaction log key: null key")
-    r = _Reader(data, "transaction log key")
+    r = SchemaReader(data, "transaction log key")
     version = r.i16("version")
     if version != KEY_VERSION:
         return None
@@ -292,7 +229,7 @@ def decode_value(data: Optional[bytes]) -> Optional[TxnLogValue]:
     """
     if data is None:
         return None
-    r = _Reader(data, "transaction log value")
+    r = SchemaReader(data, "transaction log value")
     version = r.i16("version")
     if version not in VALUE_VERSIONS:
         raise r.fail(f"unknown value version {version}")
@@ -338,7 +275,7 @@ def decode_value(data: Optional[bytes]) -> Optional[TxnLogValue]:
                        prev_pid, next_pid, ctv)
 
 
-def _tagged(r: _Reader) -> List[Tuple[int, bytes]]:
+def _tagged(r: SchemaReader) -> List[Tuple[int, bytes]]:
     n = r.uvarint("tagged field count")
     out: List[Tuple[int, bytes]] = []
     last = -1
@@ -352,7 +289,7 @@ def _tagged(r: _Reader) -> List[Tuple[int, bytes]]:
     return out
 
 
-def _fixed(r: _Reader, body: bytes, st: struct.Struct, name: str) -> int:
+def _fixed(r: SchemaReader, body: bytes, st: struct.Struct, name: str) -> int:
     if len(body) != st.size:
         raise r.fail(f"tagged field {name} has {len(body)} bytes, expected {st.size}")
     return int(st.unpack(body)[0])
