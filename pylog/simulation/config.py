@@ -61,11 +61,15 @@ class SimConfig:
     auto_commit_interval_ms: int = 5_000
     #: the producer's ``enable_idempotence`` (False: the control run, where duplicates are expected)
     idempotent: bool = True
+    #: a step of the transactional producer (begin + sends, more sends, commit or abort; see
+    #: :class:`pylog.simulation.txn.TxnActor`), read by a read_committed consumer. 0 (the default)
+    #: makes neither client and draws nothing from the seed, so runs without it replay as before.
+    txn_rate: float = 0.0
 
     def validate(self) -> None:
         rates = (self.produce_rate, self.crash_rate, self.stop_rate, self.restart_rate, self.partition_rate,
                  self.heal_rate, self.slow_rate, self.disk_fail_rate, self.metadata_fail_rate, self.drop_rate,
-                 self.client_cut_rate, self.commit_rate)
+                 self.client_cut_rate, self.commit_rate, self.txn_rate)
         if any(r < 0 for r in rates) or sum(rates) > 1.0 + 1e-9:
             raise InvalidConfigurationError(f"simulation rates must be >= 0 and sum to at most 1 per step, got {rates}")
         if self.brokers < 1 or not 1 <= self.rf <= self.brokers:

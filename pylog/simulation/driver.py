@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from pylog.cluster import Cluster
+from pylog.record.types import ATTR_CONTROL
 from pylog.runtime.broker import SimDisk
 from pylog.runtime.transport.simnet import SimulatedNetwork
 from pylog.simulation.bugs import Bug, bug_named
 from pylog.simulation.config import STEP_MS, SimConfig
 from pylog.simulation.invariants import Invariants, Violation
+from pylog.simulation.txn import TxnActor, TxnReadChecks, leader_log
 from pylog.simulation.trace import Trace, sample
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,7 @@ class Simulation:
         self.c: Optional[Cluster] = None
         self.producer: Any = None
         self.consumer: Any = None
+        self.txn: Optional[TxnActor] = None
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
@@ -98,6 +101,12 @@ class Simulation:
             self.consumer = c.consumer("sim", list(cfg.topics), fetch_max_wait_ms=100,
                                        auto_commit_interval_ms=cfg.auto_commit_interval_ms)
             self.inv.c, self.inv.consumer = c, self.consumer
+            if cfg.txn_rate > 0:
+                self.txn = TxnActor(c, cfg.seed, cfg.topics, self.partitions, self.rng,
+                                    request_timeout_ms=cfg.request_timeout_ms,
+                                    delivery_timeout_ms=cfg.delivery_timeout_ms)
+                self.txn.start()
+                self.inv.txn = self.txn
             self._t0 = c.now_ms
             self._sample()
             step = 0
@@ -119,7 +128,11 @@ class Simulation:
             self.stats["virtual_ms"] = self._now()
             self.stats["commits_seen"] = len(self.inv.committed)
             self.stats["epoch_bumps"] = self.producer.epoch_bumps
+            if self.txn is not None:
+                self.stats.update(self.txn.stats)
         finally:
+            if self.txn is not None:
+                self.txn.close()
             c.close()
         if self.trace is not None:
             self.trace.end_ms = self.stats["virtual_ms"]
@@ -258,7 +271,10 @@ class Simulation:
             return f"drop connection {link[0]}-{link[1]}"
         cut += cfg.client_cut_rate
         if roll < cut:
-            client = rng.choice([self.producer, self.consumer])._node.node_id
+            clients = [self.producer, self.consumer]
+            if self.txn is not None:
+                clients += [self.txn.producer, self.txn.consumer]
+            client = rng.choice(clients)._node.node_id
             b = rng.randrange(n)
             way = rng.choice(["to", "from", "both"])
             if way == "to":
@@ -275,6 +291,9 @@ class Simulation:
             self.consumer.commit_async()
             self.stats["commits"] += 1
             return "commit"
+        cut += cfg.txn_rate
+        if roll < cut and self.txn is not None:
+            return self.txn.act()
         return ""
 
     def _metadata_failing(self) -> bool:
@@ -331,6 +350,8 @@ class Simulation:
                     break
                 self._advance(500)
             self._replace_disk(b)
+        if self.txn is not None:
+            self.txn.settle()
         for fut, _ in list(self.inv.futures):
             try:
                 fut.result()
@@ -343,18 +364,55 @@ class Simulation:
         self.inv.action = "final read"
         self.inv.step = step + 2
         tps = sorted(set(self.inv.acked) | {tp for tp, _ in self.inv.consumed})
+        if self.txn is not None:
+            tps = [(t, p) for t in self.cfg.topics for p in range(self.partitions)]
         for tp in tps:
             self.stats["acked"] += len(self.inv.acked.get(tp, {}))
             hw = c.describe(tp[0])[tp[1]].high_watermark
+            control = self._control_offsets(tp, hw)
             reader = c.consumer(None, [tp[0]], fetch_max_wait_ms=50)
             got: Dict[int, Optional[bytes]] = {}
             for _ in range(200):
                 for r in reader.poll(0.5):
                     if r.partition == tp[1]:
                         got[r.offset] = r.value
-                if len(got) >= hw:
+                if len(got) + len(control) >= hw:
                     break
-            self.inv.check_read_back(tp, got, hw, reader)
+            self.inv.check_read_back(tp, got, hw, reader, control)
+        if self.txn is not None:
+            self._read_committed_back()
+
+    def _control_offsets(self, tp: Any, hw: int) -> set:
+        """Offsets of the control batches (transaction markers) below ``hw`` in ``tp``'s leader log."""
+        if self.txn is None or self.c is None:
+            return set()
+        p = leader_log(self.c, tp)
+        if p is None:
+            return set()
+        return {o for i in p.log.read_batch_infos(0, hw) if i.attributes & ATTR_CONTROL
+                for o in range(i.base_offset, i.last_offset + 1)}
+
+    def _read_committed_back(self) -> None:
+        """A fresh read_committed consumer reads every partition to its HW; see
+        :meth:`Invariants.check_read_committed_back`."""
+        c = self.c
+        assert c is not None
+        tps = [(t, p) for t in self.cfg.topics for p in range(self.partitions)]
+        hws = {tp: c.describe(tp[0])[tp[1]].high_watermark for tp in tps}
+        reader = c.consumer(None, list(self.cfg.topics), isolation_level="read_committed", fetch_max_wait_ms=50)
+        checks = TxnReadChecks("final read_committed consumer")
+        got: Dict[Any, Dict[int, Optional[bytes]]] = {tp: {} for tp in tps}
+        for _ in range(400):
+            records = reader.poll(0.5)
+            problems = checks.saw(c, records)
+            if problems:
+                self.inv._violate("read-committed-only", problems[0])
+            for r in records:
+                got[(r.topic, r.partition)][r.offset] = r.value
+            if not records and all(reader.position(tp[0], tp[1]) >= hw for tp, hw in hws.items()):
+                break
+        self.inv.check_read_committed_back(got, checks)
+        reader.close(autocommit=False)
 
     def _sample(self) -> None:
         if self.trace is not None and self.c is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from pylog.replication.offsets_topic import OFFSETS_TOPIC
 from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, records_equal_below
 from pylog.simulation.config import TP, SimConfig
+from pylog.simulation.txn import ABORTED, COMMITTED, PLAIN, LogOutcomes, TxnActor, TxnReadChecks, leader_log, log_outcomes
 
 if TYPE_CHECKING:
     from pylog.cluster import Cluster
@@ -39,6 +40,11 @@ INVARIANTS: List[Tuple[str, str]] = [
     ("consumer-reads-acked", "a consumer reads the acknowledged value at each offset, one value per offset, no gaps"),
     ("idempotent-writes-once", "no value an idempotent producer sent is in a partition's log at two offsets"),
     ("commits-never-move-back", "a group's committed offset, as its serving coordinator holds it, never goes back"),
+    ("read-committed-only", "a read_committed consumer is never handed a record of an aborted or open transaction, "
+                            "nor one at or above its leader's last stable offset"),
+    ("transactions-whole", "a transaction is seen whole or not at all across its partitions: a read_committed "
+                           "consumer that saw any of it finds it committed in every partition, and reads all of a "
+                           "partition's part once past its marker"),
 ]
 
 
@@ -91,6 +97,8 @@ class Invariants:
         self.replica_hw: Dict[Tuple[int, int, TP], int] = {}
         self.max_hw: Dict[TP, int] = {}
         self.committed: Dict[Tuple[str, TP], int] = {}  # highest committed offset a serving coordinator held
+        #: the transactional producer and its read_committed consumer (``txn_rate`` > 0), else None
+        self.txn: Optional[TxnActor] = None
 
     def _violate(self, name: str, message: str) -> None:
         v = Violation(name, self.cfg.seed, self.step, self.now_ms(), self.action, message)
@@ -118,6 +126,8 @@ class Invariants:
         self._check_replicas()
         self._check_consumer()
         self._guard("commits-never-move-back", self._check_commits)
+        if self.txn is not None:
+            self._check_read_committed()
 
     def _harvest(self) -> None:
         keep = []
@@ -247,14 +257,99 @@ class Invariants:
         if twice:
             self._violate("idempotent-writes-once", twice[0])
 
-    def check_read_back(self, tp: TP, got: Dict[int, Optional[bytes]], hw: int, reader: Any) -> None:
+    def _check_read_committed(self) -> None:
+        """``read-committed-only`` and ``transactions-whole`` on what the read_committed consumer is
+        handed now (see :mod:`pylog.simulation.txn`): below the leader's LSO; plain or committed in
+        the leader's log below its HW (the oracle reads the raw batches and markers); every
+        transaction it saw any record of committed in each of its partitions; a partition's part of a
+        committed transaction read whole once the consumer is past its marker."""
+        t, c = self.txn, self.c
+        assert t is not None and c is not None
+        records = t.consumer.poll(0.0)
+        t.stats["rc_seen"] += len(records)
+        problems = t.reads.saw(c, records)
+        if problems:
+            self._violate("read-committed-only", problems[0])
+        self._judge_reads(t.reads, {(r.topic, r.partition) for r in records}, t)
+
+    def _judge_reads(self, reads: TxnReadChecks, fresh: Any, t: TxnActor) -> None:
+        c = self.c
+        assert c is not None
+        oracles: Dict[TP, Optional[LogOutcomes]] = {}
+
+        def oracle(tp: TP) -> Optional[LogOutcomes]:
+            if tp not in oracles:
+                p = leader_log(c, tp)
+                oracles[tp] = None if p is None else log_outcomes(p.log, p.high_watermark)
+            return oracles[tp]
+
+        for tp in sorted(fresh):
+            o = oracle(tp)
+            if o is None:
+                continue  # no serving leader now: the next check reads it
+            bad, partial = reads.check_against(tp, o)
+            if bad:
+                self._violate("read-committed-only", bad[0])
+            if partial:
+                self._violate("transactions-whole", partial[0])
+        seen_values = {v for got in reads.seen.values() for v in got.values()}
+        for txn in t.txns:
+            if not any(v in seen_values for vs in txn.values.values() for v in vs):
+                continue
+            if txn.state == "aborted":
+                self._violate("read-committed-only", f"{reads.name} saw a record of transaction {txn.name}, "
+                                                     f"which the producer aborted")
+            for tp, vs in sorted(txn.values.items()):
+                o = oracle(tp)
+                if o is None:
+                    continue
+                kinds = {k for k, v, _ in o.records.values() if v in vs}
+                if ABORTED in kinds:
+                    self._violate("transactions-whole", f"{reads.name} saw records of transaction {txn.name}, "
+                                                        f"which is aborted in {tp[0]}-{tp[1]}")
+
+    def check_read_committed_back(self, got: Dict[TP, Dict[int, Optional[bytes]]], reader: TxnReadChecks) -> None:
+        """The settle phase: a fresh read_committed consumer read every partition to its HW (``got``).
+        It read exactly the plain and committed records of each leader's log; every transaction the
+        producer committed is there whole, every one it aborted is absent, every other whole or absent."""
+        t, c = self.txn, self.c
+        assert t is not None and c is not None
+        for tp, records in sorted(got.items()):
+            p = leader_log(c, tp)
+            if p is None:
+                self._violate("read-committed-only", f"no serving leader of {tp[0]}-{tp[1]} after the settle")
+                continue
+            o = log_outcomes(p.log, p.high_watermark)
+            want = o.with_outcome(PLAIN, COMMITTED)
+            if records != want:
+                diff = sorted(set(records.items()) ^ set(want.items()))[:3]
+                self._violate("read-committed-only", f"final read_committed read of {tp[0]}-{tp[1]} differs "
+                                                     f"from the log's committed view, e.g. {diff}")
+        self._judge_reads(reader, set(got), t)
+        for problem in reader.check_whole((txn.name, txn.values) for txn in t.txns):
+            self._violate("transactions-whole", problem)
+        seen = {v for recs in got.values() for v in recs.values()}
+        for txn in t.txns:
+            vs = {v for s in txn.values.values() for v in s}
+            if txn.state == "committed" and not vs <= seen:
+                self._violate("transactions-whole", f"transaction {txn.name} was committed but "
+                                                    f"{len(vs - seen)} of its {len(vs)} records are not read back")
+            if txn.state == "aborted" and vs & seen:
+                self._violate("read-committed-only", f"transaction {txn.name} was aborted but "
+                                                     f"{len(vs & seen)} of its records are read back")
+
+    def check_read_back(self, tp: TP, got: Dict[int, Optional[bytes]], hw: int, reader: Any,
+                        control: Optional[set] = None) -> None:
         """The settle phase's last checks on what a fresh consumer ``reader`` read of ``tp`` below ``hw``:
-        no gaps, every acknowledged write at its offset, every record consumed during the run still
-        there, and (idempotent producer) no value twice."""
+        no gaps (but at the ``control`` offsets: transaction markers, which no consumer is handed), every
+        acknowledged write at its offset, every record consumed during the run still there, and
+        (idempotent producer) no value twice."""
         name = f"{tp[0]}-{tp[1]}"
         offsets = self.acked.get(tp, {})
+        skip = control or set()
         self._guard("consumer-reads-acked", lambda: _assert(
-            sorted(got) == list(range(len(got))), f"gap in the offsets read back from {name} (HW {hw})"))
+            sorted(got) == [o for o in range(len(got) + len(skip)) if o not in skip],
+            f"gap in the offsets read back from {name} (HW {hw})"))
 
         def acked_there() -> None:
             for off, value in offsets.items():
