@@ -280,7 +280,7 @@ class Invariants:
         def oracle(tp: TP) -> Optional[LogOutcomes]:
             if tp not in oracles:
                 p = leader_log(c, tp)
-                oracles[tp] = None if p is None else log_outcomes(p.log, p.high_watermark)
+                oracles[tp] = None if p is None else log_outcomes(p.log)
             return oracles[tp]
 
         for tp in sorted(fresh):

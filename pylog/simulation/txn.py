@@ -141,9 +141,14 @@ class TxnReadChecks:
     def __init__(self, name: str):
         self.name = name
         self.seen: Dict[TP, Dict[int, Optional[bytes]]] = {}
-        self.position: Dict[TP, int] = {}
+        #: the highest HW of a serving leader of each partition at any call of :meth:`saw`
+        self.max_hw: Dict[TP, int] = {}
 
     def saw(self, c: "Cluster", records: Iterable[Any]) -> List[str]:
+        """Note ``records`` (just handed out) and check each is below its leader's last stable
+        offset. The LSO is taken at the highest HW a serving leader had at any call (a new leader's
+        HW may briefly lag its predecessor's, whose HW the fetch may have used): a record at or
+        above it is in a transaction still open on the leader, or above every HW seen."""
         problems: List[str] = []
         lso: Dict[TP, Optional[int]] = {}
         for r in records:
@@ -155,7 +160,11 @@ class TxnReadChecks:
             got[r.offset] = r.value
             if tp not in lso:
                 p = leader_log(c, tp)
-                lso[tp] = None if p is None else p.log.last_stable_offset(p.high_watermark)
+                if p is None:
+                    lso[tp] = None
+                else:
+                    hw = self.max_hw[tp] = max(self.max_hw.get(tp, 0), p.high_watermark)
+                    lso[tp] = p.log.last_stable_offset(hw)
             top = lso[tp]
             if top is not None and r.offset >= top:
                 problems.append(f"{self.name}: {tp[0]}-{tp[1]} offset {r.offset} handed out at or above the "
@@ -163,8 +172,9 @@ class TxnReadChecks:
         return problems
 
     def check_against(self, tp: TP, outcomes: LogOutcomes) -> Tuple[List[str], List[str]]:
-        """``(bad reads, partial transactions)`` of ``tp`` against ``outcomes`` (its leader's log below
-        the HW): every record seen must be plain or committed there, with the value seen; and every
+        """``(bad reads, partial transactions)`` of ``tp`` against ``outcomes`` (its serving leader's
+        whole log: a marker a read_committed consumer relied on was below some leader's HW, so every
+        later leader has it): every record seen must be plain or committed there, with the value seen; and every
         committed transaction whose marker is below the highest offset seen must have been seen whole
         in this partition (the consumer reads from the log start)."""
         bad: List[str] = []
