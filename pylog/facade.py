@@ -85,8 +85,13 @@ class ClusterFacade(abc.ABC):
 
     def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
         """A :class:`~pylog.client.producer.Producer` on this cluster (see its docstring for the options);
-        closed with the cluster."""
+        closed with the cluster. With a ``transactional_id``, ``__transaction_state`` is created first if
+        it does not exist (as Kafka's brokers do on the first FindCoordinator for a transaction)."""
         self._ensure_open()
+        if kwargs.get("transactional_id") is not None:
+            ensure = getattr(self, "ensure_transaction_state_topic", None)  # (added with the coordinator hosting)
+            if ensure is not None:
+                ensure()
         p = Producer(self, acks=acks, **kwargs)
         self._track(p)
         return p

@@ -78,7 +78,8 @@ def _dict_init(cls: type) -> type:
 @dataclass(frozen=True)
 class ProduceRequest:
     """``records``: encoded RecordBatch v2 bytes (what the producer sends; carries the producer id,
-    epoch and base sequence), or a list of values / :class:`Record` for the leader to encode."""
+    epoch and base sequence), or a list of values / :class:`Record` for the leader to encode.
+    ``transactional_id``: the transactional producer's id (Kafka's ProduceRequest field), None otherwise."""
 
     topic: str
     partition: int
@@ -86,6 +87,7 @@ class ProduceRequest:
     acks: int
     timeout_ms: int
     correlation_id: int
+    transactional_id: Optional[str] = None
 
 
 @_dict_init
