@@ -559,7 +559,8 @@ class Producer(BufferPool, Sender):
             return
         txn = self._txn
         if txn is not None and not self._closed and (timeout is None or timeout > 0) and txn.state in (
-                TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) and not self.scheduler.on_loop():
+                TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) \
+                and not (self._realtime and self.scheduler.on_loop()):
             # Kafka's Sender aborts an incomplete transaction on a graceful close (else the coordinator
             # would only abort it at transaction_timeout_ms, holding back read_committed readers).
             try:
