@@ -32,6 +32,7 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Any, Callable, Iterator, List, Optional
 
+from pylog.client.txn_filter import AbortedTransaction, ReadCommittedFilter
 from pylog.errors import CorruptRecordError
 from pylog.record import RecordBatch, scan
 from pylog.record.codec import decode_columns, record_fields
@@ -194,6 +195,37 @@ class FetchDecoder:
             self.next_offset = nxt = max(nxt, self._general(batch, pos, hw, topic, partition, emit, above_hw))
             at += batch.info.size
             last = batch.info.last_offset
+        return nxt
+
+    def decode_committed(self, data: Any, pos: int, lso: int, aborted: Any, topic: str, partition: int,
+                         emit: Callable[[Any], None], above_lso: Optional[Callable[[int], None]] = None) -> int:
+        """:meth:`decode` for a read_committed response whose aborted-transaction list is not empty:
+        every batch goes through the general path, a :class:`~pylog.client.txn_filter.ReadCommittedFilter`
+        of ``aborted`` (``(producer_id, first_offset)`` pairs, any order) deciding batch by batch - the
+        run decoder passes transactional batches through, so it serves only responses whose list is
+        empty. Hands out the records with ``pos <= offset < lso`` of the kept batches; returns the
+        next fetch offset, one past every batch below ``lso`` (kept or dropped: markers and aborted
+        transactions are not fetched again). Errors as :meth:`decode` (a malformed control record
+        too). Complexity: O(bytes) plus one decode per kept batch and per marker.
+        """
+        view = memoryview(data)
+        total = len(view)
+        at = 0
+        self.next_offset = nxt = pos
+        keep = ReadCommittedFilter([AbortedTransaction._make(a) for a in aborted]).keep
+        last = -1
+        while at < total:
+            batch = self._one_batch(view, at, last)
+            if batch is None:
+                break
+            info = batch.info
+            at += info.size
+            last = info.last_offset
+            if keep(batch):  # (asked for every batch, in order: the aborted producers follow the markers)
+                nxt = max(nxt, self._general(batch, pos, lso, topic, partition, emit, above_lso))
+            elif pos <= last < lso:
+                nxt = max(nxt, last + 1)
+            self.next_offset = nxt
         return nxt
 
     def _general(self, batch: RecordBatch, pos: int, hw: int, topic: str, partition: int,
