@@ -101,41 +101,43 @@ def _caught(tmp_path, seeds, invariant):
     return caught
 
 
-def test_checker_catches_a_consumer_that_ignores_aborts(tmp_path, monkeypatch):
-    """Mutation check of read-committed-only: a read_committed consumer handed every record below the HW
-    (the read side's filter switched off, the fetch capped at the HW instead of the LSO) is caught."""
-    from pylog.client import fetcher
+def test_checker_catches_a_consumer_that_keeps_aborted_batches(tmp_path, monkeypatch):
+    """Mutation check of read-committed-only: a read_committed consumer whose filter keeps aborted
+    transactional batches (it still stops at the LSO) is caught, with the replay command."""
+    from pylog.client.txn_filter import ReadCommittedFilter
 
-    monkeypatch.setattr(fetcher.Fetcher, "isolation_level", "read_uncommitted", raising=False)
-    orig_init = fetcher.Fetcher._init_fetcher
-
-    def init(self, *a, **kw):
-        orig_init(self, *a, **kw)
-        self.isolation_level = "read_uncommitted"
-
-    monkeypatch.setattr(fetcher.Fetcher, "_init_fetcher", init)
+    monkeypatch.setattr(ReadCommittedFilter, "keep", lambda self, batch: not batch.is_control)
     caught = _caught(tmp_path, range(FIRST, FIRST + 40), "read-committed-only")
-    assert any("[read-committed-only]" in m and "PYLOG_TXN_SIM_SEED=" in m for m in caught), caught
+    assert any("[read-committed-only]" in m and "aborted in the log" in m and "PYLOG_TXN_SIM_SEED=" in m
+               for m in caught), caught
 
 
-def test_checker_catches_markers_written_to_only_one_partition(tmp_path, monkeypatch):
-    """Mutation check of transactions-whole: a coordinator that sends the markers of a transaction to
-    only its first partition (the others stay open, then time out and abort) is caught."""
-    from pylog.replication import txn_coordinator
+def test_checker_catches_a_leader_that_serves_open_transactions(tmp_path, monkeypatch):
+    """Mutation check of read-committed-only: a leader whose LSO is its HW (open transactions served to
+    read_committed fetches) is caught by the raw-log oracle (the record's transaction is open)."""
+    from pylog.storage.log import Log
 
-    orig = txn_coordinator.TransactionCoordinator.on_log_append
+    monkeypatch.setattr(Log, "last_stable_offset", lambda self, hw: min(hw, self.log_end_offset))
+    caught = _caught(tmp_path, range(FIRST, FIRST + 40), "read-committed-only")
+    assert any("[read-committed-only]" in m and "is open in the log" in m for m in caught), caught
 
-    def first_marker_only(self, *a, **kw):
-        out = orig(self, *a, **kw)
-        markers = getattr(out, "markers", None)
-        if markers:
-            try:
-                object.__setattr__(out, "markers", tuple(markers)[:1])
-            except (AttributeError, TypeError):
-                pass
-        return out
 
-    monkeypatch.setattr(txn_coordinator.TransactionCoordinator, "on_log_append", first_marker_only)
+def test_checker_catches_a_transaction_committed_in_one_partition_only(tmp_path, monkeypatch):
+    """Mutation check of transactions-whole: a coordinator that writes COMMIT to a transaction's first
+    partition and ABORT to the others is caught."""
+    import dataclasses
+
+    from pylog.runtime.txn_host import TxnHost
+
+    orig = TxnHost._act
+
+    def split(self, o, now_ms, out, replied=False):
+        if len(o.markers) > 1 and o.markers[0].committed:
+            first, *rest = sorted(o.markers, key=lambda m: (m.topic, m.partition))
+            o = dataclasses.replace(o, markers=(first,) + tuple(dataclasses.replace(m, committed=False) for m in rest))
+        return orig(self, o, now_ms, out, replied)
+
+    monkeypatch.setattr(TxnHost, "_act", split)
     caught = _caught(tmp_path, range(FIRST, FIRST + 40), "transactions-whole")
     assert any("[transactions-whole]" in m for m in caught), caught
 
