@@ -168,7 +168,8 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
             last = max(last, pos)
             pid = e.producer_id
             if pid >= 0 and (e.transactional or e.marker is not None):
-                self._producer_epochs[pid] = max(self._producer_epochs.get(pid, -1), e.producer_epoch)
+                self._producer_epochs[(partition, pid)] = max(self._producer_epochs.get((partition, pid), -1),
+                                                              e.producer_epoch)
             if e.marker is not None:
                 if pid < 0:
                     continue
@@ -252,6 +253,7 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
         """Stop serving ``partition``'s groups; pending joins and syncs get ``NotCoordinatorError``."""
         out = Outbox()
         self.loaded.pop(partition, None)
+        self._producer_epochs = {k: v for k, v in self._producer_epochs.items() if k[0] != partition}
         why = f"broker {self.broker_id} no longer leads {ot.OFFSETS_TOPIC}-{partition}"
         for gid in [gid for gid, g in self.groups.items() if g.partition == partition]:
             g = self.groups.pop(gid)

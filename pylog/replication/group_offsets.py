@@ -151,13 +151,13 @@ class GroupOffsets(CoordinatorCore):
         if pid < 0 or epoch < 0:
             return fail(InvalidRequestError, f"TxnOffsetCommit for group {req.group_id!r}: producer id {pid} / "
                         f"epoch {epoch} is not a transactional producer's")
-        known = self._producer_epochs.get(pid, -1)
+        known = self._producer_epochs.get((g.partition if g is not None else self.partition_of(req.group_id), pid), -1)
         if epoch < known:
             return fail(InvalidProducerEpochError, f"TxnOffsetCommit for group {req.group_id!r}: producer {pid} "
                         f"epoch {epoch} is older than epoch {known} (fenced)")
-        self._producer_epochs[pid] = epoch
         if g is None:  # as Kafka: a transactional commit creates the group's state
             g = self.groups[req.group_id] = Group(req.group_id, self.partition_of(req.group_id))
+        self._producer_epochs[(g.partition, pid)] = epoch
         values = {(t, p): ot.OffsetCommitValue(off, le, meta or "", now_ms) for t, p, off, le, meta in req.offsets}
         if not values:
             out.send(src, TxnOffsetCommitResponse(req.correlation_id))
@@ -166,15 +166,18 @@ class GroupOffsets(CoordinatorCore):
                    for (t, p), v in values.items()]
         group = g
         outcome: List[Optional[bool]] = [None]  # set by complete_txn if the producer's marker comes first
-        self._txn_appends.setdefault(pid, []).append(outcome)
+        slot = (g.partition, pid)
+        self._txn_appends.setdefault(slot, []).append(outcome)
 
         def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
             txn_commit_done(group, values)
-            mine = self._txn_appends.get(pid, [])
-            if outcome in mine:
-                mine.remove(outcome)
-                if not mine:
-                    del self._txn_appends[pid]
+            mine = self._txn_appends.get(slot, [])
+            for i, x in enumerate(mine):
+                if x is outcome:
+                    del mine[i]
+                    break
+            if not mine:
+                self._txn_appends.pop(slot, None)
             if resp.error is not None:
                 error, message = self._append_error(resp)
                 o.send(src, TxnOffsetCommitResponse(req.correlation_id, error=error, message=message))
@@ -205,7 +208,7 @@ class GroupOffsets(CoordinatorCore):
         out = Outbox()
         if partition not in self.loaded:
             return out
-        for outcome in self._txn_appends.get(producer_id, ()):
+        for outcome in self._txn_appends.get((partition, producer_id), ()):
             outcome[0] = committed
         for g in self.groups.values():
             if g.partition != partition:
