@@ -483,7 +483,7 @@ class Partition:
             self.isr_expands += 1
 
     def on_alter_partition_response(self, resp: AlterPartitionResponse, now_ms: int) -> bool:
-        """Adopt the controller's committed ISR; True if the ISR changed.
+        """Adopt the controller's committed ISR; True if the ISR (or, a refusal settling the proposal, the HW) changed.
 
         Only the answer to the proposal in flight ends it (an answer to an older copy of another
         proposal does not). A refusal that shows the ISR this leader already has settles the
@@ -501,6 +501,10 @@ class Partition:
         if st.partition_epoch <= self.partition_epoch:
             if mine and st.partition_epoch == self.partition_epoch:
                 self.unconfirmed_additions = set()
+                # Settled: the HW stops waiting for the refused addition - now, since no fetch of this
+                # partition may come to recompute it (a follower's incremental fetch session leaves out
+                # partitions whose offset did not change, and the refused replica may be gone).
+                return self.maybe_increment_hw(now_ms)
             return False
         self._count_isr_change(st.isr)
         self.isr = set(st.isr)
