@@ -41,7 +41,7 @@ INVARIANTS: List[Tuple[str, str]] = [
     ("idempotent-writes-once", "no value an idempotent producer sent is in a partition's log at two offsets"),
     ("commits-never-move-back", "a group's committed offset, as its serving coordinator holds it, never goes back"),
     ("read-committed-only", "a read_committed consumer is never handed a record of an aborted or open transaction, "
-                            "nor one at or above its leader's last stable offset"),
+                            "nor one at or above the last stable offset its leader reported"),
     ("transactions-whole", "a transaction is seen whole or not at all across its partitions: a read_committed "
                            "consumer that saw any of it finds it committed in every partition, and reads all of a "
                            "partition's part once past its marker"),
@@ -259,12 +259,14 @@ class Invariants:
 
     def _check_read_committed(self) -> None:
         """``read-committed-only`` and ``transactions-whole`` on what the read_committed consumer is
-        handed now (see :mod:`pylog.simulation.txn`): below the leader's LSO; plain or committed in
+        handed now (see :mod:`pylog.simulation.txn`): below the LSO each fetch reported and below every
+        transaction open on the leader; plain or committed in
         the leader's log below its HW (the oracle reads the raw batches and markers); every
         transaction it saw any record of committed in each of its partitions; a partition's part of a
         committed transaction read whole once the consumer is past its marker."""
         t, c = self.txn, self.c
         assert t is not None and c is not None
+        self._guard("read-committed-only", t.consumer._check)  # nothing at or above a reported LSO
         records = t.consumer.poll(0.0)
         t.stats["rc_seen"] += len(records)
         problems = t.reads.saw(c, records)

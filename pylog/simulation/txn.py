@@ -129,9 +129,8 @@ def leader_log(c: "Cluster", tp: TP) -> Any:
 class TxnReadChecks:
     """What one read_committed consumer was handed, checked as it goes and at the end.
 
-    Call :meth:`saw` with each polled batch of records (it checks at once that every record is
-    below its partition leader's LSO - the leader serving now, whose LSO only grows while it
-    leads); :meth:`check_against` with each partition's :class:`LogOutcomes` (every record seen is
+    Call :meth:`saw` with each polled batch of records (it checks at once that no record is in
+    a transaction still open on its partition's leader); :meth:`check_against` with each partition's :class:`LogOutcomes` (every record seen is
     committed or plain at the offset it was seen at, with the same value; a transaction is seen
     whole in a partition once the consumer read past its marker); :meth:`check_whole` checks that
     every transaction the consumer saw any record of was seen whole across all its partitions
@@ -141,16 +140,16 @@ class TxnReadChecks:
     def __init__(self, name: str):
         self.name = name
         self.seen: Dict[TP, Dict[int, Optional[bytes]]] = {}
-        #: the highest HW of a serving leader of each partition at any call of :meth:`saw`
-        self.max_hw: Dict[TP, int] = {}
 
     def saw(self, c: "Cluster", records: Iterable[Any]) -> List[str]:
-        """Note ``records`` (just handed out) and check each is below its leader's last stable
-        offset. The LSO is taken at the highest HW a serving leader had at any call (a new leader's
-        HW may briefly lag its predecessor's, whose HW the fetch may have used): a record at or
-        above it is in a transaction still open on the leader, or above every HW seen."""
+        """Note ``records`` (just handed out) and check each is below the first offset of the oldest
+        transaction still open on its partition's serving leader (an LSO bound that holds whatever
+        leader served the fetch: a transaction open now was open then; the leader's HW part of the
+        LSO is checked by the consumer itself against the LSO each response reported,
+        ``Consumer._check``). Reads the leader's producer state, never changes it (``Log.last_stable_offset``
+        would: it forgets the transactions below the HW it is given)."""
         problems: List[str] = []
-        lso: Dict[TP, Optional[int]] = {}
+        unstable: Dict[TP, Optional[int]] = {}
         for r in records:
             tp = (r.topic, r.partition)
             got = self.seen.setdefault(tp, {})
@@ -158,17 +157,13 @@ class TxnReadChecks:
                 problems.append(f"{self.name}: {tp[0]}-{tp[1]} offset {r.offset} read as {got[r.offset]!r} "
                                 f"then {r.value!r}")
             got[r.offset] = r.value
-            if tp not in lso:
+            if tp not in unstable:
                 p = leader_log(c, tp)
-                if p is None:
-                    lso[tp] = None
-                else:
-                    hw = self.max_hw[tp] = max(self.max_hw.get(tp, 0), p.high_watermark)
-                    lso[tp] = p.log.last_stable_offset(hw)
-            top = lso[tp]
+                unstable[tp] = None if p is None else p.log.first_unstable_offset
+            top = unstable[tp]
             if top is not None and r.offset >= top:
                 problems.append(f"{self.name}: {tp[0]}-{tp[1]} offset {r.offset} handed out at or above the "
-                                f"leader's last stable offset {top}")
+                                f"first offset {top} of a transaction still open on the leader")
         return problems
 
     def check_against(self, tp: TP, outcomes: LogOutcomes) -> Tuple[List[str], List[str]]:

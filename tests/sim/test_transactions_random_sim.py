@@ -13,7 +13,7 @@ with the same transactional id. Every invariant of
 
 * ``read-committed-only``: the read_committed consumer is never handed a
   record of an aborted or open transaction (judged on the leader's raw log:
-  batch headers and COMMIT/ABORT markers) nor one at or above the leader's LSO;
+  batch headers and COMMIT/ABORT markers) nor one at or above the LSO its fetch reported;
 * ``transactions-whole``: a transaction it saw any record of is committed in
   every partition it wrote, and, once the consumer is past its marker in a
   partition, was read whole there; at the end a fresh read_committed consumer

@@ -34,8 +34,9 @@ Checks (Kafka's, plus the read side's):
 * the concurrent read_committed consumer never sees an aborted or open
   record (every record it was handed is committed in the log, which is read
   raw - batch headers and markers, :func:`pylog.simulation.txn.log_outcomes`),
-  never a record at or above the leader's last stable offset at the moment
-  it is handed out, and its records are the final reader's at each offset;
+  never a record at or above the LSO its fetch reported nor in a transaction
+  still open on the leader when it is handed out, and its records are the
+  final reader's at each offset;
 * the aborted records really are in the log (so the check is not vacuous),
   and what the final reader reads is exactly the committed view of the raw
   log.
@@ -51,6 +52,7 @@ A failing seed's message ends with the command that replays it::
 """
 from __future__ import annotations
 
+import gc
 import os
 import random
 import shutil
@@ -59,8 +61,9 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pytest
 
+from pylog.client._node import ClientNode
 from pylog.cluster import Cluster
-from pylog.errors import ProducerFencedError, PylogError
+from pylog.errors import ProducerFencedError, PylogError, UnknownTopicOrPartitionError
 from pylog.simulation.txn import ABORTED, COMMITTED, OPEN, PLAIN, TxnReadChecks, leader_log, log_outcomes
 
 IN, OUT = "input-topic", "output-topic"
@@ -118,6 +121,12 @@ class Copier:
         records = self.consumer.poll(0.3)
         if not records:
             return 0
+        self.run.log.append(f"t={self.run.c.now_ms} {self} polled {len(records)}: "
+                            + ", ".join(f"{tp[1]}@{min(r.offset for r in records if (r.topic, r.partition) == tp)}.."
+                                        f"{max(r.offset for r in records if (r.topic, r.partition) == tp)}"
+                                        for tp in sorted({(r.topic, r.partition) for r in records}))
+                            + f" assignment {sorted(tuple(tp) for tp in self.consumer.assignment())}"
+                            + f" generation {self.consumer.group_metadata().generation_id}")
         self.producer.begin_transaction()
         offsets: Dict[TP, int] = {}
         for r in records:
@@ -139,7 +148,10 @@ class Copier:
             run.stats["aborts"] += 1
             return "aborted"
         try:
-            self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
+            meta = self.consumer.group_metadata()
+            run.log.append(f"t={run.c.now_ms} {self} sends offsets {sorted(offsets.items())} at generation "
+                           f"{meta.generation_id}")
+            self.producer.send_offsets_to_transaction(offsets, meta)
             self.producer.commit_transaction()
         except ProducerFencedError:
             raise
@@ -150,21 +162,30 @@ class Copier:
             self.rewind()
             run.stats["failed_commits"] += 1
             return "failed"
+        run.log.append(f"t={run.c.now_ms} {self} (producer {self.producer_identity()}) committed {self.sent} records, "
+                       f"offsets {sorted(offsets.items())}")
         for tp, off in offsets.items():
             run.progress[tp] = max(run.progress.get(tp, 0), off)
         run.stats["commits"] += 1
         run.stats["copied"] += self.sent
         return "committed"
 
+    def producer_identity(self) -> str:
+        txn = getattr(self.producer, "_txn", None)
+        return f"{getattr(txn, 'producer_id', '?')}/{getattr(txn, 'producer_epoch', '?')}"
+
     def rewind(self) -> None:
         """After an abort: every assigned partition back to the group's committed offset (Kafka's
         copier's ``resetToLastCommittedPositions``)."""
         for tp in self.consumer.assignment():
             committed = self.consumer.committed(tp[0], tp[1])
-            if committed is None:
-                self.consumer.seek_to_beginning(tp)
-            else:
-                self.consumer.seek(tp[0], tp[1], committed)
+            try:
+                if committed is None:
+                    self.consumer.seek_to_beginning(tp)
+                else:
+                    self.consumer.seek(tp[0], tp[1], committed)
+            except UnknownTopicOrPartitionError:
+                pass  # revoked meanwhile (a rebalance while committed() waited): its next owner starts there
 
     def crash(self) -> None:
         """Vanish like a killed process: no LeaveGroup, no abort, in-flight requests are lost."""
@@ -185,12 +206,16 @@ class Copier:
 
 
 class Run:
-    def __init__(self, path: str, seed: int, *, records: int = 1_200, copiers: int = 3):
+    def __init__(self, path: str, seed: int, *, records: int = 3_000, copiers: int = 3):
+        # A seed replays the same in a fresh process and after other runs: client node names come from
+        # a process-wide counter, and objects of an earlier run collected mid-run change the replay.
+        ClientNode._ids = 0
+        gc.collect()
         self.seed = seed
         self.rng = random.Random(seed ^ 0x7A5)
         self.c = Cluster(path, brokers=3, seed=seed, session_timeout_ms=2_000, heartbeat_interval_ms=250)
         self.records = records
-        self.txn_max = self.rng.choice([150, 250, 400])
+        self.txn_max = self.rng.choice([100, 200, 300, 500])
         self.n_copiers = copiers
         self.stats: Counter = Counter()
         self.progress: Dict[TP, int] = {}
@@ -291,6 +316,7 @@ class Run:
 
     # ---------------------------------------------------------------- run
     def observe(self) -> None:
+        self.reader._check()  # nothing handed out at or above the LSO a fetch response reported
         records = self.reader.poll(0.0)
         problems = self.reads.saw(self.c, records)
         assert not problems, problems[0]
@@ -443,26 +469,23 @@ def run_seed(path: str, seed: int, **kwargs: Any) -> Counter:
     return run.stats
 
 
-DEFAULT_SEEDS = (1, 2, 3, 4)
+#: the default suite's seeds: a few plus the seeds that found bugs (11: a rebalance between a copier's
+#: poll and its send_offsets_to_transaction let it commit offsets of a partition another copier had
+#: already started copying - Consumer.group_metadata() now gives the generation of the poll)
+DEFAULT_SEEDS = (1, 2, 3, 4, 5, 11)
 
 
-@pytest.mark.parametrize("seed", DEFAULT_SEEDS)
-def test_transactional_copy_under_bounces(tmp_path, seed):
-    stats = run_seed(str(tmp_path / f"seed-{seed}"), seed)
-    # The faults, aborts and transactions really happened (a driver bug could skip them silently).
-    assert stats["commits"] >= 3 and stats["aborts"] + stats["failed_commits"] >= 1, stats
-    assert stats["aborted_records"] > 0, stats  # the read_committed checks met aborted data
-    assert stats["observed"] > 0, stats
-    assert stats["hard_bounces"] + stats["clean_bounces"] >= 1, stats
-    assert stats["copier_hard_bounces"] + stats["copier_clean_bounces"] + stats["zombies"] >= 1, stats
-
-
-def test_faults_of_every_kind_across_the_default_seeds(tmp_path):
-    """Together the default seeds bounce brokers both ways, copiers both ways, and fence a zombie."""
+def test_transactional_copy_under_bounces(tmp_path):
     totals: Counter = Counter()
     for seed in DEFAULT_SEEDS:
-        totals.update(run_seed(str(tmp_path / f"s{seed}"), seed, records=400))
-    for k in ("hard_bounces", "clean_bounces", "copier_hard_bounces", "copier_clean_bounces", "zombies_fenced"):
+        stats = run_seed(str(tmp_path / f"seed-{seed}"), seed)
+        # per seed: transactions committed, and the concurrent reader read the output
+        assert stats["commits"] >= 3 and stats["observed"] > 0, (seed, stats)
+        totals.update(stats)
+    # Together the seeds really bounce brokers both ways, copiers both ways, fence zombies, abort
+    # transactions (so the read_committed checks meet aborted records) and fail commits.
+    for k in ("hard_bounces", "clean_bounces", "copier_hard_bounces", "copier_clean_bounces", "zombies_fenced",
+              "aborts", "failed_commits", "aborted_records"):
         assert totals[k] >= 1, (k, totals)
 
 
