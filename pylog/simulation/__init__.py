@@ -44,6 +44,11 @@ and HW every ``sample_ms`` of virtual time, the controller's ISR and leader,
 leader changes with their epoch, and fault events - what ``pylog sim --plot``
 draws (:func:`plot_trace`).
 
+With ``txn_rate`` > 0 a transactional producer (begin, sends, commit or abort) and a
+read_committed consumer join, and two more invariants are checked after every step:
+``read-committed-only`` and ``transactions-whole`` (:mod:`.txn`: the oracle reads each leader's raw
+log - batch headers and markers).
+
 Only the cluster's public API is driven; brokers' replica managers are read,
 never changed. A known bug (``bug=``, :mod:`.bugs`) is a strategy handed to
 the cluster, never a patch.
@@ -51,7 +56,7 @@ the cluster, never a patch.
 The package: :mod:`.config` (:class:`SimConfig`), :mod:`.driver`
 (:class:`Simulation`: the cluster, the fault steps, the settle phase),
 :mod:`.invariants` (:data:`INVARIANTS` and their checker), :mod:`.bugs`,
-:mod:`.trace` (:class:`Trace`) and :mod:`.plot` (:func:`plot_trace`; matplotlib
+:mod:`.trace` (:class:`Trace`), :mod:`.txn` (the transactions oracle and client) and :mod:`.plot` (:func:`plot_trace`; matplotlib
 is imported only when drawing). It sits on the facade floor (docs/design.md):
 it drives :class:`pylog.Cluster` and reads replication state; nothing below
 imports it.
