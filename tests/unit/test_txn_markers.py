@@ -11,6 +11,7 @@ from pylog.client._node import ClientNode
 from pylog.cluster import Cluster
 from pylog.errors import (
     InvalidProducerEpochError,
+    KafkaStorageError,
     NotLeaderError,
     RequestTimedOutError,
     TransactionCoordinatorFencedError,
@@ -169,3 +170,41 @@ def test_marker_listener_called_once_per_committed_marker(sim):
     assert w.end_txn("t", 0, PID_A, 0, committed=True, coordinator_epoch=0) is None  # a retry: a second marker
     sim.advance(1_000)
     assert heard == [(leader, "t", 0, PID_A, True), (leader, "t", 0, PID_B, False), (leader, "t", 0, PID_A, True)]
+
+
+def test_marker_pending_when_the_leader_stops_gets_not_leader(sim):
+    """A marker appended but not yet committed when its replica stops leading is answered NotLeaderError
+    (the coordinator retries at the new leader), and the listener does not hear of it."""
+    w = Wire(sim)
+    w.produce_txn("t", 0, PID_A, 0, 0, [b"a"])
+    leader = sim.leader_of("t", 0)
+    rm = sim.brokers[leader].rm
+    heard: List[Any] = []
+    rm.marker_listener = lambda *args: heard.append(args)
+    sim.partition_network([leader], [b for b in sim.brokers if b != leader])
+    box: List[Any] = []
+    m = TxnMarker("t", 0, PID_A, 0, 0, True)
+    sim.scheduler.run_sync(lambda: w.node.request(leader, WriteTxnMarkersRequest((m,), 4343), 120_000, box.append))
+    sim.advance(100)
+    assert box == [] and len(rm.delayed_produce[("t", 0)]) == 1
+    from pylog.replication.messages import StopReplicaRequest
+
+    out = sim.scheduler.run_sync(lambda: rm.handle("controller", StopReplicaRequest(rm.controller_epoch, "t", 0),
+                                                   sim.now_ms))
+    answers = [msg for _, msg in out.items if isinstance(msg, WriteTxnMarkersResponse)]
+    assert len(answers) == 1 and answers[0].results == ((m, NotLeaderError),)
+    assert heard == []
+
+
+@pytest.mark.parametrize("raised", [KafkaStorageError("disk gone"), OSError(5, "EIO")])
+def test_failing_disk_answers_kafka_storage_error(sim, raised):
+    w = Wire(sim)
+    w.produce_txn("t", 0, PID_A, 0, 0, [b"a"])
+    part = replica(sim, sim.leader_of("t", 0))
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise raised
+
+    part.log.append_marker = fail
+    m = TxnMarker("t", 0, PID_A, 0, 0, False)
+    assert w.markers(sim.leader_of("t", 0), m).results == ((m, KafkaStorageError),)
