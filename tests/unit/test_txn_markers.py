@@ -92,9 +92,13 @@ def test_marker_is_answered_once_committed_and_replicated(sim):
     assert w.end_txn("t", 0, PID_A, 0, committed=True) is None
     # answered only once the HW passed the marker (acks=all): every ISR member has it
     assert lead.high_watermark == 3 and lead.last_stable_offset == 3
+    sim.advance(1_000)  # the followers learn the HW
     for b in sim.brokers:
         assert control_offsets(replica(sim, b)) == [2], b
-        assert replica(sim, b).log.producer_state.first_unstable_offset is None, b
+        ps = replica(sim, b).log.producer_state
+        assert ps.first_unstable_offset is None, b
+        # the HW passed the marker: the completed transaction is forgotten (onHighWatermarkUpdated)
+        assert not ps.unreplicated, (b, ps.unreplicated)
 
 
 def test_marker_answer_waits_for_the_isr(sim):
