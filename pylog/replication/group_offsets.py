@@ -1,9 +1,13 @@
-"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry (KIP-211) and deleted topics.
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry (KIP-211), deleted topics, and
+transactional offsets (TxnOffsetCommit, the markers' :meth:`GroupOffsets.complete_txn`, require-stable).
 
 A commit is appended to the group's ``__consumer_offsets`` partition with
 ``acks=all`` and becomes visible to OffsetFetch (and is answered) only once
 that append is acknowledged. Expiry tombstones offsets older than
-``offsets_retention_ms`` and removes Empty groups left without offsets.
+``offsets_retention_ms`` and removes Empty groups left without offsets. A
+TxnOffsetCommit is appended as a transactional batch of its producer and waits
+(``Group.pending_txn``) for the producer's marker: COMMIT applies each offset
+unless a newer record wrote it, ABORT drops them (docs/consumer-groups.md).
 
 Complexity: O(partitions committed) per request; expiry O(offsets) per check.
 Durability: a commit is acknowledged only once the offsets partition's ISR has it.
