@@ -15,8 +15,9 @@ handler with the transport, and runs a periodic tick that:
   leading the coordinator unloads those groups (see docs/consumer-groups.md).
 
 Group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, DeleteGroups, and the admin ListGroups, DescribeGroups,
-OffsetDelete) go to the coordinator; FindCoordinator and ListOffsets are
+OffsetFetch, DeleteGroups, TxnOffsetCommit, and the admin ListGroups, DescribeGroups,
+OffsetDelete) go to the coordinator, and committed ``__consumer_offsets``
+transaction markers complete its transactional offsets; FindCoordinator and ListOffsets are
 answered here. The tick also expires idle producer ids in every replica's
 producer state (``expiry_config``: ``producer_id_expiration_ms``).
 
@@ -53,11 +54,13 @@ from pylog.replication.messages import (
     StopReplicaResponse,
     TopicsDeleted,
 )
-from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
+from pylog.replication.offsets_topic import OFFSETS_TOPIC, LogEntry, partition_for_group
+from pylog.replication.txn_messages import TxnOffsetCommitRequest
 from pylog.replication.partition import LEADER
 from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, ReplicaManagerConfig
 from pylog.runtime.scheduler import Scheduler, Timer
 from pylog.runtime.transport.base import Transport
+from pylog.storage.control_record import ControlRecordType, parse_control_type
 from pylog.storage.fileio import FileIO, SimulatedDiskIO
 from pylog.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
@@ -155,6 +158,8 @@ class Broker:
         self.running = True
         self.want_shutdown = self.shutdown_ok = False
         self._last_heartbeat = -(10**12)
+        # __consumer_offsets markers complete the group coordinator's transactional offsets
+        self.rm.marker_listener = self._on_marker_committed
         self.transport.register(self.broker_id, self._on_message)
         self._tick()
 
@@ -231,7 +236,7 @@ class Broker:
             self._send(self.rm.handle(src, msg, now))  # type: ignore[union-attr]
             return
         assert self.rm is not None and self.coordinator is not None
-        if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest)):
+        if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest, TxnOffsetCommitRequest)):
             self._sync_coordinator(now)
             if isinstance(msg, gm.FindCoordinatorRequest):
                 self.transport.send(self.broker_id, src, self._find_coordinator(msg))
@@ -286,9 +291,21 @@ class Broker:
             elif not leading and p in co.loaded:
                 self._send(co.unload(p))
 
+    def _on_marker_committed(self, topic: str, partition: int, producer_id: int, committed: bool) -> None:
+        """The replica manager's ``marker_listener``: a COMMIT/ABORT marker this broker leads is committed."""
+        if topic == OFFSETS_TOPIC and self.running and self.coordinator is not None and self.rm is not None:
+            # the producer's epoch as the partition knows it now (the marker's, or a later one): the
+            # coordinator then refuses a TxnOffsetCommit of an older epoch (a fenced zombie's)
+            part = self.rm.partitions.get((topic, partition))
+            entry = part.log.producer_state.producers.get(producer_id) if part is not None else None
+            self._send(self.coordinator.complete_txn(partition, producer_id, committed, self.scheduler.clock.now_ms(),
+                                                     producer_epoch=entry.epoch if entry is not None else -1))
+
     @staticmethod
-    def _read_offsets_log(part: object) -> Iterator[Tuple[Optional[bytes], Optional[bytes]]]:
-        """Every (key, value) of an offsets partition's log, in offset order (to its log end)."""
+    def _read_offsets_log(part: object) -> Iterator[LogEntry]:
+        """Every record of an offsets partition's log, in offset order (to its log end), with its batch's
+        producer id, epoch and transactional bit; a transaction marker as an entry with ``marker`` set
+        (other control records are skipped)."""
         log = part.log  # type: ignore[attr-defined]
         offset, end = log.log_start_offset, log.log_end_offset
         while offset < end:
@@ -296,9 +313,15 @@ class Broker:
             if not batches:
                 break
             for batch in batches:
-                if not batch.is_control:
+                pid, epoch, txn = batch.producer_id, batch.producer_epoch, batch.is_transactional
+                if batch.is_control:
                     for r in batch.records():
-                        yield r.key, r.value
+                        kind = parse_control_type(r.key, path=batch.path, offset=r.offset)
+                        if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                            yield LogEntry(None, None, r.offset, pid, epoch, txn, kind == ControlRecordType.COMMIT)
+                else:
+                    for r in batch.records():
+                        yield LogEntry(r.key, r.value, r.offset, pid, epoch, txn)
                 offset = batch.last_offset + 1
 
     def _find_coordinator(self, req: gm.FindCoordinatorRequest) -> gm.FindCoordinatorResponse:
