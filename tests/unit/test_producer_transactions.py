@@ -6,7 +6,7 @@ coordinator: :class:`StandIn` answers the transactional requests on every broker
 and writes its COMMIT/ABORT markers straight into the leader's log (RF 1), so what is checked is the
 client: the calls and their state errors, the requests and their order, the batches' bits, producer
 id, epoch and sequences, the futures. The end-to-end tests on brokers that host the coordinator are
-tests/integration/test_transactions_e2e.py.
+tests/sim/test_transactions_producer.py.
 """
 from __future__ import annotations
 

@@ -1,0 +1,258 @@
+"""The transactional producer end to end (issue 17 item 1) on a seeded, simulated RF 3 cluster whose
+brokers host the transaction coordinator and write the markers: commit makes every record visible in
+every partition, abort none, a second producer with the same transactional id fences the first, and
+the offsets sent with a transaction are the group's only if it commits.
+
+What the reader sees is checked twice: through a ``read_committed`` consumer, and in the replicas'
+logs (the COMMIT/ABORT markers after the data, on every replica), so a read side that filtered
+nothing would still fail the marker checks and the other way round.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from pylog.client.types import TopicPartition
+from pylog.cluster import Cluster
+from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionAbortedError
+from pylog.storage.control_record import marker_of_batch
+
+TID = "copier-1"
+
+
+def replica_batches(c: Cluster, topic: str, partition: int) -> Dict[int, List[Any]]:
+    """broker -> the batches of its replica of ``topic``-``partition`` (data and control)."""
+    def run() -> Dict[int, List[Any]]:
+        out = {}
+        for b in c.store.partitions[(topic, partition)].replicas:
+            log = c.brokers[b].rm.partitions[(topic, partition)].log
+            out[b] = log.read_batches(0, 1 << 30) if log.log_end_offset else []
+        return out
+    return c.scheduler.run_sync(run)
+
+
+def outcome_per_replica(c: Cluster, topic: str, partition: int) -> Dict[int, List[Tuple[str, Any]]]:
+    """broker -> its log as ("data", values) and ("commit"/"abort", producer id) entries."""
+    out: Dict[int, List[Tuple[str, Any]]] = {}
+    for b, batches in replica_batches(c, topic, partition).items():
+        rows: List[Tuple[str, Any]] = []
+        for batch in batches:
+            if batch.is_control:
+                m = marker_of_batch(batch)
+                assert m is not None
+                rows.append(("commit" if m.committed else "abort", batch.producer_id))
+            else:
+                assert batch.is_transactional
+                rows.append(("data", tuple(r.value for r in batch.records())))
+        out[b] = rows
+    return out
+
+
+def settle(c: Cluster, topic: str, partitions: int, markers: int) -> None:
+    """Advance until every replica of each of the first ``partitions`` partitions holds ``markers``
+    markers and the same log (a commit/abort call returns once the outcome is durable in the
+    transaction log; the markers follow)."""
+    def same() -> bool:
+        for p in range(partitions):
+            logs = list(outcome_per_replica(c, topic, p).values())
+            if any(x != logs[0] for x in logs) or sum(kind != "data" for kind, _ in logs[0]) != markers:
+                return False
+        return True
+    for _ in range(100):
+        if same():
+            return
+        c.advance(100)
+    raise AssertionError("the replicas did not converge")
+
+
+def read_committed(c: Cluster, topic: str, expect: int, rounds: int = 40) -> List[bytes]:
+    cons = c.consumer(topics=[topic], isolation_level="read_committed")
+    cons.assign([TopicPartition(topic, p) for p in range(c.store.topics[topic].partitions)])
+    got: List[bytes] = []
+    try:
+        for _ in range(rounds):
+            got.extend(r.value for r in cons.poll(0.2))
+            if len(got) >= expect and _ > 5:
+                break
+    finally:
+        cons.close()
+    return got
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path, brokers=3, seed=23)
+    c.create_topic("out", partitions=3, replication_factor=3, min_insync_replicas=2)
+    yield c
+    c.close()
+
+
+def test_commit_makes_every_record_visible_in_every_partition(cluster):
+    c = cluster
+    p = c.producer(transactional_id=TID)
+    p.init_transactions()
+    p.begin_transaction()
+    futs = [p.send("out", b"c%02d" % i, partition=i % 3) for i in range(30)]
+    p.flush()
+    assert all(f.done() and f.exception() is None for f in futs)
+    assert read_committed(c, "out", 0, rounds=5) == []  # written, acknowledged, not committed: above the LSO
+    p.commit_transaction()
+    settle(c, "out", 3, markers=1)
+    pid = p._txn.producer_id
+    for part in range(3):
+        for rows in outcome_per_replica(c, "out", part).values():
+            assert rows[-1] == ("commit", pid)
+            assert sorted(v for kind, vs in rows if kind == "data" for v in vs) == \
+                [b"c%02d" % i for i in range(part, 30, 3)]
+    assert sorted(read_committed(c, "out", 30)) == [b"c%02d" % i for i in range(30)]
+    c._check()
+
+
+def test_abort_makes_nothing_visible_to_a_read_committed_reader(cluster):
+    c = cluster
+    p = c.producer(transactional_id=TID)
+    p.init_transactions()
+    p.begin_transaction()
+    sent = [p.send("out", b"a%02d" % i, partition=i % 3) for i in range(30)]
+    p.flush()  # in the logs, then aborted
+    assert all(f.exception() is None for f in sent)
+    p.abort_transaction()
+    p.begin_transaction()
+    kept = [p.send("out", b"k%02d" % i, partition=i % 3) for i in range(6)]
+    p.commit_transaction()
+    assert all(f.exception() is None for f in kept)
+    settle(c, "out", 3, markers=2)
+    pid = p._txn.producer_id
+    for part in range(3):
+        for rows in outcome_per_replica(c, "out", part).values():
+            assert [r for r in rows if r[0] != "data"] == [("abort", pid), ("commit", pid)]
+            assert rows[0][0] == "data" and rows[-1] == ("commit", pid)
+    got = read_committed(c, "out", 6)
+    assert sorted(got) == [b"k%02d" % i for i in range(6)]
+    c._check()
+
+
+def test_abort_fails_records_not_yet_sent(cluster):
+    c = cluster
+    p = c.producer(transactional_id=TID, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    futs = [p.send("out", b"u%d" % i, partition=i % 3) for i in range(9)]
+    p.abort_transaction()
+    for f in futs:
+        with pytest.raises(TransactionAbortedError):
+            f.result()
+    settle(c, "out", 3, markers=0)
+    for part in range(3):
+        for rows in outcome_per_replica(c, "out", part).values():
+            assert [r for r in rows if r[0] == "data"] == []
+    c._check()
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(cluster):
+    c = cluster
+    zombie = c.producer(transactional_id=TID)
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    for i in range(6):
+        zombie.send("out", b"z%d" % i, partition=i % 3)
+    zombie.flush()
+    fresh = c.producer(transactional_id=TID)
+    fresh.init_transactions()  # bumps the epoch, aborts the zombie's open transaction
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    with pytest.raises(ProducerFencedError):
+        zombie.send("out", b"late", partition=0)
+    with pytest.raises(ProducerFencedError):
+        zombie.begin_transaction()
+    fresh.begin_transaction()
+    for i in range(3):
+        fresh.send("out", b"f%d" % i, partition=i)
+    fresh.commit_transaction()
+    settle(c, "out", 3, markers=2)
+    assert sorted(read_committed(c, "out", 3)) == [b"f0", b"f1", b"f2"]
+    for part in range(3):
+        for rows in outcome_per_replica(c, "out", part).values():
+            markers = [r[0] for r in rows if r[0] != "data"]
+            assert markers == ["abort", "commit"]
+    c._check()
+
+
+def test_a_zombie_send_after_fencing_fails_its_record_and_then_every_call(cluster):
+    c = cluster
+    zombie = c.producer(transactional_id=TID)
+    zombie.init_transactions()
+    fresh = c.producer(transactional_id=TID)
+    fresh.init_transactions()
+    zombie.begin_transaction()  # local: the zombie does not know yet
+    fut = zombie.send("out", b"zombie", partition=1)  # its AddPartitionsToTxn is fenced
+    with pytest.raises(ProducerFencedError):
+        fut.result()
+    with pytest.raises(ProducerFencedError):
+        zombie.send("out", b"again", partition=1)
+    with pytest.raises(ProducerFencedError):
+        zombie.abort_transaction()
+    settle(c, "out", 3, markers=0)
+    assert all(r[0] != "data" for rows in outcome_per_replica(c, "out", 1).values() for r in rows)
+
+
+def test_send_offsets_to_transaction_commits_the_offsets_only_with_the_transaction(cluster):
+    c = cluster
+    c.create_topic("in", partitions=2, replication_factor=3, min_insync_replicas=2)
+    plain = c.producer()
+    for i in range(10):
+        plain.send("in", b"i%d" % i, partition=i % 2)
+    plain.flush()
+    cons = c.consumer(group_id="copiers", topics=["in"], enable_auto_commit=False)
+    records: List[Any] = []
+    for _ in range(40):
+        records.extend(cons.poll(0.2))
+        if len(records) >= 10:
+            break
+    assert len(records) == 10
+    nxt = {(r.topic, r.partition): r.offset + 1 for r in records}
+    p = c.producer(transactional_id=TID)
+    p.init_transactions()
+    # aborted: the offsets are dropped
+    p.begin_transaction()
+    p.send("out", b"x", partition=0)
+    p.send_offsets_to_transaction({("in", 0): 2, ("in", 1): 2}, cons.group_metadata())
+    p.abort_transaction()
+    c.advance(500)
+    assert {tp: cons.committed(tp) for tp in (TopicPartition("in", 0), TopicPartition("in", 1))} == \
+        {TopicPartition("in", 0): None, TopicPartition("in", 1): None}
+    # committed: the offsets are the group's
+    p.begin_transaction()
+    for r in records:
+        p.send("out", r.value.upper(), partition=r.partition)
+    p.send_offsets_to_transaction(nxt, cons.group_metadata())
+    p.commit_transaction()
+    c.advance(500)
+    assert {tp: cons.committed(tp) for tp in (TopicPartition("in", 0), TopicPartition("in", 1))} == \
+        {TopicPartition("in", 0): 5, TopicPartition("in", 1): 5}
+    cons.close()
+    c._check()
+
+
+def test_each_transaction_numbers_a_partition_from_zero_at_its_new_epoch(cluster):
+    """KIP-890 bumps the epoch at every EndTxn: the leaders accept each transaction's first batch at
+    sequence 0 under the new epoch (and every replica holds the same)."""
+    c = cluster
+    p = c.producer(transactional_id=TID)
+    p.init_transactions()
+    for txn in range(3):
+        p.begin_transaction()
+        for i in range(2):
+            p.send("out", b"t%d-%d" % (txn, i), partition=0)
+            p.flush()
+        p.commit_transaction()
+    settle(c, "out", 1, markers=3)
+    for batches in replica_batches(c, "out", 0).values():
+        data = [(b.producer_epoch, b.base_sequence) for b in batches if not b.is_control]
+        marks = [b.producer_epoch for b in batches if b.is_control]
+        base = data[0][0]
+        assert data == [(base + t, s) for t in range(3) for s in (0, 1)]
+        assert marks == [base + 1, base + 2, base + 3]
+    assert sorted(read_committed(c, "out", 6)) == sorted(b"t%d-%d" % (t, i) for t in range(3) for i in range(2))
