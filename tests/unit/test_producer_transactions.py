@@ -54,6 +54,9 @@ class StandIn:
         for bid in list(c.brokers):
             inner = c.transport.handlers[bid]
             c.transport.handlers[bid] = self._wrap(bid, inner)
+            verifier = getattr(c.brokers[bid].rm, "txn_verifier", None)
+            if verifier is not None:  # KIP-890 part 1 would ask the brokers' own coordinator, not this one
+                verifier.coordinator_for = None
 
     def _wrap(self, bid: int, inner: Any) -> Any:
         def handler(src: Any, msg: Any) -> None:
