@@ -699,7 +699,7 @@ class Sender:
         txn = self._txn
         node = self._node
         assert txn is not None
-        if node.closed:
+        if node.closed or not txn.has_pending_request():  # (the common case on a batch's wake-up)
             return
         with self._lock:
             corr = node.next_corr()

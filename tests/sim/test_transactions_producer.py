@@ -16,7 +16,7 @@ import pytest
 
 from pylog.client.types import TopicPartition
 from pylog.cluster import Cluster
-from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionAbortedError
+from pylog.errors import InvalidTransactionTimeoutError, ProducerFencedError, TransactionAbortedError
 from pylog.storage.control_record import marker_of_batch
 
 TID = "copier-1"
@@ -256,3 +256,56 @@ def test_each_transaction_numbers_a_partition_from_zero_at_its_new_epoch(cluster
         assert data == [(base + t, s) for t in range(3) for s in (0, 1)]
         assert marks == [base + 1, base + 2, base + 3]
     assert sorted(read_committed(c, "out", 6)) == sorted(b"t%d-%d" % (t, i) for t in range(3) for i in range(2))
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_the_transaction_commits_through_a_coordinator_failover(cluster, clean):
+    """The broker hosting the transaction's coordinator stops mid-transaction: the producer's
+    requests time out or are refused (NotCoordinator), it looks the coordinator up again, and the
+    commit goes through the new one (loaded from the replicated ``__transaction_state``)."""
+    c = cluster
+    p = c.producer(transactional_id=TID, request_timeout_ms=2_000)
+    p.init_transactions()
+    coordinator = p._txn._coordinators[(1, TID)]
+    p.begin_transaction()
+    for i in range(6):
+        p.send("out", b"f%d" % i, partition=i % 3)
+    p.flush()
+    c.stop_broker(coordinator, clean=clean)
+    for i in range(6, 9):
+        p.send("out", b"f%d" % i, partition=i % 3)
+    p.commit_transaction()
+    assert p._txn._coordinators[(1, TID)] != coordinator
+    c.start_broker(coordinator)
+    got = read_committed(c, "out", 9, rounds=60)
+    assert sorted(got) == [b"f%d" % i for i in range(9)]  # all of it, once
+    c._check()
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted_and_the_producer_fenced(cluster):
+    """The coordinator aborts a transaction open longer than ``transaction_timeout_ms`` and bumps
+    the epoch (Kafka's abortTimedOutTransactions): the producer's commit is then refused as fenced,
+    and none of its records is visible."""
+    c = cluster
+    p = c.producer(transactional_id=TID, transaction_timeout_ms=1_000)
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(3):
+        p.send("out", b"late%d" % i, partition=i)
+    p.flush()
+    c.advance(30_000)
+    with pytest.raises(ProducerFencedError):
+        p.commit_transaction()
+    settle(c, "out", 3, markers=1)
+    for part in range(3):
+        for rows in outcome_per_replica(c, "out", part).values():
+            assert rows[-1][0] == "abort"
+    assert read_committed(c, "out", 0, rounds=5) == []
+
+
+def test_a_timeout_above_the_coordinators_maximum_is_refused(cluster):
+    p = cluster.producer(transactional_id=TID, transaction_timeout_ms=10**9)
+    with pytest.raises(InvalidTransactionTimeoutError):
+        p.init_transactions()
+    with pytest.raises(InvalidTransactionTimeoutError):  # fatal: every later call raises it
+        p.begin_transaction()
