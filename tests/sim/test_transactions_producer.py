@@ -91,7 +91,9 @@ def cluster(tmp_path):
 
 def test_commit_makes_every_record_visible_in_every_partition(cluster):
     c = cluster
+    assert "__transaction_state" not in c.store.topics
     p = c.producer(transactional_id=TID)
+    assert "__transaction_state" in c.store.topics  # the facade creates it for a transactional producer
     p.init_transactions()
     p.begin_transaction()
     futs = [p.send("out", b"c%02d" % i, partition=i % 3) for i in range(30)]
