@@ -134,7 +134,7 @@ class Sender:
         def _refresh_partitions(self, topic: str) -> None: ...
         def _closed_error(self) -> PylogError: ...
 
-    #: the transaction manager of a transactional producer (set by the facade before ``_init_sender``)
+    #: the transaction manager of a transactional producer (set by the Producer before ``_init_sender``)
     _txn: Optional[TransactionManager] = None
     transactional_id: Optional[str] = None
 

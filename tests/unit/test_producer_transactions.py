@@ -396,3 +396,38 @@ def test_real_time_calls_wait_for_the_loop(tmp_path):
         assert c.scheduler.run_sync(lambda: markers(c, "out", 0)) == [(pid, 1, True), (pid, 2, False)]
     finally:
         c.close()
+
+
+def test_a_shared_directory_cluster_runs_transactions(tmp_path):
+    """``pylog.open`` (real time, the brokers hosting the coordinator, no stand-in): commit and abort
+    as seen by a read_committed consumer."""
+    import pylog
+
+    q = pylog.open(tmp_path / "q")
+    try:
+        q.create_topic("out", partitions=2)
+        p = q.producer(transactional_id="s-1")
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(4):
+            p.send("out", b"v%d" % i, partition=i % 2)
+        p.commit_transaction()
+        p.begin_transaction()
+        p.send("out", b"aborted", partition=0)
+        p.flush()
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send("out", b"last", partition=0)
+        p.commit_transaction()
+        c = q.consumer(topics=["out"], isolation_level="read_committed")
+        c.assign([TopicPartition("out", 0), TopicPartition("out", 1)])
+        got: List[bytes] = []
+        for _ in range(100):
+            got += [r.value for r in c.poll(0.2)]
+            if len(got) >= 5:
+                break
+        for _ in range(3):  # anything that should not be there would come now
+            got += [r.value for r in c.poll(0.1)]
+        assert sorted(got) == [b"last", b"v0", b"v1", b"v2", b"v3"]
+    finally:
+        q.close()
