@@ -711,7 +711,7 @@ class Sender:
         if req is None:
             if pending and retry_at > now and self._txn_timer_at != retry_at:
                 self._txn_timer_at = retry_at
-                self.scheduler.call_later(retry_at - now, self._wake)
+                self.scheduler.call_later(retry_at - now, self._on_txn_timer)
             return
         target = req.node
         if target == ANY_NODE:
@@ -723,6 +723,12 @@ class Sender:
                 target = brokers[self._txn_any % len(brokers)] if brokers else 0
             self._txn_any += 1
         node.request(target, req.message, self.request_timeout_ms, partial(self._on_txn_response, corr), now)
+
+    def _on_txn_timer(self) -> None:
+        """The manager's retry backoff is over: try its request again (a timer that fired early arms
+        a new one)."""
+        self._txn_timer_at = -1
+        self._wake()
 
     def _on_txn_response(self, corr: int, resp: Any) -> None:
         """Loop thread: the answer to a transactional request (None: none came) goes to the manager."""

@@ -352,8 +352,8 @@ def test_on_a_lossy_network_soak(tmp_path):
     for seed in range(100, 400):
         try:
             _lossy_run(tmp_path / str(seed), seed)
-        except AssertionError as exc:
-            raise AssertionError(f"seed {seed}: {exc}") from exc
+        except Exception as exc:
+            raise AssertionError(f"seed {seed}: {type(exc).__name__}: {exc}") from exc
 
 
 def _lossy_run(tmp_path: Any, seed: int) -> None:
