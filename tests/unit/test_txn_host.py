@@ -395,3 +395,41 @@ def test_commit_on_a_real_time_cluster(tmp_path: Any) -> None:
         wait_state(c, S.COMPLETE_COMMIT)
         for p in (0, 1):
             assert [mk[2] for mk in markers(c, "out", p)] == [True]
+
+
+
+def test_markers_unanswered_by_a_crashed_leader_go_to_the_next_one(tmp_path: Any) -> None:
+    """The coordinator's markers to a partition leader are lost (a one-way cut), then that leader
+    crashes: once the metadata names another leader, the request is given up and the markers go there."""
+    c = Cluster(tmp_path, brokers=4, seed=29)
+    try:
+        c.transaction_state_partitions = 1
+        c.ensure_transaction_state_topic()
+        coord = c.leader_of(TRANSACTION_STATE_TOPIC, 0)
+        outsider = next(b for b in c.brokers if b not in c.store.partitions[(TRANSACTION_STATE_TOPIC, 0)].replicas)
+        start = next(i for i in range(4) if outsider == sorted(c.brokers)[i])
+        c.create_topic("d", partitions=1, replication_factor=2, start_index=start, shift=0)
+        replicas = c.store.partitions[("d", 0)].replicas
+        assert replicas[0] == outsider and coord not in replicas, (replicas, coord)
+        w = Wire(c)
+        m = init(w)
+        pid, e = m.producer_id, m.producer_epoch
+        begin_with(w, m, ("d", 0))
+        assert w.produce(m, "d", 0, [b"a"]).error is None
+        c.partition_network([coord], [outsider], one_way=True)  # the markers to the leader are lost
+        r = m.commit_transaction()
+        w.run(m)
+        assert r.done and r.error is None
+        c.advance(2_000)
+        host = c.brokers[coord].txn
+        assert host is not None and host.markers_sent == 1 and host.markers_written == 0
+        assert txn_state(c).state == S.PREPARE_COMMIT
+        c.stop_broker(outsider, clean=False)
+        # virtual time: well before the request's 30 s timeout, the leader change gives it up
+        wait_state(c, S.COMPLETE_COMMIT, timeout_ms=10_000)
+        assert host.markers_sent >= 2 and host.markers_written == 1  # sent again (until the new leader has it)
+        assert c.leader_of("d", 0) == replicas[1]
+        assert [mk[:3] for mk in markers(c, "d", 0)] == [(pid, e + 1, True)]
+        _check_all(c)
+    finally:
+        c.close()
