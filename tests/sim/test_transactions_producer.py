@@ -17,7 +17,7 @@ import pytest
 
 from pylog.client.types import TopicPartition
 from pylog.cluster import Cluster
-from pylog.errors import InvalidTransactionTimeoutError, ProducerFencedError, TransactionAbortedError
+from pylog.errors import CommitFailedError, InvalidTransactionTimeoutError, ProducerFencedError, TransactionAbortedError
 from pylog.storage.control_record import marker_of_batch
 
 TID = "copier-1"
@@ -381,3 +381,36 @@ def _lossy_run(tmp_path: Any, seed: int) -> None:
         assert sorted(counts) == sorted(committed) and set(counts.values()) <= {1}
     finally:
         c.close()
+
+
+def test_offsets_of_a_member_fenced_by_a_rebalance_make_the_transaction_abortable(cluster):
+    """KIP-447: the group coordinator refuses a TxnOffsetCommit whose generation is not the group's
+    (CommitFailedError, abortable); the transaction is aborted and the offsets are not committed."""
+    c = cluster
+    c.create_topic("in", partitions=1, replication_factor=3, min_insync_replicas=2)
+    cons = c.consumer(group_id="copiers", topics=["in"], enable_auto_commit=False)
+    for _ in range(40):
+        cons.poll(0.2)
+        if cons.assignment():
+            break
+    meta = cons.group_metadata()
+    stale = type(meta)(meta.group_id, meta.generation_id - 1, meta.member_id, meta.group_instance_id)
+    p = c.producer(transactional_id=TID)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"x", partition=0)
+    with pytest.raises(CommitFailedError):
+        p.send_offsets_to_transaction({("in", 0): 1}, stale)
+    with pytest.raises(CommitFailedError):
+        p.commit_transaction()
+    p.abort_transaction()
+    assert cons.committed(TopicPartition("in", 0)) is None
+    p.begin_transaction()  # the producer goes on
+    p.send_offsets_to_transaction({("in", 0): 1}, cons.group_metadata())
+    p.commit_transaction()
+    for _ in range(20):
+        if cons.committed(TopicPartition("in", 0)) == 1:
+            break
+        c.advance(100)
+    assert cons.committed(TopicPartition("in", 0)) == 1
+    cons.close()
