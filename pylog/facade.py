@@ -9,7 +9,7 @@ admin calls (one :class:`~pylog.client.admin.GroupAdmin` per facade, whose
 requests travel on the facade's transport like a consumer's), ``leader_of``,
 ``now_ms`` and the clients' metrics. A subclass provides the
 :class:`ClusterContext` members (``scheduler``, ``transport``,
-``metadata``), ``ensure_offsets_topic()``, ``_ensure_open()`` and
+``metadata``), ``ensure_offsets_topic()``, ``ensure_transaction_state_topic()``, ``_ensure_open()`` and
 ``_request_timeout_ms``; it may refine ``_before_group_consumer``.
 
 Complexity: each call is O(1) plus the client call it makes.
@@ -63,6 +63,10 @@ class ClusterFacade(abc.ABC):
         """Create ``__consumer_offsets`` unless it exists; blocks until it is served."""
 
     @abc.abstractmethod
+    def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` unless it exists; blocks until it is served."""
+
+    @abc.abstractmethod
     def _ensure_open(self) -> None:
         """Raise :class:`~pylog.errors.BrokerNotAvailableError` once the facade is closed."""
 
@@ -85,8 +89,11 @@ class ClusterFacade(abc.ABC):
 
     def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
         """A :class:`~pylog.client.producer.Producer` on this cluster (see its docstring for the options);
-        closed with the cluster."""
+        closed with the cluster. With a ``transactional_id``, ``__transaction_state`` is created first if
+        it does not exist (as Kafka's brokers do on the first FindCoordinator for a transaction)."""
         self._ensure_open()
+        if kwargs.get("transactional_id") is not None:
+            self.ensure_transaction_state_topic()
         p = Producer(self, acks=acks, **kwargs)
         self._track(p)
         return p

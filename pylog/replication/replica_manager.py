@@ -87,7 +87,8 @@ from pylog.replication.messages import (
 )
 from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, Partition
 from pylog.replication.txn_coordinator import TxnMarker
-from pylog.replication.txn_messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from pylog.replication.txn_messages import AddPartitionsToTxnResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from pylog.replication.txn_verification import TxnVerifier
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log, LogConfig
@@ -361,6 +362,10 @@ class ReplicaManager:
         self._pid_block = (-1, 0)
         self._next_pid = 0
         self._pid_end = 0
+        #: KIP-890 part 1: transactional produces wait here until the coordinator verified the partition
+        #: is in the transaction (:mod:`pylog.replication.txn_verification`; the broker sets its
+        #: ``coordinator_for``)
+        self.txn_verifier = TxnVerifier(self._next_corr, self.config.request_timeout_ms)
         #: ``(due_ms, path)`` of renamed directories of deleted partitions, removed by :meth:`tick` (and
         #: by a clean shutdown); those a previous incarnation left behind are found again here and
         #: removed at the first tick (Kafka's LogManager finds them too; their readers are gone)
@@ -455,6 +460,8 @@ class ReplicaManager:
             self._on_write_txn_markers(src, msg, now_ms, out)
         elif isinstance(msg, InitProducerIdRequest):
             out.send(src, self._init_producer_id(msg))
+        elif isinstance(msg, AddPartitionsToTxnResponse):
+            self._on_verification(msg, now_ms, out)
         elif isinstance(msg, LeaderAndIsrRequest):
             self._on_leader_and_isr(msg, now_ms, out)
         elif isinstance(msg, AlterPartitionResponse):
@@ -633,13 +640,22 @@ class ReplicaManager:
     # -------------------------------------------------------------- produce
     def _init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         """Hand out the next id of the block the controller granted (epoch 0: a new idempotent producer)."""
+        try:
+            pid = self.allocate_producer_id()
+        except BrokerNotAvailableError as exc:
+            return InitProducerIdResponse(req.correlation_id, BrokerNotAvailableError, str(exc))
+        return InitProducerIdResponse(req.correlation_id, producer_id=pid, producer_epoch=0)
+
+    def allocate_producer_id(self) -> int:
+        """The next producer id of the block the controller granted (the idempotent producers' and the
+        transaction coordinator's). Raises BrokerNotAvailableError when the block is used up or none
+        came yet. O(1)."""
         if self._next_pid >= self._pid_end:
-            return InitProducerIdResponse(req.correlation_id, BrokerNotAvailableError,
-                                          f"broker {self.broker_id} has no producer ids to hand out "
+            raise BrokerNotAvailableError(f"broker {self.broker_id} has no producer ids to hand out "
                                           "(no block from the controller yet); try another broker")
         pid = self._next_pid
         self._next_pid += 1
-        return InitProducerIdResponse(req.correlation_id, producer_id=pid, producer_epoch=0)
+        return pid
 
     def _on_multi_produce(self, src: object, req: MultiProduceRequest, now_ms: int, out: Outbox) -> None:
         """Each part appended in order, as if it had come alone; one :class:`MultiProduceResponse` once
@@ -665,6 +681,40 @@ class ReplicaManager:
                                               message=f"broker {self.broker_id} has no replica of "
                                               f"{req.topic}-{req.partition}" + (" (deleted)" if gone else "")))
             return
+        if p.role == LEADER and req.transactional_id is not None:
+            held, refused = self.txn_verifier.hold(src, req, p.log.producer_state, now_ms, out)
+            if refused is not None:
+                self._refuse_produce(refused, out)
+            if held:
+                return
+        self._append_produce(src, req, p, now_ms, out)
+
+    def _refuse_produce(self, refused: Tuple[object, ProduceRequest, type, str], out: Outbox) -> None:
+        src, req, error, message = refused
+        if req.acks != 0:
+            _reply(out, src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=error, message=message))
+
+    def _on_verification(self, resp: AddPartitionsToTxnResponse, now_ms: int, out: Outbox) -> None:
+        """The transaction coordinator answered a KIP-890 verification: append or refuse what waited."""
+        v = self.txn_verifier
+        if not v.owns(resp.correlation_id):
+            return
+        # the partition of the verification (the response names it in partition_errors, or not at all)
+        tp = v.partition_of(resp.correlation_id)
+        p = self.partitions.get(tp)
+        appends, refused = v.on_response(resp, p.log.producer_state if p is not None else None, now_ms, out)
+        for r in refused:
+            self._refuse_produce(r, out)
+        for i, (src, req) in enumerate(appends):
+            p = self.partitions.get(tp)
+            if i == 0 and p is not None:
+                self._append_produce(src, req, p, now_ms, out)
+            else:  # those that waited behind it: checked again (another epoch, or the first failed)
+                self._on_produce(src, req, now_ms, out)
+
+    def _append_produce(self, src: object, req: ProduceRequest, p: Partition, now_ms: int, out: Outbox) -> None:
+        tp = (req.topic, req.partition)
+        acks = req.acks
         if self.sessions:
             self._before_append(tp)
         try:
@@ -1192,6 +1242,9 @@ class ReplicaManager:
                 again = proposer.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
                 if again is not None:
                     out.send(CONTROLLER, again)
+        if len(self.txn_verifier):
+            for refused in self.txn_verifier.expire(now_ms):
+                self._refuse_produce(refused, out)
         for tp in self._due(self._produce_deadlines, self.delayed_produce, now_ms):
             if any(now_ms >= d.deadline_ms for d in self.delayed_produce.get(tp, ())):
                 self._complete_delayed(tp, now_ms, out)
