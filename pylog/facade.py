@@ -93,9 +93,7 @@ class ClusterFacade(abc.ABC):
         it does not exist (as Kafka's brokers do on the first FindCoordinator for a transaction)."""
         self._ensure_open()
         if kwargs.get("transactional_id") is not None:
-            ensure = getattr(self, "ensure_transaction_state_topic", None)  # (added with the coordinator hosting)
-            if ensure is not None:
-                ensure()
+            self.ensure_transaction_state_topic()
         p = Producer(self, acks=acks, **kwargs)
         self._track(p)
         return p

@@ -134,7 +134,7 @@ class Sender:
         def _refresh_partitions(self, topic: str) -> None: ...
         def _closed_error(self) -> PylogError: ...
 
-    #: the transaction manager of a transactional producer (set by the facade before ``_init_sender``)
+    #: the transaction manager of a transactional producer (set by the Producer before ``_init_sender``)
     _txn: Optional[TransactionManager] = None
     transactional_id: Optional[str] = None
 
@@ -699,7 +699,7 @@ class Sender:
         txn = self._txn
         node = self._node
         assert txn is not None
-        if node.closed:
+        if node.closed or not txn.has_pending_request():  # (the common case on a batch's wake-up)
             return
         with self._lock:
             corr = node.next_corr()
@@ -711,7 +711,7 @@ class Sender:
         if req is None:
             if pending and retry_at > now and self._txn_timer_at != retry_at:
                 self._txn_timer_at = retry_at
-                self.scheduler.call_later(retry_at - now, self._wake)
+                self.scheduler.call_later(retry_at - now, self._on_txn_timer)
             return
         target = req.node
         if target == ANY_NODE:
@@ -723,6 +723,12 @@ class Sender:
                 target = brokers[self._txn_any % len(brokers)] if brokers else 0
             self._txn_any += 1
         node.request(target, req.message, self.request_timeout_ms, partial(self._on_txn_response, corr), now)
+
+    def _on_txn_timer(self) -> None:
+        """The manager's retry backoff is over: try its request again (a timer that fired early arms
+        a new one)."""
+        self._txn_timer_at = -1
+        self._wake()
 
     def _on_txn_response(self, corr: int, resp: Any) -> None:
         """Loop thread: the answer to a transactional request (None: none came) goes to the manager."""

@@ -40,6 +40,12 @@ rounds, see :mod:`pylog.client.assignors`):
   partition as a ProduceRequest with ``acks=all`` sent to this broker itself;
   only once that append is acknowledged is the offset visible to OffsetFetch
   and the commit answered.
+* **Transactional offsets** (issue 17): TxnOffsetCommit appends the offsets as a
+  transactional batch of the producer; they wait per producer id, invisible to
+  OffsetFetch, until :meth:`complete_txn` (the broker calls it when the producer's
+  COMMIT/ABORT marker is committed on the offsets partition) makes them the group's
+  offsets or drops them. ``OffsetFetch(require_stable=True)`` answers
+  ``UnstableOffsetCommitError`` meanwhile (KIP-447). See docs/consumer-groups.md.
 * **Failover.** When this broker becomes leader of an offsets partition it
   :meth:`load` s the partition's log (last value per key wins; a null value is
   a tombstone); when it stops leading, :meth:`unload` drops those groups and
@@ -64,12 +70,14 @@ heartbeat, leave, rebalances), :mod:`.group_offsets` (commit, fetch, delete,
 expiry); this module dispatches requests and holds admin, timers, load and unload.
 
 Inputs: :meth:`handle` (a request), :meth:`on_produce_response`,
-:meth:`tick` (timers), :meth:`load` / :meth:`unload`; each returns an
+:meth:`tick` (timers), :meth:`load` / :meth:`unload`, :meth:`complete_txn`; each returns an
 :class:`~pylog.replication.messages.Outbox`.
 
 Complexity: O(members) per group event; O(records) to load a partition.
 Durability: a commit is acknowledged only after the offsets partition's ISR
 has it (acks=all); it survives any ``RF - min_insync_replicas`` broker crashes.
+A transactional offset is as durable once acknowledged; whether it counts is
+decided by its producer's marker in the same log, so a crash never changes it.
 Thread-safety: none; the broker's one loop thread drives it.
 """
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry (KIP-211) and deleted topics.
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry (KIP-211), deleted topics, and
+transactional offsets (TxnOffsetCommit, the markers' :meth:`GroupOffsets.complete_txn`, require-stable).
 
 A commit is appended to the group's ``__consumer_offsets`` partition with
 ``acks=all`` and becomes visible to OffsetFetch (and is answered) only once
 that append is acknowledged. Expiry tombstones offsets older than
-``offsets_retention_ms`` and removes Empty groups left without offsets.
+``offsets_retention_ms`` and removes Empty groups left without offsets. A
+TxnOffsetCommit is appended as a transactional batch of its producer and waits
+(``Group.pending_txn``) for the producer's marker: COMMIT applies each offset
+unless a newer record wrote it, ABORT drops them (docs/consumer-groups.md).
 
 Complexity: O(partitions committed) per request; expiry O(offsets) per check.
 Durability: a commit is acknowledged only once the offsets partition's ISR has it.
@@ -196,18 +200,24 @@ class GroupOffsets(CoordinatorCore):
         txn_commit_started(g, values)
         self._append(g.partition, records, out, stored, producer=(pid, epoch, now_ms))
 
-    def complete_txn(self, partition: int, producer_id: int, committed: bool, now_ms: int) -> Outbox:
+    def complete_txn(self, partition: int, producer_id: int, committed: bool, now_ms: int, *,
+                     producer_epoch: int = -1) -> Outbox:
         """A COMMIT (``committed``) or ABORT marker of ``producer_id`` is committed on ``__consumer_offsets``
         partition ``partition``: that producer's pending transactional offsets of the partition's groups
         become their committed offsets (each only over an older record: Kafka's rule for a mix of
         transactional and plain commits) or are dropped (Kafka's ``handleTxnCompletion``). A TxnOffsetCommit
         of the producer still in flight takes the same outcome when its append is acknowledged.
+        ``producer_epoch`` (optional, -1 unknown): the producer's epoch on the partition after the marker;
+        a later TxnOffsetCommit of an older epoch is refused (``InvalidProducerEpochError``).
 
         Complexity: O(groups of the partition + offsets completed). Nothing is written.
         """
         out = Outbox()
         if partition not in self.loaded:
             return out
+        if producer_epoch >= 0:
+            key = (partition, producer_id)
+            self._producer_epochs[key] = max(self._producer_epochs.get(key, -1), producer_epoch)
         for outcome in self._txn_appends.get((partition, producer_id), ()):
             outcome[0] = committed
         for g in self.groups.values():

@@ -15,7 +15,13 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
   replica stops leading (``NotLeaderError``), or ``timeout_ms`` passes
   (``RequestTimedOutError``).
 * Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
-  and complete when the leader appends or its HW moves.
+  and complete when the leader appends or its HW moves (a read_committed
+  consumer fetch: when its last stable offset moves).
+* A :class:`~pylog.replication.txn_messages.WriteTxnMarkersRequest` from a
+  transaction coordinator: each marker is appended by the leader replica and
+  answered like an acks=all produce (the same purgatory), all in one
+  :class:`~pylog.replication.txn_messages.WriteTxnMarkersResponse`;
+  :attr:`ReplicaManager.marker_listener` hears of each marker committed.
 * Followers fetch per leader broker: one :class:`ReplicaFetchRequest` in flight per (follower,
   leader) for all the partitions led there, with a KIP-227 fetch session (only changed partitions
   after the first, full, request; the leader answers only partitions with something new and parks

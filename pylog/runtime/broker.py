@@ -331,9 +331,13 @@ class Broker:
 
     def _on_marker_committed(self, topic: str, partition: int, producer_id: int, committed: bool) -> None:
         """The replica manager's ``marker_listener``: a COMMIT/ABORT marker this broker leads is committed."""
-        if topic == OFFSETS_TOPIC and self.running and self.coordinator is not None:
-            self._send(self.coordinator.complete_txn(partition, producer_id, committed,
-                                                     self.scheduler.clock.now_ms()))
+        if topic == OFFSETS_TOPIC and self.running and self.coordinator is not None and self.rm is not None:
+            # the producer's epoch as the partition knows it now (the marker's, or a later one): the
+            # coordinator then refuses a TxnOffsetCommit of an older epoch (a fenced zombie's)
+            part = self.rm.partitions.get((topic, partition))
+            entry = part.log.producer_state.producers.get(producer_id) if part is not None else None
+            self._send(self.coordinator.complete_txn(partition, producer_id, committed, self.scheduler.clock.now_ms(),
+                                                     producer_epoch=entry.epoch if entry is not None else -1))
 
     @staticmethod
     def _read_offsets_log(part: object) -> Iterator[LogEntry]:

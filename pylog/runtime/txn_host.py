@@ -243,7 +243,7 @@ class TxnHost:
                                         now_ms, expected)
             elif isinstance(msg, tm.AddPartitionsToTxnRequest):
                 kind = _ADD
-                missing = [tp for tp in msg.partitions if tp not in self.store.partitions]
+                missing = [tp for tp in msg.partitions if not isinstance(tp, tuple) or tp not in self.store.partitions]
                 if missing:
                     self._answer(out, _Waiter(src, msg.correlation_id, kind), UnknownTopicOrPartitionError(
                         f"AddPartitionsToTxn of {msg.transactional_id!r}: unknown partitions "

@@ -241,6 +241,16 @@ def test_an_older_producer_epoch_is_fenced():
     assert txn_commit(h, 7, {TP0: 2}, epoch=2).error is InvalidProducerEpochError
 
 
+def test_a_zombie_after_its_fencing_marker_is_refused():
+    h = Harness()
+    assert txn_commit(h, 7, {TP0: 1}).error is None
+    h.marker(7, False, epoch=1)  # fenced: the ABORT carries the bumped epoch
+    assert txn_commit(h, 7, {TP0: 2}, epoch=0).error is InvalidProducerEpochError
+    assert txn_commit(h, 7, {TP0: 3}, epoch=1).error is None
+    assert pending(h.co) == {7: {TP0: 3}}
+    assert_reload_agrees(h)
+
+
 def test_loader_skips_a_zombie_record_behind_its_fence():
     key = ot.encode_offset_commit_key(GROUP, "t", 0)
     val = ot.encode_offset_commit_value(ot.OffsetCommitValue(5, -1, "", 0))
