@@ -199,8 +199,6 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
         self._init_fetcher()
         self._init_coordinator(config.assignors)
         self._error: Optional[BaseException] = None  # raised by the next poll (or position)
-        #: (generation, member id) as the last poll that handed out records started: group_metadata()
-        self._poll_group_metadata: Optional[Tuple[int, str]] = None
         self._next_attempt = 0  # when to retry what failed (coordinator lookup, join, position)
         self._tick_timer: Any = None
         self._commit_callbacks: Deque[Tuple[Callable[..., Any], Dict[TP, int], Optional[BaseException]]] = deque()
@@ -534,25 +532,23 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """This member's group metadata for a transactional producer's ``send_offsets_to_transaction``
-        (Kafka's ``groupMetadata()``): group id, generation, member id and static instance id as of the
-        start of the last :meth:`poll` that handed out records (as of now before any did), so the group
-        coordinator refuses the transactional commit of a member a rebalance has fenced since it polled
-        the records it is committing.
+        (Kafka's ``groupMetadata()``): group id, generation, member id and static instance id of the
+        member that owned the records :meth:`poll` last handed out (as of now before any), so the group
+        coordinator refuses the transactional commit of a member a rebalance has fenced since.
 
         Why not "as of now": pylog's consumer rebalances on its own (Kafka's only inside ``poll``), so
         between a poll and ``send_offsets_to_transaction`` a rebalance may move a partition whose records
         this member is copying to another member - which starts from the committed offset - while this
         member, now at the new generation, would still commit offsets for it: the records copied twice
-        (found by tests/sim/test_transactions_system.py, seed 11). With the generation of the poll, the
-        commit is refused (:class:`~pylog.errors.CommitFailedError`, abortable) and the copier aborts.
-        A rebalance during the poll itself makes the commit of its records refused too, needlessly but
-        safely (abort, poll again); polls that hand out nothing leave the generation as it was, so a
-        transaction spanning several polls is refused if a rebalance came after its first records.
+        (found by tests/sim/test_transactions_system.py). With the generation that owned the records,
+        the commit is refused (:class:`~pylog.errors.CommitFailedError`, abortable) and the copier
+        aborts. The pair is read under the buffer lock as the records are taken, and a revocation drops
+        the revoked partitions' buffered records under that lock before the generation changes.
         :class:`InvalidGroupIdError` without a ``group_id``. O(1); any thread."""
         group_id = self.group_id
         if group_id is None:
             raise InvalidGroupIdError("group_metadata() needs a consumer with a group_id")
-        polled = self._poll_group_metadata
+        polled = self._taken_group_metadata
         if polled is not None:
             return ConsumerGroupMetadata(group_id, polled[0], polled[1], self.group_instance_id)
         return self._call(lambda: ConsumerGroupMetadata(group_id, self.generation, self.member_id,
@@ -734,13 +730,7 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
             timeout = 1.0
         elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise InvalidConfigurationError(f"poll(): timeout must be a number of seconds, got {timeout!r}")
-        # The member's generation as this poll starts: what group_metadata() hands out once the poll has
-        # handed out records (a generation read, then the member id: a torn pair is refused, never
-        # wrongly accepted).
-        start = (self.generation, self.member_id)
         records = self._poll(timeout, max_records)
-        if records:
-            self._poll_group_metadata = start
         if self._key_deserializer is not None or self._value_deserializer is not None:
             records = [self._deserialize(r) for r in records]
         return PollResult(records)

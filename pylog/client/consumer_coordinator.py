@@ -232,16 +232,18 @@ class ConsumerCoordinator(ConsumerBase):
         if error is FencedInstanceIdError:
             self._on_fenced(message)
             return
+        if error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
+            # Fenced: the group may have given these partitions to others already. Eager or cooperative,
+            # they are lost at once (Kafka's onPartitionsLost), not kept and fetched until the JoinGroup.
+            # Before the generation is reset: records taken meanwhile carry the fenced generation (refused
+            # by a TxnOffsetCommit), never "no generation" (which the coordinator does not check).
+            self._revoke_all("lost")
         if name in _RETRIABLE_GROUP_ERRORS:
             self._coordinator_lost()
         elif error is UnknownMemberIdError:
             self.member_id, self.generation = gm.NO_MEMBER, gm.NO_GENERATION
         elif error is IllegalGenerationError:
             self.generation = gm.NO_GENERATION
-        if error in (UnknownMemberIdError, IllegalGenerationError) and self._assignment:
-            # Fenced: the group may have given these partitions to others already. Eager or cooperative,
-            # they are lost at once (Kafka's onPartitionsLost), not kept and fetched until the JoinGroup.
-            self._revoke_all("lost")
         self._next_attempt = self._now() + self.retry_backoff_ms
         if self._state != MemberState.UNJOINED:
             self._state = MemberState.UNJOINED

@@ -60,6 +60,8 @@ class Fetcher(ConsumerBase):
         _resetting: Set[TP]
         _no_offset: Set[TP]
         _paused: Set[TP]
+        generation: int
+        member_id: str
 
         def _set_position(self, tp: TP, offset: int) -> None: ...
 
@@ -68,6 +70,8 @@ class Fetcher(ConsumerBase):
         #: [tp, records, next index] or [tp, records, next index, position after the last record]
         self._buffer: Deque[List[Any]] = deque()
         self._buffered: Dict[TP, int] = {}
+        #: (generation, member id) when records were last handed out (see _take_records)
+        self._taken_group_metadata: Optional[Tuple[int, str]] = None
         self._decoder = FetchDecoder(ConsumerRecord)  # loop thread only
         #: isolation_level == "read_committed": fetches read below the LSO and drop aborted transactions
         self._read_committed = self.isolation_level == "read_committed"
@@ -162,6 +166,9 @@ class Fetcher(ConsumerBase):
                     chunk[2] = j
             if taken:
                 self.records_consumed += taken
+                # the member that owns what is handed out (a revocation drops buffered records under
+                # this lock): Consumer.group_metadata() gives it to send_offsets_to_transaction
+                self._taken_group_metadata = (self.generation, self.member_id)
             if not buf:
                 self._wake.clear()
         if len(pieces) == 1:

@@ -471,8 +471,10 @@ def run_seed(path: str, seed: int, **kwargs: Any) -> Counter:
 
 #: the default suite's seeds: a few plus the seeds that found bugs (11: a rebalance between a copier's
 #: poll and its send_offsets_to_transaction let it commit offsets of a partition another copier had
-#: already started copying - Consumer.group_metadata() now gives the generation of the poll)
-DEFAULT_SEEDS = (1, 2, 3, 4, 5, 11)
+#: already started copying - Consumer.group_metadata() now gives the generation that owned the records
+#: handed out; 500013: records handed out by a poll during which the consumer joined must carry the
+#: generation it joined at, not "no generation", which the coordinator does not check)
+DEFAULT_SEEDS = (1, 2, 3, 4, 5, 11, 500013)
 
 
 def test_transactional_copy_under_bounces(tmp_path):
