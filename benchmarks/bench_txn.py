@@ -23,6 +23,7 @@ CPU per record (all threads) is printed as well: on the shared 2-core machine
 the wall-clock rates partly measure the other processes.
 
 Run: nice .venv/bin/python benchmarks/bench_txn.py [--transactions N] [--repeat N]
+     nice .venv/bin/python benchmarks/bench_txn.py --breakdown 50    # where a transaction's time goes
 """
 from __future__ import annotations
 
@@ -105,6 +106,66 @@ def produce(transactions: int, transactional: bool) -> Dict[str, float]:
         shutil.rmtree(c.path, ignore_errors=True)
 
 
+def breakdown(transactions: int) -> Dict[str, float]:
+    """Where a transaction's time goes (medians over ``transactions``, ms): the send loop, the wait for
+    AddPartitionsToTxn (answered CONCURRENT_TRANSACTIONS while the coordinator still completes the
+    previous transaction, then retried after the client's back-off), the time from the last send to
+    the EndTxn request (the records' acks=all produce), the EndTxn round trip, and from its answer
+    to ``commit_transaction()`` returning; plus the share of transactions that met
+    CONCURRENT_TRANSACTIONS. The messages are timed as the in-process transport carries them."""
+    import statistics
+
+    c = _cluster("pylog-bench-txnparts-")
+    try:
+        p = c.producer(acks="all", transactional_id="bench")
+        p.init_transactions()
+        inner = c.transport.send
+        cur: Dict[str, float] = {}
+
+        def send(src: object, dst: object, msg: object) -> None:
+            name, now = type(msg).__name__, time.perf_counter()
+            err = getattr(msg, "error", None)
+            if name == "AddPartitionsToTxnRequest":
+                cur.setdefault("add_sent", now)
+            elif name == "AddPartitionsToTxnResponse":
+                if err is None:
+                    cur["add_ok"] = now
+                else:
+                    cur["concurrent"] = 1.0
+            elif name == "EndTxnRequest":
+                cur["end_sent"] = now
+            elif name == "EndTxnResponse":
+                cur["end_answered"] = now
+            inner(src, dst, msg)
+
+        c.transport.send = send  # type: ignore[method-assign]
+        rows: List[Dict[str, float]] = []
+        for i in range(transactions + 3):
+            cur.clear()
+            t0 = time.perf_counter()
+            p.begin_transaction()
+            for _ in range(PER_TXN):
+                p.send("b", VALUE, partition=0)
+            t1 = time.perf_counter()
+            p.commit_transaction()
+            t2 = time.perf_counter()
+            if i < 3:
+                continue  # warm-up
+            rows.append({"send loop": (t1 - t0) * 1e3,
+                         "AddPartitionsToTxn wait": (cur["add_ok"] - cur["add_sent"]) * 1e3,
+                         "last send -> EndTxn sent": (cur["end_sent"] - t1) * 1e3,
+                         "EndTxn round trip": (cur["end_answered"] - cur["end_sent"]) * 1e3,
+                         "EndTxn answer -> commit returns": (t2 - cur["end_answered"]) * 1e3,
+                         "commit_transaction()": (t2 - t1) * 1e3,
+                         "met CONCURRENT_TRANSACTIONS": cur.get("concurrent", 0.0)})
+        p.close()
+        return {k: (statistics.mean if k.startswith("met") else statistics.median)([r[k] for r in rows])
+                for k in rows[0]}
+    finally:
+        c.close()
+        shutil.rmtree(c.path, ignore_errors=True)
+
+
 def fill_with_aborts(c: Cluster, transactions: int) -> Dict[str, int]:
     p = c.producer(acks="all", transactional_id="fill")
     p.init_transactions()
@@ -148,7 +209,13 @@ def main() -> None:
     ap.add_argument("--transactions", type=int, default=100, help="1,000-record transactions per producer run")
     ap.add_argument("--read-transactions", type=int, default=200, help="transactions in the read_committed topic")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--breakdown", type=int, default=0, metavar="N",
+                    help="only time the parts of N transactions (where the time goes)")
     args = ap.parse_args()
+    if args.breakdown:
+        for k, v in breakdown(args.breakdown).items():
+            print(f"{k:>32}: {v:8.2f}" + ("" if k.startswith("met") else " ms (median)"))
+        return
     load = os.getloadavg()[0]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.1f} at the start; "
           f"best of {args.repeat}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
