@@ -271,9 +271,12 @@ class TxnActor:
     def _new_producer(self) -> None:
         if self.producer is not None:
             self.producer.close(0)
+        # At least 5 s: a request timeout shorter than the coordinator's acks=all append (a slow broker in
+        # the ISR: ~1.6 s) makes every InitProducerId/EndTxn answer arrive after the client gave up and
+        # retried - each retry processed, none ever seen (seed 300272 with the mix's 1.5 s).
         self.producer = self.c.producer(
-            transactional_id=self.tid, acks="all", request_timeout_ms=self.request_timeout_ms,
-            delivery_timeout_ms=self.delivery_timeout_ms, transaction_timeout_ms=10_000,
+            transactional_id=self.tid, acks="all", request_timeout_ms=max(self.request_timeout_ms, 5_000),
+            delivery_timeout_ms=max(self.delivery_timeout_ms, 15_000), transaction_timeout_ms=10_000,
             max_block_ms=self.block_ms)
         self.stats["txn_producers"] += 1
         self._ready = False
