@@ -63,7 +63,7 @@ import pytest
 
 from pylog.client._node import ClientNode
 from pylog.cluster import Cluster
-from pylog.errors import ProducerFencedError, PylogError, UnknownTopicOrPartitionError
+from pylog.errors import ProducerFencedError, PylogError, RequestTimedOutError, UnknownTopicOrPartitionError
 from pylog.simulation.txn import ABORTED, COMMITTED, OPEN, PLAIN, TxnReadChecks, leader_log, log_outcomes
 
 IN, OUT = "input-topic", "output-topic"
@@ -108,13 +108,27 @@ class Copier:
                                    max_poll_records=run.txn_max, request_timeout_ms=3_000)
         self.producer = c.producer(transactional_id=self.tid, transaction_timeout_ms=20_000, acks="all",
                                    request_timeout_ms=3_000, delivery_timeout_ms=120_000)
-        self.producer.init_transactions()
+        self.wait(self.producer.init_transactions)
         self.open: Optional[Dict[TP, int]] = None  # the open transaction's offsets to commit
         self.sent = 0
         self.alive = True
 
     def __repr__(self) -> str:
         return f"{self.tid}#{self.incarnation}"
+
+    def wait(self, call: Any, *args: Any) -> None:
+        """A blocking transactional call, called again while it times out (``max_block_ms``: Kafka's
+        rule - the call goes on, calling it again keeps waiting), five times at most: a stall longer
+        than that fails the run as a liveness failure."""
+        for attempt in range(5):
+            try:
+                call(*args)
+                return
+            except RequestTimedOutError as exc:
+                self.run.stats["call_timeouts"] += 1
+                self.run.log.append(f"t={self.run.c.now_ms} {self} {call.__name__} timed out ({attempt + 1}): {exc}")
+                if attempt == 4:
+                    raise
 
     def fill(self) -> int:
         """Poll and copy what came into a new transaction; the number of records copied."""
@@ -143,7 +157,7 @@ class Copier:
         offsets, self.open = self.open, None
         run = self.run
         if abort:
-            self.producer.abort_transaction()
+            self.wait(self.producer.abort_transaction)
             self.rewind()
             run.stats["aborts"] += 1
             return "aborted"
@@ -151,14 +165,14 @@ class Copier:
             meta = self.consumer.group_metadata()
             run.log.append(f"t={run.c.now_ms} {self} sends offsets {sorted(offsets.items())} at generation "
                            f"{meta.generation_id}")
-            self.producer.send_offsets_to_transaction(offsets, meta)
-            self.producer.commit_transaction()
-        except ProducerFencedError:
+            self.wait(self.producer.send_offsets_to_transaction, offsets, meta)
+            self.wait(self.producer.commit_transaction)
+        except (ProducerFencedError, RequestTimedOutError):
             raise
         except PylogError as exc:
             # Abortable (the group moved on: CommitFailed; a batch failed): abort and copy again.
             run.log.append(f"{self}: commit failed ({type(exc).__name__}: {exc}); aborting")
-            self.producer.abort_transaction()
+            self.wait(self.producer.abort_transaction)
             self.rewind()
             run.stats["failed_commits"] += 1
             return "failed"
@@ -461,9 +475,10 @@ def run_seed(path: str, seed: int, **kwargs: Any) -> Counter:
     run = Run(path, seed, **kwargs)
     try:
         run.run()
-    except AssertionError as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure names its seed, its last events and the replay
         tail = "\n  ".join(run.log[-15:])
-        raise AssertionError(f"seed {seed}: {exc}\nlast events:\n  {tail}\nreplay: {replay_command(seed)}") from exc
+        raise AssertionError(f"seed {seed}: {type(exc).__name__}: {exc}\nlast events:\n  {tail}\n"
+                             f"replay: {replay_command(seed)}") from exc
     finally:
         run.close()
     return run.stats
