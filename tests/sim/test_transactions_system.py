@@ -278,6 +278,12 @@ class Run:
         self.down = b
         self.stats["clean_bounces" if clean else "hard_bounces"] += 1
 
+    def crash_if_alone(self, b: int) -> None:
+        """The timer-driven crash inside a commit: only if it is still the only fault (another stop may
+        have come first - two brokers down would leave the ISRs under min_insync_replicas)."""
+        if self.down is None and self.in_sync():
+            self.stop_broker(b, clean=False)
+
     def start_broker(self) -> None:
         assert self.down is not None
         self.log.append(f"t={self.c.now_ms} start broker {self.down}")
@@ -351,7 +357,7 @@ class Run:
                 crash_mid_commit = self.down is None and self.in_sync() and rng.random() < 0.08
                 if crash_mid_commit:
                     b = self.broker_target()
-                    c.scheduler.call_later(rng.randint(1, 25), lambda: self.stop_broker(b, clean=False))
+                    c.scheduler.call_later(rng.randint(1, 25), self.crash_if_alone, b)
                 try:
                     what = k.finish(abort=rng.random() < 0.15)
                 except ProducerFencedError as exc:
