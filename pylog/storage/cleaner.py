@@ -25,8 +25,14 @@ One clean of a log:
    Batches keep their base and last offsets, leader epoch, producer id,
    epoch and base sequence; a batch whose records were all removed is kept
    as an empty batch when it is its producer's last data batch (so the
-   producer's sequence state survives), else dropped. Control batches and
-   legacy (magic 0/1) messages are copied unchanged. A batch whose records
+   producer's sequence state survives), else dropped. Legacy (magic 0/1)
+   messages are copied unchanged. Transactions (:class:`TxnCleaningState`,
+   Kafka's CleanedTransactionMetadata): batches of aborted transactions (from
+   the ``.txnindex``) lose their records and stay out of the offset map; a
+   COMMIT/ABORT marker whose transaction has no batch left gets a delete
+   horizon and goes after it; the cleaned ``.txnindex`` keeps only the
+   entries of ABORT markers kept with data; nothing at or above the last
+   stable offset is cleaned (docs/compaction.md, "Transactions"). A batch whose records
    all survive (and needs no horizon) is copied byte for byte; others are
    re-encoded with the same compression codec. Offsets never change.
 4. **Swap.** Each cleaned group is fsynced and swapped in through
