@@ -381,7 +381,7 @@ def dump_txn_index_file(path: str, out: IO[str]) -> bool:
     try:
         entries = decode_txn_entries(data, path, base)
     except CorruptIndexError as exc:
-        bad = exc.position if isinstance(getattr(exc, "position", None), int) else 0
+        bad = exc.position if exc.position is not None else 0
         whole = bad - bad % TXN_ENTRY_SIZE
         entries = decode_txn_entries(data[:whole], path, base) if whole else []
         error(f"{path}: fails validation: {exc}")
