@@ -489,9 +489,17 @@ class Cleaner:
         limit = keys[-1]  # the active segment is never cleaned
         if upper_bound is not None:
             limit = min(limit, upper_bound)
-        # never above the last stable offset: an open transaction's fate is not known (Kafka cleans
-        # below the first unstable offset); with upper_bound as the HW this is Kafka's LSO
-        limit = min(limit, log.last_stable_offset(log.log_end_offset if upper_bound is None else upper_bound))
+        # never above the last stable offset (Kafka cleans below the first unstable offset): not the
+        # first offset of an open transaction, nor of one whose marker is not below the high watermark
+        # (upper_bound; none: the log end). Read without Log.last_stable_offset, which would forget
+        # the transactions whose marker is below the bound given here.
+        ps = log.producer_state
+        hw = log.log_end_offset if upper_bound is None else min(upper_bound, log.log_end_offset)
+        for first in ps.ongoing.values():
+            limit = min(limit, first)
+        for first, marker in ps.unreplicated:
+            if marker >= hw:
+                limit = min(limit, first)
         cleanable: List[int] = []
         for i in range(len(keys) - 1):
             nxt = keys[i + 1]

@@ -105,3 +105,22 @@ def test_nothing_at_or_above_the_first_unstable_offset_is_cleaned(tmp_path):
     Cleaner().clean(log, now[0], force=True)
     assert [(r.offset, r.value) for r in log.read(0)] == [(2, b"new")]
     log.close()
+
+
+def test_a_transaction_whose_marker_is_above_the_high_watermark_is_not_cleaned(tmp_path):
+    now = [1000]
+    log = _open(tmp_path, now)
+    log.append([Record(key=b"k", value=b"old")])  # 0
+    log.roll()
+    _txn(log, 1, 0, (b"k", b"aborted"))           # 1
+    log.roll()
+    log.append_marker(1, 0, False, 0, 0)          # 2: not replicated yet (HW 2)
+    log.roll()
+    r = Cleaner().clean(log, now[0], force=True, upper_bound=2)
+    assert r.end_offset == 1  # the transaction starting at 1 is unstable below HW 2
+    # and the clean did not make the log forget it: the LSO at HW 2 is still 1
+    assert log.last_stable_offset(2) == 1
+    assert [b.base_offset for b in log.read_batches(0, 1 << 20)] == [0, 1, 2]
+    r = Cleaner().clean(log, now[0], force=True, upper_bound=3)
+    assert [(r.offset, r.value) for r in log.read(0)] == [(0, b"old")]
+    log.close()
