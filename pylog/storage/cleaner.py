@@ -395,8 +395,9 @@ def filter_batch(
     no data left goes after its delete horizon. A batch that loses every record
     is kept empty when it is its producer's last data batch
     (``producer_last_offsets``: producer id -> that batch's last offset, or the
-    last control batch's for a producer with no data batch left), so the
-    producer's last sequence and epoch survive. **Deviation:** Kafka empties such a
+    last control batch's for a producer with no data batch left or whose last
+    marker has a newer epoch - a fence), so the producer's last sequence and
+    epoch survive. **Deviation:** Kafka empties such a
     control batch; pylog keeps it whole (the producer-state replay reads the marker
     of every control batch, and an empty one would not decode there).
     """
@@ -692,14 +693,17 @@ class Cleaner:
 
     @staticmethod
     def _producer_last_offsets(log: Log) -> Dict[int, int]:
-        """Producer id -> last offset of its last data batch, or of its last control batch when it
-        has no data batch (Kafka keeps a producer's last batch so its state survives a clean)."""
-        data: Dict[int, int] = {}
-        control: Dict[int, int] = {}
+        """Producer id -> last offset of the batch a clean must keep for it (Kafka's
+        ``isBatchLastRecordOfProducer``): its last data batch (its last sequence), or its last control
+        batch when it has no data batch or that marker carries a newer epoch (a fence: the epoch is
+        what refuses the zombie after a reload)."""
+        data: Dict[int, Tuple[int, int]] = {}
+        control: Dict[int, Tuple[int, int]] = {}
 
         def note(info: BatchInfo) -> None:
             if info.magic == 2 and info.producer_id >= 0:
-                (control if info.attributes & ATTR_CONTROL else data)[info.producer_id] = info.last_offset
+                (control if info.attributes & ATTR_CONTROL else data)[info.producer_id] = (
+                    info.last_offset, info.producer_epoch)
 
         for seg in log.segments.values():
             pos, size = 0, seg.size
@@ -720,8 +724,11 @@ class Cleaner:
                             continue
                     break
                 pos += found.valid_bytes
-        control.update(data)
-        return control
+        out = {pid: off for pid, (off, _) in data.items()}
+        for pid, (off, epoch) in control.items():
+            if pid not in data or epoch > data[pid][1]:
+                out[pid] = off
+        return out
 
     @staticmethod
     def _group(log: Log, bases: List[int]) -> List[List[int]]:

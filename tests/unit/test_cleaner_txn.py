@@ -124,3 +124,29 @@ def test_a_transaction_whose_marker_is_above_the_high_watermark_is_not_cleaned(t
     r = Cleaner().clean(log, now[0], force=True, upper_bound=3)
     assert [(r.offset, r.value) for r in log.read(0)] == [(0, b"old")]
     log.close()
+
+
+def test_a_fencing_marker_survives_so_the_zombie_stays_fenced_after_a_reload(tmp_path):
+    import pytest
+
+    from pylog.errors import InvalidProducerEpochError
+
+    now = [1000]
+    log = _open(tmp_path, now)
+    _txn(log, 1, 0, (b"a", b"zombie"))            # 0: epoch 0
+    log.append_marker(1, 1, False, 0, 0)          # 1: the coordinator's fence aborts with epoch 1
+    log.append([Record(key=b"b", value=b"x")])    # 2
+    log.roll()
+    for i in range(4):
+        Cleaner().clean(log, now[0] + i * 10 * RET, force=True)
+    assert _layout(log) == [(1, True, 1), (2, False, 1)]  # the epoch-0 batch went, the fence stayed
+    log.close()
+    for n in os.listdir(log.dir):
+        if n.endswith(".snapshot"):
+            os.remove(os.path.join(log.dir, n))  # the producer state is rebuilt from the cleaned log
+    log = _open(tmp_path, now)
+    batch = encode_batch([Record(key=b"a", value=b"late")], now_ms=0, producer_id=1, producer_epoch=0,
+                         base_sequence=1, transactional=True)
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(batch, leader_epoch=0)
+    log.close()
