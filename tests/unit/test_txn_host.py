@@ -486,7 +486,8 @@ def produce_until_answered(w: Wire, m: TransactionManager, topic: str, partition
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_transactions_stay_atomic_across_random_coordinator_crashes(tmp_path: Any, seed: int) -> None:
     """Seeded: transactions over random partitions, committed or aborted at random, while the broker
-    leading the ``__transaction_state`` partition crashes at a random moment (and comes back). After
+    leading the ``__transaction_state`` partition (or another broker) crashes at a random moment (and
+    comes back). After
     everything settles: no transaction is left open on any partition, the markers of each producer
     epoch agree across partitions, and every commit the client saw succeed has its COMMIT marker on
     every partition it wrote to. Replay one: ``pytest tests/unit/test_txn_host.py -k 'random and <seed>'``;
@@ -534,7 +535,8 @@ def crash_scenario(tmp_path: Any, seed: int) -> None:
                 m.on_batch_error(("out", parts[0]), failed(f"{failed.__name__}"))
             commit = failed is None and m.state == TxnState.IN_TRANSACTION and rng.random() < 0.7
             pid, epoch = m.producer_id, m.producer_epoch
-            victim = c.leader_of(TRANSACTION_STATE_TOPIC, 0)
+            # the coordinator, or (one time in three) any broker: a leader of the transaction's partitions
+            victim = c.leader_of(TRANSACTION_STATE_TOPIC, 0) if rng.random() < 0.67 else rng.randrange(3)
             if not down() and victim >= 0 and rng.random() < 0.7:  # at most one broker down at a time
                 c.scheduler.call_later(rng.randint(0, 40), c.brokers[victim].stop, False)
             if m.state == TxnState.FATAL_ERROR:
@@ -546,10 +548,12 @@ def crash_scenario(tmp_path: Any, seed: int) -> None:
                 committed.append((pid, epoch + 1, parts))
             if m.state != TxnState.READY:
                 m = init(w)
+        c.advance(100)  # a crash scheduled in the last round has happened
         for b in down():
             c.start_broker(b)
         wait_state_in(c, (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT))
         c.advance(2_000)
+        assert c.scheduler.wait_until(lambda: c._serving([("out", p) for p in range(3)]), 60_000)
         by_epoch: Dict[Tuple[int, int], set] = {}
         for p in range(3):
             leader = c.brokers[c.leader_of("out", p)].rm.partitions[("out", p)]  # type: ignore[union-attr]
