@@ -1243,7 +1243,7 @@ class ReplicaManager:
                 if again is not None:
                     out.send(CONTROLLER, again)
         if len(self.txn_verifier):
-            for refused in self.txn_verifier.expire(now_ms):
+            for refused in self.txn_verifier.expire(now_ms, out):
                 self._refuse_produce(refused, out)
         for tp in self._due(self._produce_deadlines, self.delayed_produce, now_ms):
             if any(now_ms >= d.deadline_ms for d in self.delayed_produce.get(tp, ())):
