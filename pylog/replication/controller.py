@@ -61,6 +61,7 @@ from pylog.errors import (
     KafkaStorageError,
     MetadataStorageError,
     PylogError,
+    StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -69,6 +70,8 @@ from pylog.replication.assignment import assign_replicas
 from pylog.replication.offsets_topic import OFFSETS_TOPIC
 from pylog.replication.messages import (
     NO_LEADER,
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeat,
@@ -726,8 +729,13 @@ class MetadataStore:
             self.broker_incarnations[broker_id] = incarnation  # in place: controllers hold this dict
             self._maybe_compact()
 
-    def allocate_producer_ids(self, count: int) -> Tuple[int, int]:
-        """Reserve ``count`` producer ids; returns ``(first, count)``. Stored before it returns."""
+    def allocate_producer_ids(self, count: int, controller_epoch: Optional[int] = None) -> Tuple[int, int]:
+        """Reserve ``count`` producer ids; returns ``(first, count)``. Stored before it returns, so a
+        block is never handed out twice, across controller failovers and restarts too (Kafka's
+        ProducerIdsRecord). ``controller_epoch``: the caller's; a deposed controller is refused
+        (StaleControllerEpochError)."""
+        if controller_epoch is not None:
+            self._check_epoch(controller_epoch, f"a block of {count} producer ids")
         first = self.next_producer_id
         self._store(f"a block of {count} producer ids", next_producer_id=first + count)
         self.next_producer_id = first + count
@@ -943,6 +951,8 @@ class Controller:
             elif isinstance(msg, StopReplicaResponse):
                 if msg.error is None:
                     self.store.replica_deleted(msg.topic, msg.broker_id, msg.partition)
+            elif isinstance(msg, AllocateProducerIdsRequest):
+                out.send(src, self._on_allocate_producer_ids(msg))
         except StaleControllerEpochError:
             self.active = False
             return Outbox()
@@ -1158,9 +1168,24 @@ class Controller:
             return (-1, 0)
         granted = self._pid_blocks.get(b)
         if granted is None or granted[0] != inc:
-            granted = (inc, self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE))
+            granted = (inc, self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE, self.epoch))
             self._pid_blocks[b] = granted
         return granted[1]
+
+    def _on_allocate_producer_ids(self, req: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        """KIP-730's AllocateProducerIds: a new block for the broker, stored before the answer (a
+        failing store raises MetadataStorageError: no answer, the broker asks again). A request of
+        another registration than the broker's current one is refused (StaleBrokerEpochError).
+        The block also becomes the one the broker's LeaderAndIsr requests carry."""
+        b, inc = req.broker_id, req.broker_incarnation
+        if self.incarnation.get(b) != inc or not self._is_live(b):
+            return AllocateProducerIdsResponse(
+                req.correlation_id, StaleBrokerEpochError,
+                f"broker {b} incarnation {inc} is not registered (current {self.incarnation.get(b)})",
+                broker_incarnation=inc)
+        block = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE, self.epoch)
+        self._pid_blocks[b] = (inc, block)
+        return AllocateProducerIdsResponse(req.correlation_id, None, "", block[0], block[1], inc)
 
     def _lai(self, b: int, states: Tuple[PartitionState, ...]) -> LeaderAndIsrRequest:
         inc = self.incarnation.get(b, -1)

@@ -150,6 +150,31 @@ class InitProducerIdResponse:
     producer_epoch: int = -1
 
 
+@dataclass(frozen=True)
+class AllocateProducerIdsRequest:
+    """A broker asks the controller for a block of producer ids (Kafka's AllocateProducerIds, KIP-730):
+    it has none left, or fewer than a tenth of a block. ``broker_incarnation`` is its registration
+    (Kafka's broker epoch): the controller refuses a request of a previous incarnation."""
+
+    broker_id: int
+    broker_incarnation: int
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class AllocateProducerIdsResponse:
+    """The controller's answer: ``[producer_id_start, producer_id_start + producer_id_len)``, stored in
+    the cluster metadata before it was sent (so never handed out again, whoever is controller next)."""
+
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+    #: the incarnation the block was granted to (the broker drops a block meant for another one)
+    broker_incarnation: int = -1
+
+
 @_dict_init
 @dataclass(frozen=True)
 class FetchRequest:
