@@ -68,6 +68,7 @@ from pylog.errors import (
 )
 from pylog.replication.assignment import assign_replicas
 from pylog.replication.offsets_topic import OFFSETS_TOPIC
+from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC
 from pylog.replication.messages import (
     NO_LEADER,
     AllocateProducerIdsRequest,
@@ -139,6 +140,21 @@ def offsets_topic_replication(brokers: int) -> Tuple[int, int]:
     """
     rf = min(3, brokers)
     return rf, (2 if rf >= 3 else 1)
+
+
+def transaction_state_replication(brokers: int) -> Tuple[int, int]:
+    """``(replication_factor, min_insync_replicas)`` of ``__transaction_state`` in a cluster of ``brokers``:
+    Kafka's ``transaction.state.log.replication.factor`` 3 and ``transaction.state.log.min.isr`` 2,
+    capped by the brokers as :func:`offsets_topic_replication` (RF = brokers and min ISR 1 with 1 or 2
+    brokers). A transaction's PrepareCommit acknowledged by one replica that then crashes would be
+    lost with it, and the new coordinator would leave the transaction open until its timeout aborts
+    it: the commit the producer was told of would not happen."""
+    return offsets_topic_replication(brokers)
+
+
+#: the internal topics whose replication the controller enforces at creation -> the rule
+_INTERNAL_REPLICATION = {OFFSETS_TOPIC: (offsets_topic_replication, "committed offsets"),
+                         TRANSACTION_STATE_TOPIC: (transaction_state_replication, "transaction states")}
 
 
 def validate_topic_configs(name: str, configs: Dict[str, object]) -> None:
@@ -1250,13 +1266,14 @@ class Controller:
             )
         validate_topic_configs(cfg.name, cfg.configs)
         brokers = sorted(self.store.brokers)
-        if cfg.name == OFFSETS_TOPIC:
-            rf, min_isr = offsets_topic_replication(len(brokers))
+        rule = _INTERNAL_REPLICATION.get(cfg.name)
+        if rule is not None:
+            rf, min_isr = rule[0](len(brokers))
             if cfg.replication_factor < rf or cfg.min_insync_replicas < min_isr:
                 raise InvalidConfigurationError(
-                    f"topic {OFFSETS_TOPIC!r} needs replication_factor >= {rf} and min_insync_replicas >= {min_isr} "
+                    f"topic {cfg.name!r} needs replication_factor >= {rf} and min_insync_replicas >= {min_isr} "
                     f"with {len(brokers)} brokers, got {cfg.replication_factor} and {cfg.min_insync_replicas}: a lone "
-                    f"in-sync replica that crashes can lose committed offsets (docs/replication.md)")
+                    f"in-sync replica that crashes can lose {rule[1]} (docs/replication.md)")
         assignment = assign_replicas(brokers, cfg.partitions, cfg.replication_factor, rng=self.store.rng,
                                      start_index=start_index, shift=shift)
         states = []
@@ -1409,4 +1426,4 @@ class Controller:
 
 __all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata", "LoadedMetadata",
            "read_metadata_json", "metadata_log_path",
-           "offsets_topic_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
+           "offsets_topic_replication", "transaction_state_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
