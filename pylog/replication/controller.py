@@ -92,8 +92,9 @@ _log = logging.getLogger(__name__)
 TP = Tuple[str, int]
 NON_EXISTENT, NEW, ONLINE, OFFLINE = "NonExistent", "New", "Online", "Offline"
 
-#: producer ids granted to a broker at a time (KIP-730 hands out blocks of 1000; ours are
-#: pushed once per broker incarnation and controller, so they are larger)
+#: producer ids granted to a broker at a time (KIP-730 hands out blocks of 1000; ours are pushed
+#: once per broker incarnation and controller with LeaderAndIsr, so they are larger; a broker with
+#: none or few left asks for the next one with AllocateProducerIds, :meth:`Controller.handle`)
 PRODUCER_ID_BLOCK_SIZE = 1 << 20
 #: a new topic with more partitions than this gets one LeaderAndIsr per broker carrying all its
 #: replicas (Kafka's batching; one directory sync per broker); smaller topics keep one request per
@@ -953,7 +954,7 @@ class Controller:
         return out
 
     def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
-        """A broker's heartbeat or AlterPartition. Never raises for a failing store: the
+        """A broker's heartbeat, AlterPartition, StopReplica answer or AllocateProducerIds. Never raises for a failing store: the
         controller stops acting (:meth:`_lose_store`) and the committed part is returned."""
         out = Outbox()
         if not self.active:

@@ -48,8 +48,9 @@ class LeaderAndIsrRequest:
     broker_incarnation: int = -1
     #: per-topic LogConfig overrides of the topics in ``states``: ``((topic, ((key, value), ...)), ...)``
     topic_configs: Tuple[Tuple[str, Tuple[Tuple[str, object], ...]], ...] = ()
-    #: a fresh block of producer ids ``(first, count)`` this broker may hand out (KIP-730's
-    #: AllocateProducerIds, pushed with the metadata instead of pulled); ``(-1, 0)``: none
+    #: a block of producer ids ``(first, count)`` this broker may hand out (KIP-730's block, pushed
+    #: with the metadata; a broker also asks for one with :class:`AllocateProducerIdsRequest`, and
+    #: ignores a block older than one it took); ``(-1, 0)``: none
     producer_id_block: Tuple[int, int] = (-1, 0)
 
 
