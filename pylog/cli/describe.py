@@ -309,10 +309,11 @@ def _live_open_transactions(root: str) -> Optional[List[OpenTransaction]]:
     from pylog.errors import TransactionalIdNotFoundError
     from pylog.shared import SharedCluster
 
+    # A client of the owner. Should the owner exit between the check and the connection, this process
+    # becomes the owner (the directory's recovery runs, as with ``pylog groups``); its coordinator then
+    # holds what it loaded from the log, the same rows the directory reading would give.
     q = SharedCluster(root, open_timeout_ms=10_000)
     try:
-        if q.role != "client" and not running_owner(root):
-            return None  # (the owner exited meanwhile and this process took the directory over: read it instead)
         rows = []
         for listing in q.list_transactions(state_filters=OPEN_STATES):
             try:
