@@ -23,7 +23,7 @@ import abc
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from pylog.client.admin import GroupAdmin, GroupDescription, GroupListing
+from pylog.client.admin import GroupAdmin, GroupDescription, GroupListing, TransactionDescription, TransactionListing
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
 from pylog.errors import UnknownTopicOrPartitionError
@@ -175,6 +175,21 @@ class ClusterFacade(abc.ABC):
         self._ensure_open()
         self.ensure_offsets_topic()
         self.group_admin().alter_group_offsets(group_id, offsets)
+
+    # ---------------------------------------------------- transaction admin
+    def describe_transactions(self, transactional_ids: Sequence[str]) -> Dict[str, TransactionDescription]:
+        """Kafka's describeTransactions: ``{transactional_id: TransactionDescription(transactional_id,
+        coordinator_id, state, producer_id, producer_epoch, transaction_timeout_ms, transaction_start_time_ms,
+        topic_partitions)}`` from each id's coordinator. Unknown id:
+        :class:`~pylog.errors.TransactionalIdNotFoundError` (see docs/transactions.md, "Admin")."""
+        return self.group_admin().describe_transactions(transactional_ids)
+
+    def list_transactions(self, state_filters: Sequence[str] = (), producer_id_filters: Sequence[int] = (),
+                          duration_filter_ms: Optional[int] = None) -> List[TransactionListing]:
+        """Kafka's listTransactions: ``TransactionListing(transactional_id, producer_id, state)`` of every
+        transactional id its coordinator knows, sorted by id, filtered by state name, producer id and
+        running time when given."""
+        return self.group_admin().list_transactions(state_filters, producer_id_filters, duration_filter_ms)
 
     # ------------------------------------------------- for the facade's loop
     def _client_metrics(self) -> List[Metric]:

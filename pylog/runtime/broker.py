@@ -43,6 +43,7 @@ from pylog.replication.controller import Controller, MetadataStore
 from pylog.replication.group_coordinator import GroupCoordinator
 from pylog.replication.messages import (
     NO_LEADER,
+    AllocateProducerIdsRequest,
     AlterPartitionRequest,
     BrokerHeartbeat,
     FetchRequest,
@@ -250,7 +251,7 @@ class Broker:
             if rm.fetch_wakeups and not self._wakeup_queued:  # type: ignore[union-attr]
                 self._queue_fetch_wakeups()
             return
-        if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest, StopReplicaResponse)):
+        if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest, StopReplicaResponse, AllocateProducerIdsRequest)):
             if self.controller is not None and self.controller.active and self.store.controller_id == self.broker_id:
                 self._send(self.controller.handle(src, msg, now))
             return
