@@ -227,37 +227,39 @@ class GroupAdmin:
             raise InvalidGroupIdError(f"group_id must be a non-empty str, got {group_id!r}")
         return group_id
 
-    # ----------------------------------------------------------------- API
-    def list_groups(self) -> List[GroupListing]:
-        """Every group of the cluster, sorted by id: each broker answers for the groups it coordinates.
-
-        Raises :class:`CoordinatorNotAvailableError` when some ``__consumer_offsets``
-        partition had no coordinator answering within ``request_timeout_ms``.
-        """
+    def _list_from_coordinators(self, what: str, topic: str, partition_of: Callable[[str, int], int],
+                                request: Callable[[int], Any], rows_of: Callable[[Any], Any],
+                                listing: Callable[..., Any]) -> List[Any]:
+        """Ask every broker for the rows it coordinates (groups or transactional ids) and merge them once
+        each partition of ``topic`` is covered by the answer of the broker that coordinates it; a row
+        counts only from its partition's coordinator (a broker that just lost the partition may still
+        list it). Sorted listings; ``[]`` when ``topic`` does not exist. Retried after
+        ``retry_backoff_ms`` while a partition is uncovered; :class:`CoordinatorNotAvailableError`
+        naming the partitions at the deadline. Complexity: one round trip to every broker per attempt."""
         def start(fut: ClientFuture, deadline: int) -> None:
             def attempt() -> None:
-                cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
+                cfg = self.store.topics.get(topic)
                 if cfg is None:
                     fut.set_result([])
                     return
                 wanted = set(range(cfg.partitions))
-                owner: Dict[int, Any] = {}  # offsets partition -> the broker whose answer covers it
-                rows: Dict[Any, Tuple[Tuple[str, str, str], ...]] = {}
+                owner: Dict[int, Any] = {}  # partition of `topic` -> the broker whose answer covers it
+                rows: Dict[Any, Any] = {}
                 brokers = list(self.store.brokers)
                 left = {"n": len(brokers)}
                 timeout = max(1, min(self.request_timeout_ms, deadline - self._now()))
 
                 def finish() -> None:
-                    groups = [GroupListing(gid, state, ptype) for b, rs in rows.items() for gid, ptype, state in rs
-                              if owner.get(ot.partition_for_group(gid, cfg.partitions)) == b]
-                    fut.set_result(sorted(groups))
+                    got = [listing(*row) for b, rs in rows.items() for row in rs
+                           if owner.get(partition_of(row[0], cfg.partitions)) == b]
+                    fut.set_result(sorted(got))
 
                 def answered(b: Any, resp: Any) -> None:
                     left["n"] -= 1
                     if fut.done():
                         return
                     if resp is not None and resp.error is None:
-                        rows[b] = resp.groups
+                        rows[b] = rows_of(resp)
                         for p in resp.partitions:
                             owner.setdefault(p, b)
                     if wanted <= set(owner):
@@ -266,7 +268,7 @@ class GroupAdmin:
                         missing = sorted(wanted - set(owner))
                         if self._now() + self.retry_backoff_ms >= deadline:
                             fut.set_exception(CoordinatorNotAvailableError(
-                                f"list_groups: no coordinator answered for {ot.OFFSETS_TOPIC} partitions {missing}"))
+                                f"{what}: no coordinator answered for {topic} partitions {missing}"))
                         else:
                             self._later(attempt)
 
@@ -274,11 +276,22 @@ class GroupAdmin:
                     def on_answer(resp: Any, b: Any = b) -> None:
                         answered(b, resp)
 
-                    self._node.request(b, gm.ListGroupsRequest(self._node.next_corr()), timeout, on_answer)
+                    self._node.request(b, request(self._node.next_corr()), timeout, on_answer)
 
             attempt()
 
-        return self._wait(start)
+        return self._wait(start)  # type: ignore[no-any-return]
+
+    # ----------------------------------------------------------------- API
+    def list_groups(self) -> List[GroupListing]:
+        """Every group of the cluster, sorted by id: each broker answers for the groups it coordinates.
+
+        Raises :class:`CoordinatorNotAvailableError` when some ``__consumer_offsets``
+        partition had no coordinator answering within ``request_timeout_ms``.
+        """
+        return self._list_from_coordinators(
+            "list_groups", ot.OFFSETS_TOPIC, ot.partition_for_group, gm.ListGroupsRequest,
+            lambda resp: resp.groups, lambda gid, ptype, state: GroupListing(gid, state, ptype))
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """State, protocol, generation, leader and members (client id, host, assigned partitions, group
@@ -520,53 +533,10 @@ class GroupAdmin:
         pids = tuple(int(p) for p in producer_id_filters)
         duration = -1 if duration_filter_ms is None else int(duration_filter_ms)
 
-        def start(fut: ClientFuture, deadline: int) -> None:
-            def attempt() -> None:
-                cfg = self.store.topics.get(TRANSACTION_STATE_TOPIC)
-                if cfg is None:
-                    fut.set_result([])
-                    return
-                wanted = set(range(cfg.partitions))
-                owner: Dict[int, Any] = {}  # __transaction_state partition -> the broker whose answer covers it
-                rows: Dict[Any, Tuple[Tuple[str, int, str], ...]] = {}
-                brokers = list(self.store.brokers)
-                left = {"n": len(brokers)}
-                timeout = max(1, min(self.request_timeout_ms, deadline - self._now()))
-
-                def finish() -> None:
-                    got = [TransactionListing(tid, pid, state) for b, rs in rows.items() for tid, pid, state in rs
-                           if owner.get(partition_for_transactional_id(tid, cfg.partitions)) == b]
-                    fut.set_result(sorted(got))
-
-                def answered(b: Any, resp: Any) -> None:
-                    left["n"] -= 1
-                    if fut.done():
-                        return
-                    if resp is not None and resp.error is None:
-                        rows[b] = resp.transactions
-                        for p in resp.partitions:
-                            owner.setdefault(p, b)
-                    if wanted <= set(owner):
-                        finish()
-                    elif left["n"] == 0:
-                        missing = sorted(wanted - set(owner))
-                        if self._now() + self.retry_backoff_ms >= deadline:
-                            fut.set_exception(CoordinatorNotAvailableError(
-                                f"list_transactions: no coordinator answered for {TRANSACTION_STATE_TOPIC} "
-                                f"partitions {missing}"))
-                        else:
-                            self._later(attempt)
-
-                for b in brokers:
-                    def on_answer(resp: Any, b: Any = b) -> None:
-                        answered(b, resp)
-
-                    self._node.request(b, tm.ListTransactionsRequest(self._node.next_corr(), states, pids, duration),
-                                       timeout, on_answer)
-
-            attempt()
-
-        return self._wait(start)  # type: ignore[no-any-return]
+        return self._list_from_coordinators(
+            "list_transactions", TRANSACTION_STATE_TOPIC, partition_for_transactional_id,
+            lambda corr: tm.ListTransactionsRequest(corr, states, pids, duration),
+            lambda resp: resp.transactions, TransactionListing)
 
     @property
     def closed(self) -> bool:
