@@ -89,11 +89,14 @@ class ClusterFacade(abc.ABC):
 
     def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
         """A :class:`~pylog.client.producer.Producer` on this cluster (see its docstring for the options);
-        closed with the cluster. With a ``transactional_id``, ``__transaction_state`` is created first if
-        it does not exist (as Kafka's brokers do on the first FindCoordinator for a transaction)."""
+        closed with the cluster. With a ``transactional_id``, ``__transaction_state`` and
+        ``__consumer_offsets`` are created first if they do not exist (as Kafka's brokers do on the first
+        FindCoordinator for a transaction or a group: ``send_offsets_to_transaction`` may name a group no
+        consumer has joined yet)."""
         self._ensure_open()
         if kwargs.get("transactional_id") is not None:
             self.ensure_transaction_state_topic()
+            self.ensure_offsets_topic()
         p = Producer(self, acks=acks, **kwargs)
         self._track(p)
         return p

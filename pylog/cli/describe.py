@@ -184,13 +184,15 @@ def _pick_replica(views: List[Tuple[Optional[int], str, Optional[int]]], leader:
 def _group_lag_lines(root: str, dirs: List[Tuple[Optional[int], str]]) -> Iterator[str]:
     """One line per committed (group, topic, partition): committed offset, log end (the HW) and lag.
 
-    Committed offsets are replayed from ``__consumer_offsets`` as a coordinator
-    loading the partition does (the latest commit per key wins; a null value, a
-    tombstone, deletes it), from the leader's copy of each offsets partition.
+    Committed offsets are replayed from ``__consumer_offsets`` by the group
+    coordinator's own ``load`` (the latest commit per key wins, a null value - a
+    tombstone - deletes it, a transactional commit counts once its COMMIT marker is
+    in the log), from the leader's copy of each offsets partition up to its HW.
     The log end is the leader's checkpointed high watermark (Kafka's
     LOG-END-OFFSET for a read_uncommitted consumer), else its log end offset.
     """
-    from pylog.replication.offsets_topic import OFFSETS_TOPIC, OffsetCommitKey, decode_key, decode_offset_commit_value
+    from pylog.replication.group_coordinator import GroupCoordinator
+    from pylog.replication.offsets_topic import OFFSETS_TOPIC, read_log_entries
 
     views = _replica_views(dirs)
     leaders = _leaders(root)
@@ -199,28 +201,16 @@ def _group_lag_lines(root: str, dirs: List[Tuple[Optional[int], str]]) -> Iterat
         path, hw = _pick_replica(views[tp], leaders.get(tp))
         log = Log.open(path, read_only=True)
         try:
-            end = log.log_end_offset if hw is None else min(hw, log.log_end_offset)
-            offset = log.log_start_offset
-            while offset < end:
-                got = False
-                for rec in log.read(offset, max_offset=end):
-                    got = True
-                    offset = rec.offset + 1
-                    if rec.key is None:
-                        continue
-                    try:
-                        key = decode_key(rec.key)
-                        if not isinstance(key, OffsetCommitKey):
-                            continue
-                        gtp = (key.group, key.topic, key.partition)
-                        if rec.value is None:
-                            commits.pop(gtp, None)
-                        else:
-                            commits[gtp] = decode_offset_commit_value(rec.value).offset
-                    except CorruptRecordError as exc:
-                        raise CorruptRecordError(f"{path} offset {rec.offset}: {exc}") from None
-                if not got:
-                    break
+            # The coordinator's own load: transactional offsets count only once their COMMIT marker is
+            # in the log (an aborted or still-open TxnOffsetCommit is not a committed offset).
+            loader = GroupCoordinator(-1)
+            try:
+                loader.load(tp[1], 0, read_log_entries(log, hw), 0)
+            except CorruptRecordError as exc:  # "<dir>/__consumer_offsets-<p> offset <o>: what"
+                raise CorruptRecordError(f"{os.path.dirname(path)}{os.sep}{exc}") from None
+            for gid, g in loader.groups.items():
+                for (topic, partition), value in g.offsets.items():
+                    commits[(gid, topic, partition)] = value.offset
         finally:
             log.close()
     for (group, topic, partition), committed in sorted(commits.items()):
