@@ -9,7 +9,10 @@ out with one positional write when that many are pending, and on
 writes its entries into an mmap of the file, pylog saves a system call per
 entry this way (an append of one batch used to cost one ``pwrite`` per
 entry, more than the batch's own). Files are loaded lazily on first use
-(Kafka's LazyIndex), validated by the C core, and never preallocated: the
+and created lazily (Kafka's LazyIndex: a new segment has no index files
+until its first entry is written or it is flushed holding data - creating
+1,000 partitions creates 1,000 ``.log`` files, not 3,000 files), validated
+by the C core, and never preallocated: the
 file length is always a whole number of entries, which is also what Kafka
 leaves after trimming a segment.
 
@@ -73,6 +76,15 @@ class _Index:
         self._write_at = len(data) + PENDING_ENTRIES * self.entry_size
         self._stale_tail = False
         self._unsynced = bool(data) and not self.read_only
+
+    def start_empty(self) -> None:
+        """The index of a segment just created: no entries and, until the first write or
+        :meth:`flush` with ``ensure_file``, no file (Kafka's LazyIndex). O(1), no system call."""
+        self._data = bytearray()
+        self._written = 0
+        self._write_at = PENDING_ENTRIES * self.entry_size
+        self._stale_tail = False
+        self._unsynced = False
 
     @property
     def loaded(self) -> bool:
@@ -183,10 +195,16 @@ class _Index:
         self._data = data
         self.write_pending()
 
-    def flush(self) -> None:
-        """Write the pending entries and fsync the file. Durability: every entry survives power loss."""
+    def flush(self, *, ensure_file: bool = False) -> None:
+        """Write the pending entries and fsync the file. Durability: every entry survives power loss.
+
+        The file is created here when ``ensure_file`` (its segment holds data) and no entry made it
+        yet: an index file is made lazily, and one missing beside a non-empty ``.log`` means
+        "rebuild" on the next open. Its directory entry becomes durable with the next directory
+        sync; lost before that, the open rebuilds the index from the ``.log`` (derived data)."""
         self.write_pending()
-        if self._fd is None and self._unsynced:
+        if self._fd is None and (self._unsynced or (ensure_file and not self.read_only
+                                                     and not self.io.exists(self.path))):
             self._ensure_fd()  # entries written before this object loaded the file may not be synced yet
         if self._fd is not None:
             self.io.fsync(self._fd)
