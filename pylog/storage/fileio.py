@@ -344,7 +344,11 @@ class SimulatedDiskIO(FileIO):
 
     Files that existed before this object saw them count as fully synced.
     ``fail_write_after=N`` makes the (N+1)th write raise ``OSError(fail_errno)``;
-    ``fail_fsync_after`` does the same for fsync.
+    ``fail_fsync_after`` does the same for fsync. While writes fail (``N``
+    writes done), :meth:`makedirs` of a directory that does not exist fails the
+    same way without counting as a write: a new directory needs a block written
+    (a full disk refuses ``mkdir`` with ENOSPC, a failing one with EIO), and a
+    new partition's directory is the first thing its open writes.
 
     Operation faults: every call that can fail on a real disk or descriptor
     table - :meth:`open`, :meth:`pwrite`, :meth:`fsync`, :meth:`truncate`,
@@ -523,6 +527,9 @@ failed.
     def makedirs(self, path: str) -> None:
         with self._lock:
             self._op("makedirs", path)
+            if (self.fail_write_after is not None and self.writes >= self.fail_write_after
+                    and not os.path.isdir(path)):
+                raise OSError(self.fail_errno, os.strerror(self.fail_errno), path)
         super().makedirs(path)
 
     def listdir(self, path: str) -> List[str]:

@@ -62,14 +62,21 @@ class _Index:
         #: the file may hold bytes no fsync of this object covered (loaded from a file another object or
         #: process wrote, e.g. closed without a flush): the next flush fsyncs even with nothing pending
         self._unsynced = False
+        #: whether the file is missing (None: not known yet; saves a stat per check)
+        self._absent: Optional[bool] = None
+        #: this object created the file and no directory sync has covered its name since
+        #: (the segment's flush syncs the directory once: :attr:`new_name`)
+        self.new_name = False
 
     # -- loading ------------------------------------------------------------
     def load(self, log_size: int) -> None:
         """Read and validate the file; raises :class:`CorruptIndexError` when invalid."""
         try:
-            data = bytearray(self.io.read_file(self.path)) if self.io.exists(self.path) else bytearray()
+            present = self.io.exists(self.path)
+            data = bytearray(self.io.read_file(self.path)) if present else bytearray()
         except FileNotFoundError:  # deleted by the writer since exists(): a reader's race
-            data = bytearray()
+            present, data = False, bytearray()
+        self._absent = not present
         index_check(data, bool(self.is_time), log_size, self.path)
         self._data = data
         self._written = len(data)
@@ -85,6 +92,7 @@ class _Index:
         self._write_at = PENDING_ENTRIES * self.entry_size
         self._stale_tail = False
         self._unsynced = False
+        self._absent = True
 
     @property
     def loaded(self) -> bool:
@@ -102,7 +110,11 @@ class _Index:
     # -- writing ------------------------------------------------------------
     def _ensure_fd(self) -> int:
         if self._fd is None:
+            absent = self._absent if self._absent is not None else not self.io.exists(self.path)
             self._fd = self.io.open(self.path)
+            self._absent = False
+            if absent:
+                self.new_name = True
         return self._fd
 
     def append_raw(self, entry: bytes) -> None:
@@ -200,11 +212,12 @@ class _Index:
 
         The file is created here when ``ensure_file`` (its segment holds data) and no entry made it
         yet: an index file is made lazily, and one missing beside a non-empty ``.log`` means
-        "rebuild" on the next open. Its directory entry becomes durable with the next directory
-        sync; lost before that, the open rebuilds the index from the ``.log`` (derived data)."""
+        "rebuild" on the next open. A file this object created has :attr:`new_name` set: its
+        directory entry is durable once the caller (the segment's flush) syncs the directory."""
         self.write_pending()
-        if self._fd is None and (self._unsynced or (ensure_file and not self.read_only
-                                                     and not self.io.exists(self.path))):
+        if self._fd is None and ensure_file and not self.read_only and self._absent is None:
+            self._absent = not self.io.exists(self.path)
+        if self._fd is None and (self._unsynced or (ensure_file and not self.read_only and self._absent)):
             self._ensure_fd()  # entries written before this object loaded the file may not be synced yet
         if self._fd is not None:
             self.io.fsync(self._fd)
@@ -235,6 +248,8 @@ class _Index:
         self.close()
         if self.io.exists(self.path):
             self.io.unlink(self.path)
+        self._absent = True
+        self.new_name = False
         self._data = bytearray()
         self._written = 0
 

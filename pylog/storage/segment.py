@@ -130,7 +130,10 @@ class LogSegment:
         created_ms: int = 0,
         suffix: str = "",
         cache: Optional[SegmentCache] = None,
+        in_new_directory: bool = False,
     ):
+        """``in_new_directory``: the caller created ``directory`` itself just now, so none of the
+        segment's files can exist (no existence checks, no leftovers to empty)."""
         self.io = io
         self.base_offset = base_offset
         self.directory = directory
@@ -144,7 +147,7 @@ class LogSegment:
         # are removed again when a later step fails (EMFILE, ENOSPC, EIO), so a
         # failed roll leaves the directory as it was (see Log.roll).
         created: List[str] = []
-        if not read_only and not io.exists(self.log_path):
+        if not read_only and (in_new_directory or not io.exists(self.log_path)):
             created.append(self.log_path)
         self._fd: Optional[int] = None
         if cache is not None and not created and not read_only:
@@ -162,7 +165,7 @@ class LogSegment:
                 #: the .log's (st_dev, st_ino): a released segment reopens only this very file
                 self._identity = io.identity(self._fd)
                 size = io.size(self._fd)
-            if created:
+            if created and not in_new_directory:
                 # The index files of a new segment are not created with it (Kafka's LazyIndex): the
                 # first index write or the first flush of the segment once it holds data makes them
                 # (_Index.flush(ensure_file=True)). An index file under the new .log's name is a
@@ -1076,6 +1079,11 @@ class LogSegment:
         has_data = self._state.size > 0  # a flushed segment holding data has both index files
         self.offset_index.flush(ensure_file=has_data)
         self.time_index.flush(ensure_file=has_data)
+        if self.offset_index.new_name or self.time_index.new_name:
+            # Index files made since the last flush (lazily): their names durable too, so a power
+            # loss after this flush does not cost a rebuild (a scan of the whole segment) on open.
+            self.io.fsync_dir(self.directory)
+            self.offset_index.new_name = self.time_index.new_name = False
         if self._txn_index is not None:
             self._txn_index.flush()
         self._dirty = False
