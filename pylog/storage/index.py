@@ -59,8 +59,9 @@ class _Index:
         self._write_at = PENDING_ENTRIES * self.entry_size
         #: the file may hold stale entries past ``_written`` (a cut that failed): cut before the next write
         self._stale_tail = False
-        #: the file may hold bytes no fsync of this object covered (loaded from a file another object or
-        #: process wrote, e.g. closed without a flush): the next flush fsyncs even with nothing pending
+        #: the file may hold bytes or a length no fsync of this object covered (written or cut since
+        #: the last fsync, or loaded from a file another object or process wrote, e.g. closed without
+        #: a flush): the next flush fsyncs it; a flush with nothing written since fsyncs nothing
         self._unsynced = False
         #: whether the file is missing (None: not known yet; saves a stat per check)
         self._absent: Optional[bool] = None
@@ -160,6 +161,7 @@ class _Index:
             fd = self._fd
             if fd is None:
                 fd = self._ensure_fd()
+            self._unsynced = True
             self.io.pwrite(fd, data[written:], written)  # a copy: no export pins the bytearray
             self._written = written = len(data)
         self._write_at = written + PENDING_ENTRIES * self.entry_size
@@ -189,7 +191,9 @@ class _Index:
 
     def _cut_file(self) -> None:
         """Cut the file to the entries known to be in it (raises OSError; retried by the next write)."""
-        self.io.truncate(self._ensure_fd(), self._written)
+        fd = self._ensure_fd()
+        self._unsynced = True
+        self.io.truncate(fd, self._written)
         self._stale_tail = False
 
     def replace_entries(self, data: bytearray, unchanged_prefix: int = 0) -> None:
@@ -208,7 +212,8 @@ class _Index:
         self.write_pending()
 
     def flush(self, *, ensure_file: bool = False) -> None:
-        """Write the pending entries and fsync the file. Durability: every entry survives power loss.
+        """Write the pending entries and fsync the file if anything was written or cut since the last
+        fsync. Durability: every entry survives power loss.
 
         The file is created here when ``ensure_file`` (its segment holds data) and no entry made it
         yet: an index file is made lazily, and one missing beside a non-empty ``.log`` means
@@ -219,7 +224,7 @@ class _Index:
             self._absent = not self.io.exists(self.path)
         if self._fd is None and (self._unsynced or (ensure_file and not self.read_only and self._absent)):
             self._ensure_fd()  # entries written before this object loaded the file may not be synced yet
-        if self._fd is not None:
+        if self._fd is not None and self._unsynced:
             self.io.fsync(self._fd)
             self._unsynced = False
 
