@@ -154,3 +154,39 @@ def test_segments_without_index_files_read_roll_truncate_recover_and_survive_pow
     log.close()
     with _open(path, SimulatedDiskIO()) as again:
         _check(again, values)
+
+
+def test_a_new_partition_writes_one_file_and_its_untouched_close_fsyncs_no_segment(tmp_path) -> None:
+    """Creating a partition: its directory and its ``.log``, nothing listed, read or written in it
+    (no empty leader-epoch checkpoint, no index files); closing it untouched fsyncs none of its
+    files, nor does closing it again after a clean reopen; after a power loss it is the same empty
+    log. Then one append: the close fsyncs the ``.log`` (and the time index's final entry), makes
+    both index files and syncs their names, and a power loss right after keeps the record with no index rebuilt."""
+    disk = SimulatedDiskIO()
+    path = str(tmp_path / "t-0")
+    disk.reset_ops()
+    log = _open(path, disk)
+    in_dir = [(k, os.path.basename(p)) for k, p in disk.op_log if p.startswith(path)]
+    assert in_dir == [("makedirs", "t-0"), ("open", "00000000000000000000.log"), ("fsync_dir", "t-0")], in_dir
+    disk.reset_ops()
+    log.close()
+    assert [p for k, p in disk.op_log if k == "fsync" and p.startswith(path)] == [], disk.op_log
+    for _ in range(2):
+        disk.reset_ops()
+        with _open(path, disk) as log:
+            assert log.recovery is not None and log.recovery.clean_shutdown and log.log_end_offset == 0
+        assert [p for k, p in disk.op_log if k == "fsync" and p.startswith(path)] == [], disk.op_log
+    disk.crash()
+    assert sorted(os.listdir(path)) == ["00000000000000000000.log"]
+    log = _open(path, disk)
+    log.append([Record(_value(0), timestamp=_ts(0))])
+    disk.reset_ops()
+    log.close()
+    synced = sorted(os.path.basename(p) for k, p in disk.op_log if k == "fsync" and p.startswith(path))
+    # the .log, and the time index with the final max-timestamp entry; the offset index is empty: no fsync
+    assert synced == ["00000000000000000000.log", "00000000000000000000.timeindex"], synced
+    assert ("fsync_dir", path) in disk.op_log
+    disk.crash()
+    assert {"00000000000000000000.index", "00000000000000000000.timeindex"} <= set(os.listdir(path))
+    with _open(path, disk) as log:
+        _check(log, [_value(0)])
