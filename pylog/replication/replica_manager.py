@@ -1435,16 +1435,22 @@ class ReplicaManager:
             ld = next((p.log._logdir for p in self.partitions.values() if p.log._logdir is not None), None)
             try:
                 with ld.deferred_checkpoints() if ld is not None else contextlib.nullcontext():
+                    try:  # snapshots and flushes first: their directory syncs and renames once (issue 18)
+                        with self.io.batched_dir_syncs():
+                            for p in self.partitions.values():
+                                p.stop()
+                                try:
+                                    ps = p.producer_state
+                                    # Kafka's takeSnapshot: only when the state moved past the newest snapshot
+                                    # (an empty or unchanged partition's snapshot would say nothing new).
+                                    if ps.map_end_offset > max(ps.snapshot_offsets(), default=0):
+                                        ps.take_snapshot()
+                                    p.log.flush()
+                                except OSError:
+                                    pass  # snapshot: the log replay rebuilds it; flush: close() below meets it
+                    except OSError:
+                        pass  # a snapshot's or an index name's sync: both derived, rebuilt on the next open
                     for (topic, partition), p in self.partitions.items():
-                        p.stop()
-                        try:
-                            ps = p.producer_state
-                            # Kafka's takeSnapshot: only when the state moved past the newest snapshot
-                            # (an empty or unchanged partition's snapshot would say nothing new).
-                            if ps.map_end_offset > max(ps.snapshot_offsets(), default=0):
-                                ps.take_snapshot()
-                        except OSError:
-                            pass  # the log replay rebuilds the state on the next open
                         try:
                             p.log.close()
                         except OSError as exc:

@@ -104,10 +104,10 @@ class LocalLog:
         segs = self.__dict__.get("segments")
         return segs.peekitem(-1)[1] if segs else None
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _new_segment(self, base_offset: int, *, in_new_directory: bool = False) -> LogSegment:
         seg = LogSegment(
             self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms(),
-            cache=self._segment_cache,
+            cache=self._segment_cache, in_new_directory=in_new_directory,
         )
         seg.map_limit = self.config.segment_bytes  # the writer's map never needs more room
         return seg
