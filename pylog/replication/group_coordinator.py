@@ -85,7 +85,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, Iterable, Optional, Tuple, Union
 
-from pylog.errors import GroupIdNotFoundError, NonEmptyGroupError, NotCoordinatorError
+from pylog.errors import CorruptRecordError, GroupIdNotFoundError, NonEmptyGroupError, NotCoordinatorError
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.group_membership import GroupMembership
@@ -194,32 +194,35 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
             key, value = e.key, e.value
             if key is None:
                 continue
-            k = ot.decode_key(key)
-            if isinstance(k, ot.OffsetCommitKey):
-                tp = (k.topic, k.partition)
-                if e.transactional and pid >= 0:
-                    if e.producer_epoch < marker_epochs.get(pid, -1):
+            try:
+                k = ot.decode_key(key)
+                if isinstance(k, ot.OffsetCommitKey):
+                    tp = (k.topic, k.partition)
+                    if e.transactional and pid >= 0:
+                        if e.producer_epoch < marker_epochs.get(pid, -1):
+                            continue
+                        if value is None:
+                            pending.get(pid, {}).get(k.group, {}).pop(tp, None)
+                        else:
+                            pending.setdefault(pid, {}).setdefault(k.group, {})[tp] = \
+                                (ot.decode_offset_commit_value(value), pos)
                         continue
+                    slot = offsets.setdefault(k.group, {})
                     if value is None:
-                        pending.get(pid, {}).get(k.group, {}).pop(tp, None)
+                        slot.pop(tp, None)
+                        for by_group in pending.values():
+                            by_group.get(k.group, {}).pop(tp, None)
                     else:
-                        pending.setdefault(pid, {}).setdefault(k.group, {})[tp] = \
-                            (ot.decode_offset_commit_value(value), pos)
-                    continue
-                slot = offsets.setdefault(k.group, {})
-                if value is None:
-                    slot.pop(tp, None)
-                    for by_group in pending.values():
-                        by_group.get(k.group, {}).pop(tp, None)
+                        slot[tp] = (ot.decode_offset_commit_value(value), pos)
                 else:
-                    slot[tp] = (ot.decode_offset_commit_value(value), pos)
-            else:
-                if value is None:
-                    # As Kafka's loader: a group tombstone removes the group's metadata only. Its offsets
-                    # have their own tombstones (written before it); one that has none stays.
-                    metas[k.group] = None
-                else:
-                    metas[k.group] = ot.decode_group_metadata_value(value)
+                    if value is None:
+                        # As Kafka's loader: a group tombstone removes the group's metadata only. Its offsets
+                        # have their own tombstones (written before it); one that has none stays.
+                        metas[k.group] = None
+                    else:
+                        metas[k.group] = ot.decode_group_metadata_value(value)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"{ot.OFFSETS_TOPIC}-{partition} offset {pos}: {exc}") from None
         self._log_pos[partition] = max(self._log_pos.get(partition, -1), last)
         waiting: Dict[str, Dict[int, Dict[TP, Tuple[ot.OffsetCommitValue, int, int]]]] = {}
         for pid, by_group in pending.items():
