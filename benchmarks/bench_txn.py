@@ -68,7 +68,11 @@ def produce(transactions: int, transactional: bool) -> Dict[str, float]:
             for _ in range(PER_TXN):
                 p.send("b", VALUE, partition=0)
             p.flush()
-        start = c.describe("b")[0].high_watermark
+        start = PER_TXN + (1 if transactional else 0)  # the warm-up's records (and its marker, written after the commit)
+        for _ in range(1000):
+            if c.describe("b")[0].high_watermark >= start:
+                break
+            time.sleep(0.005)
         send = p.send
         commits: List[float] = []
         c0 = time.process_time()
