@@ -22,6 +22,7 @@ Thread-safety: handlers run on the cluster's loop thread.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -34,15 +35,33 @@ TP = Tuple[str, int]
 
 
 class _PartState:
-    __slots__ = ("code", "hw", "log_start", "records", "diverging")
+    __slots__ = ("code", "hw", "log_start", "records", "diverging", "lso", "aborted")
 
     def __init__(self, code: int = 0, hw: int = -1, log_start: int = -1, records: bytes = b"",
-                 diverging: Optional[Tuple[int, int]] = None):
+                 diverging: Optional[Tuple[int, int]] = None, lso: int = -1,
+                 aborted: Tuple[Tuple[int, int], ...] = ()):
         self.code = code
         self.hw = hw
         self.log_start = log_start
         self.records = records
         self.diverging = diverging
+        #: the leader's last stable offset (-1: unknown; the HW is answered then)
+        self.lso = lso
+        #: (producer id, first offset) of the aborted transactions the records may hold (read_committed)
+        self.aborted = aborted
+
+
+#: the in-process FetchRequest carries the consumer's isolation level (read_committed: the leader reads
+#: below the last stable offset and lists the aborted transactions)
+_FETCH_ISOLATION = "isolation_level" in {f.name for f in dataclasses.fields(FetchRequest)}
+
+
+def _consumer_fetch(tp: TP, offset: int, epoch: int, corr: int, max_bytes: int, wait_ms: int,
+                    isolation_level: int) -> FetchRequest:
+    if _FETCH_ISOLATION:
+        return FetchRequest(-1, tp[0], tp[1], offset, epoch, corr, max_bytes=max_bytes, max_wait_ms=wait_ms,
+                            isolation_level=isolation_level)  # type: ignore[call-arg,unused-ignore]
+    return FetchRequest(-1, tp[0], tp[1], offset, epoch, corr, max_bytes=max_bytes, max_wait_ms=wait_ms)
 
 
 def _diverging_epoch(ctx: RequestContext, tp: TP, fetch_offset: int, last_fetched_epoch: int
@@ -70,6 +89,7 @@ def _fetch_response(ctx: RequestContext, req: Any, state: Dict[TP, _PartState], 
     P = T.PartitionData
     v = ctx.api_version
     read_committed = (req.isolation_level or 0) == 1
+    A = P.AbortedTransaction
     topics = []
     for t in req.topics or []:
         rows = []
@@ -78,10 +98,13 @@ def _fetch_response(ctx: RequestContext, req: Any, state: Dict[TP, _PartState], 
             extra = {}
             if st.diverging is not None:  # a tagged field: set only when there is one
                 extra["diverging_epoch"] = P.EpochEndOffset(version=v, epoch=st.diverging[0], end_offset=st.diverging[1])
+            # Kafka answers the LSO at every isolation level; the aborted list only to read_committed
+            # (null for read_uncommitted, as Kafka's FetchResponse)
+            aborted = ([A(version=v, producer_id=pid, first_offset=first) for pid, first in st.aborted]
+                       if read_committed else None)
             rows.append(P(version=v, partition_index=p.partition, error_code=st.code, high_watermark=st.hw,
-                          last_stable_offset=st.hw, log_start_offset=st.log_start,
-                          aborted_transactions=[] if read_committed else None, preferred_read_replica=-1,
-                          records=st.records, **extra))
+                          last_stable_offset=st.lso if st.lso >= 0 else st.hw, log_start_offset=st.log_start,
+                          aborted_transactions=aborted, preferred_read_replica=-1, records=st.records, **extra))
         topics.append(T(version=v, topic=t.topic, partitions=rows))
     return ctx.response(throttle_time_ms=0, error_code=top_code, session_id=0, responses=topics)
 
@@ -113,6 +136,7 @@ def fetch(ctx: RequestContext, req: Any) -> None:
             wanted.append((tp, int(p.fetch_offset), -1 if epoch is None else int(epoch),
                            max(0, int(p.partition_max_bytes))))
     max_wait = max(0, int(req.max_wait_ms))
+    isolation = 1 if (req.isolation_level or 0) == 1 else 0
     min_bytes = max(0, int(req.min_bytes))
     max_bytes = int(req.max_bytes) if v >= 3 and req.max_bytes is not None else 2**31 - 1
     started = time.monotonic()
@@ -125,13 +149,15 @@ def fetch(ctx: RequestContext, req: Any) -> None:
         elif resp.error is not None:
             state[tp] = _PartState(codec.error_code_of(resp.error), resp.high_watermark, resp.log_start_offset)
         else:
-            state[tp] = _PartState(0, resp.high_watermark, resp.log_start_offset, resp.records)
+            state[tp] = _PartState(0, resp.high_watermark, resp.log_start_offset, resp.records,
+                                   lso=getattr(resp, "last_stable_offset", -1),
+                                   aborted=tuple(getattr(resp, "aborted_transactions", ())))
 
     def send(wait_ms: int, on_each: Any) -> None:
         budget = max_bytes
         for tp, offset, epoch, pmax in wanted:
             limit = max(1, min(pmax, budget)) if budget > 0 else 1
-            msg = FetchRequest(-1, tp[0], tp[1], offset, epoch, ctx.next_corr(), max_bytes=limit, max_wait_ms=wait_ms)
+            msg = _consumer_fetch(tp, offset, epoch, ctx.next_corr(), limit, wait_ms, isolation)
             pending[0] += 1
 
             def callback(resp: Optional[Any], tp: Tuple[str, int] = tp) -> None:

@@ -42,7 +42,7 @@ from pylog.errors import (
     NotCoordinatorError,
 )
 from pylog.protocol import codec
-from pylog.protocol.api import RequestContext, register
+from pylog.protocol.api import RequestContext, guarded_request, register
 from pylog.replication import group_messages as gm
 
 #: (min, max) version served per API. The maxima are Apache Kafka 2.8's, as the rest of the listener
@@ -102,25 +102,9 @@ def error_code(error: Any) -> int:
 
 
 def _call(ctx: RequestContext, req: Any, msg: Any, timeout_ms: int, done: Callable[[Any], None]) -> None:
-    """Send ``msg`` to this listener's broker; ``done(response)``, or ``done(None)`` on timeout.
-
-    ``done`` runs on the loop outside the server's handler guard: if it raises (a bug), the request
-    is answered with UNKNOWN_SERVER_ERROR (or its connection closed) instead of hanging the client."""
-    def guarded(resp: Any) -> None:
-        try:
-            done(resp)
-        except Exception as exc:
-            _log.exception("%s v%d from %s (correlation id %d): answering failed", ctx.spec.name, ctx.api_version,
-                           ctx.peer, ctx.correlation_id)
-            if not ctx.replied and ctx.spec.fail is not None:
-                try:
-                    ctx.spec.fail(ctx, req, codec.UNKNOWN_SERVER_ERROR)
-                    return
-                except Exception:
-                    pass
-            ctx.server.close_connection(ctx.conn, f"{ctx.spec.name} answer failed: {exc!r}")
-
-    ctx.request(msg, guarded, timeout_ms=timeout_ms)
+    """Send ``msg`` to this listener's broker; ``done(response)``, or ``done(None)`` on timeout
+    (:func:`pylog.protocol.api.guarded_request`: a ``done`` that raises answers UNKNOWN_SERVER_ERROR)."""
+    guarded_request(ctx, req, msg, done, timeout_ms=timeout_ms)
 
 
 def _range(name: str) -> Tuple[int, int]:
