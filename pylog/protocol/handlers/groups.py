@@ -31,6 +31,7 @@ every client. Thread-safety: handlers run on the cluster's loop thread.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -412,6 +413,8 @@ def offset_commit(ctx: RequestContext, req: Any) -> None:
 
 
 # ======================================================================= OffsetFetch
+#: the group coordinator knows KIP-447's require_stable (transactional offsets pending a marker)
+_OFFSET_FETCH_STABLE = "require_stable" in {f.name for f in dataclasses.fields(gm.OffsetFetchRequest)}
 _Rows = List[Tuple[str, int, int, int, Optional[str], int]]  # topic, partition, offset, epoch, metadata, error
 
 
@@ -467,6 +470,9 @@ def offset_fetch(ctx: RequestContext, req: Any) -> None:
         return _fetch_reply(ctx, [])
     results: List[Optional[Tuple[str, _Rows, int]]] = [None] * len(groups)
     left = [len(groups)]
+    # KIP-447 (v7+): a read_committed consumer asks for stable offsets only; a partition whose
+    # transactional offset waits for its marker gets UNSTABLE_OFFSET_COMMIT (retriable) instead
+    stable = bool(req.require_stable) if ctx.api_version >= 7 else False
 
     def one(i: int, group: str, parts: Optional[List[Tuple[str, int]]]) -> None:
         def done(resp: Any) -> None:
@@ -474,13 +480,21 @@ def offset_fetch(ctx: RequestContext, req: Any) -> None:
                 code = COORDINATOR_NOT_AVAILABLE if resp is None else error_code(resp.error)
                 results[i] = (group, [(t, p, -1, -1, "", NONE) for t, p in (parts or [])], code)
             else:
-                results[i] = (group, [(t, p, off, epoch, meta, NONE) for t, p, off, epoch, meta in resp.offsets], NONE)
+                errs = {(t, p): error_code(e) for t, p, e in getattr(resp, "partition_errors", ())}
+                rows = [(t, p, off, epoch, meta, errs.pop((t, p), NONE)) for t, p, off, epoch, meta in resp.offsets]
+                rows += [(t, p, -1, -1, "", code) for (t, p), code in errs.items()]
+                results[i] = (group, rows, NONE)
             left[0] -= 1
             if left[0] == 0:
                 _fetch_reply(ctx, results)  # type: ignore[arg-type]
 
-        _call(ctx, req, gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=None if parts is None else tuple(parts)),
-              30_000, done)
+        partitions = None if parts is None else tuple(parts)
+        if stable and _OFFSET_FETCH_STABLE:
+            msg = gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=partitions,
+                                        require_stable=True)  # type: ignore[call-arg,unused-ignore]
+        else:
+            msg = gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=partitions)
+        _call(ctx, req, msg, 30_000, done)
 
     for i, (group, parts) in enumerate(groups):
         one(i, group, parts)
