@@ -52,6 +52,7 @@ from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, Metada
 from pylog.replication.topic_configs import TOPIC_FIELDS, kafka_name, normalize_topic_configs
 from pylog.replication.messages import NO_LEADER, PartitionState
 from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
+from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC
 from pylog.replication.partition import FOLLOWER, LEADER, Partition, records_equal_below
 from pylog.replication.replica_manager import ReplicaManagerConfig
 from pylog.runtime.broker import Broker, SimDisk
@@ -100,6 +101,8 @@ class Cluster(ClusterFacade):
         offsets_retention_check_interval_ms: Optional[int] = None,
         producer_id_expiration_ms: Optional[int] = None,
         producer_id_expiration_check_interval_ms: Optional[int] = None,
+        transaction_abort_timed_out_transaction_cleanup_interval_ms: Optional[int] = None,
+        transaction_max_timeout_ms: Optional[int] = None,
         listen: Optional[str] = None,
         auto_create_topics: bool = True,
         num_partitions: int = 1,
@@ -122,7 +125,11 @@ class Cluster(ClusterFacade):
             ("offsets_retention_check_interval_ms", offsets_retention_check_interval_ms),
             ("producer_id_expiration_ms", producer_id_expiration_ms),
             ("producer_id_expiration_check_interval_ms", producer_id_expiration_check_interval_ms)) if v is not None}
-        for k, v in self._expiry_config.items():
+        # the transaction coordinators' (docs/transactions.md, "Hosting"): Kafka's names, pylog's keys
+        self._txn_config: Dict[str, int] = {k: v for k, v in (
+            ("abort_timed_out_interval_ms", transaction_abort_timed_out_transaction_cleanup_interval_ms),
+            ("max_timeout_ms", transaction_max_timeout_ms)) if v is not None}
+        for k, v in list(self._expiry_config.items()) + list(self._txn_config.items()):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InvalidConfigurationError(f"{k} must be a positive int (milliseconds), got {v!r}")
         if not isinstance(brokers, int) or isinstance(brokers, bool) or brokers < 1:
@@ -201,7 +208,7 @@ class Cluster(ClusterFacade):
             self.brokers[b] = Broker(b, self.path, self.scheduler, self.transport, self.store, disk=disk,
                                      config=self.config, log_config=log_config, heartbeat_interval_ms=heartbeat,
                                      session_timeout_ms=session, tick_ms=50, expiry_config=self._expiry_config,
-                                     stall_grace=not self.simulated)
+                                     stall_grace=not self.simulated, txn_config=self._txn_config)
         self.maintenance_errors: Dict[Tuple[int, Tuple[str, int]], str] = {}
 
         def start_brokers() -> None:
@@ -613,6 +620,35 @@ class Cluster(ClusterFacade):
                               min_insync_replicas=cfg.min_insync_replicas, config=dict(cfg.configs))
         except Exception:
             if OFFSETS_TOPIC not in self.store.topics:  # another consumer created it meanwhile: fine
+                raise
+
+    #: partitions of ``__transaction_state`` when the first transactional producer creates it (Kafka's
+    #: ``transaction.state.log.num.partitions``); ``None``: as ``__consumer_offsets`` (50, or 5 in a
+    #: simulated cluster)
+    transaction_state_partitions: Optional[int] = None
+
+    def _transaction_state_topic_config(self) -> TopicConfig:
+        n = self.transaction_state_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
+        rf, min_isr = offsets_topic_replication(len(self.brokers))
+        return TopicConfig(TRANSACTION_STATE_TOPIC, n, rf, min_isr, False, {"cleanup_policy": "compact"})
+
+    def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` unless it exists and wait until it is served, as Kafka's brokers
+        create it on the first FindCoordinator(TRANSACTION): compacted, ``transaction_state_partitions``
+        partitions, replication factor min(3, brokers) and min ISR 2 with 3 or more brokers (as
+        ``__consumer_offsets``; Kafka's ``transaction.state.log.replication.factor`` 3 and
+        ``transaction.state.log.min.isr`` 2). Another creator winning the race is fine.
+        Complexity: O(partitions). Thread-safety: any thread but the loop thread."""
+        self._ensure_open()
+        if TRANSACTION_STATE_TOPIC in self.metadata.topics:
+            return
+        cfg = self._transaction_state_topic_config()
+        try:
+            self.create_topic(TRANSACTION_STATE_TOPIC, partitions=cfg.partitions,
+                              replication_factor=cfg.replication_factor,
+                              min_insync_replicas=cfg.min_insync_replicas, config=dict(cfg.configs))
+        except Exception:
+            if TRANSACTION_STATE_TOPIC not in self.store.topics:  # another producer created it meanwhile: fine
                 raise
 
     def describe(self, topic: str) -> List[PartitionInfo]:

@@ -9,7 +9,7 @@ admin calls (one :class:`~pylog.client.admin.GroupAdmin` per facade, whose
 requests travel on the facade's transport like a consumer's), ``leader_of``,
 ``now_ms`` and the clients' metrics. A subclass provides the
 :class:`ClusterContext` members (``scheduler``, ``transport``,
-``metadata``), ``ensure_offsets_topic()``, ``_ensure_open()`` and
+``metadata``), ``ensure_offsets_topic()``, ``ensure_transaction_state_topic()``, ``_ensure_open()`` and
 ``_request_timeout_ms``; it may refine ``_before_group_consumer``.
 
 Complexity: each call is O(1) plus the client call it makes.
@@ -61,6 +61,10 @@ class ClusterFacade(abc.ABC):
     @abc.abstractmethod
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` unless it exists; blocks until it is served."""
+
+    @abc.abstractmethod
+    def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` unless it exists; blocks until it is served."""
 
     @abc.abstractmethod
     def _ensure_open(self) -> None:

@@ -555,6 +555,11 @@ class SharedCluster(ClusterFacade):
         """The owner creates ``__consumer_offsets`` unless it exists (:meth:`pylog.Cluster.ensure_offsets_topic`)."""
         self._call("ensure_offsets_topic")
 
+    def ensure_transaction_state_topic(self) -> None:
+        """The owner creates ``__transaction_state`` unless it exists
+        (:meth:`pylog.Cluster.ensure_transaction_state_topic`)."""
+        self._call("ensure_transaction_state_topic")
+
     def advance(self, ms: int) -> None:
         """Sleep ``ms`` milliseconds (real time, as a real :class:`Cluster`)."""
         time.sleep(ms / 1000.0)

@@ -78,7 +78,12 @@ def _dict_init(cls: type) -> type:
 @dataclass(frozen=True)
 class ProduceRequest:
     """``records``: encoded RecordBatch v2 bytes (what the producer sends; carries the producer id,
-    epoch and base sequence), or a list of values / :class:`Record` for the leader to encode."""
+    epoch and base sequence), or a list of values / :class:`Record` for the leader to encode.
+
+    ``transactional_id``: the producer's transactional id when ``records`` is a transactional
+    batch (Kafka's ProduceRequest field): the leader verifies with the transaction coordinator
+    that the partition is in the producer's open transaction before appending it (KIP-890
+    part 1, :mod:`pylog.replication.replica_manager`). None: no verification."""
 
     topic: str
     partition: int
@@ -86,6 +91,7 @@ class ProduceRequest:
     acks: int
     timeout_ms: int
     correlation_id: int
+    transactional_id: Optional[str] = None
 
 
 @_dict_init

@@ -154,6 +154,12 @@ class Partition:
         return self.log.producer_state
 
     @property
+    def last_stable_offset(self) -> int:
+        """The LSO: what a read_committed fetch may read up to (:meth:`pylog.storage.log.Log.last_stable_offset`
+        of this replica's HW). O(ongoing + unreplicated transactions)."""
+        return self.log.last_stable_offset(self.high_watermark)
+
+    @property
     def duplicates(self) -> int:
         """Produce requests answered as retries of a batch already in the log (nothing appended)."""
         return self.log.duplicate_appends_total
@@ -315,6 +321,29 @@ class Partition:
                 f"min_insync_replicas={self.min_insync_replicas}; nothing was appended"
             )
         res = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)  # type: ignore[arg-type]
+        self.maybe_increment_hw(now_ms)
+        return res
+
+    def append_marker(self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+                      now_ms: int) -> AppendResult:
+        """Append a COMMIT (``committed``) or ABORT marker for ``producer_id`` (WriteTxnMarkers; Kafka's
+        ``appendRecordsToLeader`` with origin COORDINATOR and acks=all), stamped with the leader epoch
+        (:meth:`pylog.storage.log.Log.append_marker`).
+
+        Raises NotLeaderError; NotEnoughReplicasError (nothing appended) when the ISR is below the
+        effective min ISR, as for an acks=all produce; InvalidProducerEpochError /
+        TransactionCoordinatorFencedError (an older producer or coordinator epoch than the last one
+        seen for the producer; nothing appended); KafkaStorageError. The caller waits for the HW to
+        pass the marker before it reports it written.
+        """
+        if self.role != LEADER:
+            raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}")
+        if len(self.isr) < self.effective_min_isr:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.partition}: ISR {sorted(self.isr)} is smaller than "
+                f"min_insync_replicas={self.min_insync_replicas}; the transaction marker was not appended"
+            )
+        res = self.log.append_marker(producer_id, producer_epoch, committed, coordinator_epoch, self.leader_epoch)
         self.maybe_increment_hw(now_ms)
         return res
 
@@ -491,6 +520,8 @@ class Partition:
                 new_hw = leo
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+            if self.log.producer_state.unreplicated:
+                self.log.last_stable_offset(new_hw)  # forget the transactions the HW passed (Kafka's onHighWatermarkUpdated)
             return True
         return False
 
@@ -587,6 +618,8 @@ class Partition:
         new_hw = min(resp.high_watermark, self.log.log_end_offset)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+            if self.log.producer_state.unreplicated:
+                self.log.last_stable_offset(new_hw)  # as the leader (maybe_increment_hw)
         # Kafka's follower follows the leader's log start offset (retention, deleteRecords,
         # consumer-aware retention), never past its own HW.
         new_start = min(resp.log_start_offset, self.high_watermark)

@@ -80,6 +80,9 @@ from pylog.replication.messages import (
     StopReplicaResponse,
 )
 from pylog.replication.partition import FETCHING, FOLLOWER, LEADER, Partition
+from pylog.replication.txn_coordinator import TxnMarker
+from pylog.replication.txn_messages import AddPartitionsToTxnResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from pylog.replication.txn_verification import TxnVerifier
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
 from pylog.storage.log import Log, LogConfig
@@ -133,14 +136,62 @@ class _Gather:
         self.parts: List[Optional[ProduceResponse]] = [None] * count
         self.missing = count
 
+    def answer(self, index: int, resp: ProduceResponse, out: Outbox) -> None:
+        """Record part ``index``'s answer (the first one only); send the whole response after the last."""
+        if self.parts[index] is None:
+            self.parts[index] = resp
+            self.missing -= 1
+            if self.missing == 0:
+                out.send(self.src, MultiProduceResponse(self.correlation_id, tuple(self.parts)))  # type: ignore[arg-type]  # all set
+
+
+class _MarkerGather:
+    """The answers collected for one :class:`WriteTxnMarkersRequest` from ``src``: each marker is
+    handled as an acks=all produce of its partition (the delayed-produce purgatory answers it, with a
+    :class:`ProduceResponse`, once the HW passed the marker or it failed), and one
+    :class:`WriteTxnMarkersResponse` goes out when every marker has its answer. ``listener`` (the
+    replica manager's ``marker_listener``) hears of each marker answered without error."""
+
+    __slots__ = ("src", "correlation_id", "markers", "errors", "missing", "listener")
+
+    def __init__(self, src: object, correlation_id: int, markers: Tuple[TxnMarker, ...],
+                 listener: Optional[Callable[[str, int, int, bool], Any]]):
+        self.src = src
+        self.correlation_id = correlation_id
+        self.markers = markers
+        self.errors: List[Any] = [None] * len(markers)
+        self.missing = len(markers)
+        self.listener = listener
+
+    def answer(self, index: int, resp: ProduceResponse, out: Outbox) -> None:
+        if self.errors[index] is not None:
+            return
+        m = self.markers[index]
+        if resp.error is None and self.listener is not None:
+            try:
+                self.listener(m.topic, m.partition, m.producer_id, m.committed)
+            except Exception:  # a listener's bug must not stop the replica manager (nothing raises out of handle)
+                logger.exception("marker listener failed for %s-%d producer %d (committed=%s)",
+                                 m.topic, m.partition, m.producer_id, m.committed)
+        self.errors[index] = resp.error or _NO_ERROR
+        self.missing -= 1
+        if self.missing == 0:
+            out.send(self.src, WriteTxnMarkersResponse(self.correlation_id, tuple(
+                (mk, None if e is _NO_ERROR else e) for mk, e in zip(self.markers, self.errors))))
+
+
+#: a marker answered without error (``_MarkerGather.errors`` uses None for "not answered yet")
+_NO_ERROR = object()
+
 
 class _GatherSlot:
-    """The ``src`` a part of a :class:`MultiProduceRequest` is handled with: its answer goes to the
-    gather (:func:`_reply`), at index ``index``."""
+    """The ``src`` a part of a :class:`MultiProduceRequest` (or a marker of a
+    :class:`WriteTxnMarkersRequest`) is handled with: its answer goes to the gather (:func:`_reply`),
+    at index ``index``."""
 
     __slots__ = ("gather", "index")
 
-    def __init__(self, gather: _Gather, index: int):
+    def __init__(self, gather: Any, index: int):
         self.gather = gather
         self.index = index
 
@@ -151,12 +202,7 @@ def _reply(out: Outbox, src: object, resp: ProduceResponse) -> None:
     if src.__class__ is not _GatherSlot:
         out.send(src, resp)
         return
-    g = src.gather
-    if g.parts[src.index] is None:
-        g.parts[src.index] = resp
-        g.missing -= 1
-        if g.missing == 0:
-            out.send(g.src, MultiProduceResponse(g.correlation_id, tuple(g.parts)))  # type: ignore[arg-type]  # all set
+    src.gather.answer(src.index, resp, out)
 
 
 @dataclass
@@ -309,6 +355,10 @@ class ReplicaManager:
         self._pid_block = (-1, 0)
         self._next_pid = 0
         self._pid_end = 0
+        #: KIP-890 part 1: transactional produces wait here until the coordinator verified the partition
+        #: is in the transaction (:mod:`pylog.replication.txn_verification`; the broker sets its
+        #: ``coordinator_for``)
+        self.txn_verifier = TxnVerifier(self._next_corr, self.config.request_timeout_ms)
         #: ``(due_ms, path)`` of renamed directories of deleted partitions, removed by :meth:`tick` (and
         #: by a clean shutdown); those a previous incarnation left behind are found again here and
         #: removed at the first tick (Kafka's LogManager finds them too; their readers are gone)
@@ -316,6 +366,11 @@ class ReplicaManager:
         self._deleted_count = 0
         #: per replica, the topic configs (the controller's overrides) its log was opened or last reconfigured with
         self._topic_configs: Dict[TP, Tuple[Tuple[str, object], ...]] = {}
+        #: called as ``marker_listener(topic, partition, producer_id, committed)`` (on the thread that
+        #: drives this manager) once for every transaction marker this leader appended whose answer is
+        #: success (the HW passed it); None: nobody listens. The broker routes ``__consumer_offsets``
+        #: markers to its group coordinator through it.
+        self.marker_listener: Optional[Callable[[str, int, int, bool], Any]] = None
         #: replicas this incarnation deleted: requests for them get UnknownTopicOrPartitionError
         #: (Kafka's answer for a deleted partition) rather than NotLeaderError
         self.deleted: Set[TP] = set()
@@ -394,8 +449,12 @@ class ReplicaManager:
                 out.send(src, p.handle_offsets_for_leader_epoch(msg))
         elif isinstance(msg, OffsetsForLeaderEpochResponse):
             self._on_epoch_response(msg, now_ms, out)
+        elif isinstance(msg, WriteTxnMarkersRequest):
+            self._on_write_txn_markers(src, msg, now_ms, out)
         elif isinstance(msg, InitProducerIdRequest):
             out.send(src, self._init_producer_id(msg))
+        elif isinstance(msg, AddPartitionsToTxnResponse):
+            self._on_verification(msg, now_ms, out)
         elif isinstance(msg, LeaderAndIsrRequest):
             self._on_leader_and_isr(msg, now_ms, out)
         elif isinstance(msg, AlterPartitionResponse):
@@ -574,13 +633,22 @@ class ReplicaManager:
     # -------------------------------------------------------------- produce
     def _init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         """Hand out the next id of the block the controller granted (epoch 0: a new idempotent producer)."""
+        try:
+            pid = self.allocate_producer_id()
+        except BrokerNotAvailableError as exc:
+            return InitProducerIdResponse(req.correlation_id, BrokerNotAvailableError, str(exc))
+        return InitProducerIdResponse(req.correlation_id, producer_id=pid, producer_epoch=0)
+
+    def allocate_producer_id(self) -> int:
+        """The next producer id of the block the controller granted (the idempotent producers' and the
+        transaction coordinator's). Raises BrokerNotAvailableError when the block is used up or none
+        came yet. O(1)."""
         if self._next_pid >= self._pid_end:
-            return InitProducerIdResponse(req.correlation_id, BrokerNotAvailableError,
-                                          f"broker {self.broker_id} has no producer ids to hand out "
+            raise BrokerNotAvailableError(f"broker {self.broker_id} has no producer ids to hand out "
                                           "(no block from the controller yet); try another broker")
         pid = self._next_pid
         self._next_pid += 1
-        return InitProducerIdResponse(req.correlation_id, producer_id=pid, producer_epoch=0)
+        return pid
 
     def _on_multi_produce(self, src: object, req: MultiProduceRequest, now_ms: int, out: Outbox) -> None:
         """Each part appended in order, as if it had come alone; one :class:`MultiProduceResponse` once
@@ -606,6 +674,40 @@ class ReplicaManager:
                                               message=f"broker {self.broker_id} has no replica of "
                                               f"{req.topic}-{req.partition}" + (" (deleted)" if gone else "")))
             return
+        if p.role == LEADER and req.transactional_id is not None:
+            held, refused = self.txn_verifier.hold(src, req, p.log.producer_state, now_ms, out)
+            if refused is not None:
+                self._refuse_produce(refused, out)
+            if held:
+                return
+        self._append_produce(src, req, p, now_ms, out)
+
+    def _refuse_produce(self, refused: Tuple[object, ProduceRequest, type, str], out: Outbox) -> None:
+        src, req, error, message = refused
+        if req.acks != 0:
+            _reply(out, src, ProduceResponse(req.topic, req.partition, req.correlation_id, error=error, message=message))
+
+    def _on_verification(self, resp: AddPartitionsToTxnResponse, now_ms: int, out: Outbox) -> None:
+        """The transaction coordinator answered a KIP-890 verification: append or refuse what waited."""
+        v = self.txn_verifier
+        if not v.owns(resp.correlation_id):
+            return
+        # the partition of the verification (the response names it in partition_errors, or not at all)
+        tp = v.partition_of(resp.correlation_id)
+        p = self.partitions.get(tp)
+        appends, refused = v.on_response(resp, p.log.producer_state if p is not None else None, now_ms, out)
+        for r in refused:
+            self._refuse_produce(r, out)
+        for i, (src, req) in enumerate(appends):
+            p = self.partitions.get(tp)
+            if i == 0 and p is not None:
+                self._append_produce(src, req, p, now_ms, out)
+            else:  # those that waited behind it: checked again (another epoch, or the first failed)
+                self._on_produce(src, req, now_ms, out)
+
+    def _append_produce(self, src: object, req: ProduceRequest, p: Partition, now_ms: int, out: Outbox) -> None:
+        tp = (req.topic, req.partition)
+        acks = req.acks
         if self.sessions:
             self._before_append(tp)
         try:
@@ -702,6 +804,53 @@ class ReplicaManager:
             r = d.req
             _reply(out, d.src, ProduceResponse(r.topic, r.partition, r.correlation_id, error=error,
                                             message=f"broker {self.broker_id} stopped leading {r.topic}-{r.partition}"))
+
+    # ------------------------------------------------------- txn markers
+    def _on_write_txn_markers(self, src: object, req: WriteTxnMarkersRequest, now_ms: int, out: Outbox) -> None:
+        """The transaction coordinator's WriteTxnMarkers (Kafka's ``handleWriteTxnMarkersRequest``): each
+        marker is appended by this broker's leader replica of its partition
+        (:meth:`Partition.append_marker`) and answered like an acks=all produce - once the HW passed it
+        (then :attr:`marker_listener` hears of it), or failed: NotLeaderError (no replica, not the
+        leader, or it stopped leading before the marker was committed), NotEnoughReplicasError,
+        TransactionCoordinatorFencedError, InvalidProducerEpochError, KafkaStorageError,
+        NotEnoughReplicasAfterAppendError, RequestTimedOutError (not committed within
+        ``request_timeout_ms``). One :class:`WriteTxnMarkersResponse` carries every marker's result,
+        in the request's order. O(markers) plus the appends."""
+        gather = _MarkerGather(src, req.correlation_id, tuple(req.markers), self.marker_listener)
+        if not gather.markers:
+            out.send(src, WriteTxnMarkersResponse(req.correlation_id, ()))
+            return
+        timeout = self.config.request_timeout_ms
+        for i, m in enumerate(gather.markers):
+            slot = _GatherSlot(gather, i)
+            tp = (m.topic, m.partition)
+            # the purgatory answers a ProduceRequest; this one stands for the marker (acks=all)
+            stand_in = ProduceRequest(m.topic, m.partition, (), ACKS_ALL, timeout, req.correlation_id)
+            p = self.partitions.get(tp)
+            if p is None:
+                _reply(out, slot, ProduceResponse(m.topic, m.partition, req.correlation_id, error=NotLeaderError,
+                                                  message=f"broker {self.broker_id} has no replica of "
+                                                  f"{m.topic}-{m.partition}"))
+                continue
+            if self.sessions:
+                self._before_append(tp)
+            try:
+                res = p.append_marker(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch, now_ms)
+            except (PylogError, OSError) as exc:
+                error = type(exc) if isinstance(exc, PylogError) else KafkaStorageError
+                _reply(out, slot, ProduceResponse(m.topic, m.partition, req.correlation_id, error=error,
+                                                  message=str(exc)))
+                continue
+            if self.delayed_fetch.get(tp) or self._session_wakeups:
+                self.fetch_wakeups.add(tp)
+            if p.high_watermark > res.last_offset and not self.delayed_produce.get(tp):
+                self._answer_produce(p, slot, stand_in, res.base_offset, res.max_timestamp, out)
+                continue
+            self.delayed_produce.setdefault(tp, []).append(
+                _DelayedProduce(slot, stand_in, res.last_offset + 1, now_ms + timeout, res.base_offset,
+                                res.max_timestamp))
+            heapq.heappush(self._produce_deadlines, (now_ms + timeout, tp))
+            self._complete_delayed(tp, now_ms, out, fetches=False)
 
     # ---------------------------------------------------------------- fetch
     def _on_fetch(self, src: object, req: FetchRequest, now_ms: int, out: Outbox) -> None:
@@ -1076,6 +1225,9 @@ class ReplicaManager:
                 again = proposer.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
                 if again is not None:
                     out.send(CONTROLLER, again)
+        if len(self.txn_verifier):
+            for refused in self.txn_verifier.expire(now_ms):
+                self._refuse_produce(refused, out)
         for tp in self._due(self._produce_deadlines, self.delayed_produce, now_ms):
             if any(now_ms >= d.deadline_ms for d in self.delayed_produce.get(tp, ())):
                 self._complete_delayed(tp, now_ms, out)

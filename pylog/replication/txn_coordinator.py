@@ -241,6 +241,13 @@ class TransactionCoordinator:
                                       f"(partition {p} of __transaction_state is not loaded here)")
         return p, self._epochs[p]
 
+    def loaded_epoch(self, partition: int) -> Optional[int]:
+        """The coordinator epoch ``partition`` of ``__transaction_state`` is loaded at (None: not loaded)."""
+        return self._epochs.get(partition)
+
+    def loaded_partitions(self) -> List[int]:
+        return sorted(self._epochs)
+
     def describe(self, transactional_id: str) -> Optional[TxnMetadata]:
         """A copy of the state of ``transactional_id`` (None when unknown)."""
         m = self._txns.get(transactional_id)
@@ -365,16 +372,17 @@ class TransactionCoordinator:
         """PrepareEpochFence then PrepareAbort: bump the epoch now, abort the open transaction with it."""
         bumped = m.producer_epoch if m.has_failed_epoch_fence else m.producer_epoch + 1
         assert bumped <= MAX_EPOCH  # an open transaction's epoch is never exhausted (<= 32766)
-        m.producer_epoch, m.last_producer_epoch = bumped, NO_PRODUCER_EPOCH  # fences the old producer at once
         epoch, last, next_pid = bumped, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
         if self.transaction_version >= 2:
             # the abort bumps once more, as every KIP-890 EndTxn does (Kafka's endTransaction with the
             # server's version): the old producer's epoch is then two below, never "current - 1",
-            # so its late EndTxn cannot pass for a retry. Out of epochs: move to a new producer id.
+            # so its late EndTxn cannot pass for a retry. Out of epochs: move to a new producer id
+            # (allocated before anything changes: the allocator may raise, leaving ``m`` as it was).
             if bumped < MAX_EPOCH:
                 epoch, last = bumped + 1, bumped
             else:
                 next_pid = self._producer_ids()
+        m.producer_epoch, m.last_producer_epoch = bumped, NO_PRODUCER_EPOCH  # fences the old producer at once
         append = self._prepare(m, kind, S.PREPARE_ABORT, epoch=epoch, last_epoch=last, next_producer_id=next_pid,
                                now_ms=now_ms)
         return TxnOutcome(m.transactional_id, append=append)

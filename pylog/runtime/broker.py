@@ -12,12 +12,16 @@ handler with the transport, and runs a periodic tick that:
 * hosts the :class:`GroupCoordinator` of the consumer groups whose
   ``__consumer_offsets`` partition it leads: when it becomes leader of such a
   partition it loads the partition's log into the coordinator, when it stops
-  leading the coordinator unloads those groups (see docs/consumer-groups.md).
+  leading the coordinator unloads those groups (see docs/consumer-groups.md);
+* hosts the transaction coordinator the same way for the ``__transaction_state``
+  partitions it leads (:class:`pylog.runtime.txn_host.TxnHost`, docs/transactions.md).
 
 Group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, DeleteGroups, and the admin ListGroups, DescribeGroups,
 OffsetDelete) go to the coordinator; FindCoordinator and ListOffsets are
-answered here. The tick also expires idle producer ids in every replica's
+answered here. Transaction requests (FindCoordinator(TRANSACTION), InitProducerId
+with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) and the
+answers to its WriteTxnMarkers go to the :class:`TxnHost`. The tick also expires idle producer ids in every replica's
 producer state (``expiry_config``: ``producer_id_expiration_ms``).
 
 Messages addressed to :data:`CONTROLLER` go to the broker the store names.
@@ -56,7 +60,10 @@ from pylog.replication.messages import (
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 from pylog.replication.partition import LEADER
 from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, ReplicaManagerConfig
+from pylog.replication.txn_messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, \
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from pylog.runtime.scheduler import Scheduler, Timer
+from pylog.runtime.txn_host import TxnHost, leader_of_state_partition
 from pylog.runtime.transport.base import Transport
 from pylog.storage.fileio import FileIO, SimulatedDiskIO
 from pylog.storage.producer_state import (
@@ -79,6 +86,12 @@ class SimDisk(SimulatedDiskIO, _NoRealSync):
     """SimulatedDiskIO (crash drops unsynced bytes) without paying for real fsyncs."""
 
 
+#: messages a broker sends itself as a local call (no network to fail): the coordinators' appends to
+#: their own partitions, the transaction coordinator's markers to and verifications from partitions it leads
+_LOCAL = (ProduceRequest, ProduceResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+          AddPartitionsToTxnRequest, AddPartitionsToTxnResponse)
+
+
 class Broker:
     """One in-process broker."""
 
@@ -98,6 +111,7 @@ class Broker:
         tick_ms: int = 50,
         expiry_config: Optional[Dict[str, int]] = None,
         stall_grace: bool = False,
+        txn_config: Optional[Dict[str, int]] = None,
     ):
         self.broker_id = broker_id
         self.log_dir = os.path.join(path, f"broker-{broker_id}")
@@ -120,9 +134,15 @@ class Broker:
         #: offsets_retention_ms, offsets_retention_check_interval_ms, producer_id_expiration_ms,
         #: producer_id_expiration_check_interval_ms (Kafka's broker configs; unset: Kafka's defaults)
         self.expiry_config = dict(expiry_config or {})
+        #: the transaction coordinator's settings: ``abort_timed_out_interval_ms`` (Kafka's
+        #: transaction.abort.timed.out.transaction.cleanup.interval.ms), ``retry_backoff_ms``,
+        #: ``transaction_version`` (2; 1 is the test-only switch without the KIP-890 bump),
+        #: ``max_timeout_ms`` (Kafka's transaction.max.timeout.ms); unset: the defaults
+        self.txn_config = dict(txn_config or {})
         self._next_producer_expiry_ms = -1
         self.rm: Optional[ReplicaManager] = None
         self.coordinator: Optional[GroupCoordinator] = None
+        self.txn: Optional[TxnHost] = None
         self.controller: Optional[Controller] = None
         self.running = False
         self.incarnation = 0
@@ -151,6 +171,12 @@ class Broker:
         for key in ("offsets_retention_ms", "offsets_retention_check_interval_ms"):
             if key in self.expiry_config:
                 setattr(self.coordinator, key, int(self.expiry_config[key]))
+        rm = self.rm
+        self.txn = TxnHost(self.broker_id, self.store, rm.allocate_producer_id,
+                           lambda p: leader_of_state_partition(rm, p),
+                           request_timeout_ms=self.config.request_timeout_ms, incarnation=self.incarnation,
+                           **self.txn_config)  # type: ignore[arg-type]
+        rm.txn_verifier.coordinator_for = self.txn.coordinator_node
         self._next_producer_expiry_ms = -1
         self.running = True
         self.want_shutdown = self.shutdown_ok = False
@@ -169,6 +195,7 @@ class Broker:
         self.transport.unregister(self.broker_id)
         self.controller = None
         self.coordinator = None
+        self.txn = None
         assert self.rm is not None
         try:
             self.rm.shutdown(clean=clean)
@@ -195,9 +222,10 @@ class Broker:
                 dst = self.store.controller_id
                 if dst is None:
                     continue
-            if dst == self.broker_id and isinstance(msg, (ProduceRequest, ProduceResponse)):
+            if dst == self.broker_id and isinstance(msg, _LOCAL):
                 # The group coordinator appending to its own offsets partition: a local call, as
-                # Kafka's coordinator appends through its own ReplicaManager (no network to fail).
+                # Kafka's coordinator appends through its own ReplicaManager (no network to fail);
+                # the transaction coordinator's markers and verifications likewise.
                 self.scheduler.call_soon(self._deliver_local, self.incarnation, msg)
                 continue
             self.transport.send(self.broker_id, dst, msg)
@@ -230,7 +258,14 @@ class Broker:
             # replication: none of the below applies
             self._send(self.rm.handle(src, msg, now))  # type: ignore[union-attr]
             return
-        assert self.rm is not None and self.coordinator is not None
+        assert self.rm is not None and self.coordinator is not None and self.txn is not None
+        if TxnHost.handles(msg):
+            self._sync_coordinator(now)
+            self._send(self.txn.handle(src, msg, now))
+            return
+        if isinstance(msg, ProduceResponse) and self.txn.owns_correlation(msg.correlation_id):
+            self._send(self.txn.on_produce_response(msg, now))
+            return
         if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest)):
             self._sync_coordinator(now)
             if isinstance(msg, gm.FindCoordinatorRequest):
@@ -270,10 +305,13 @@ class Broker:
 
     # ---------------------------------------------------------- coordinator
     def _sync_coordinator(self, now: int) -> None:
-        """Load the offsets partitions this broker newly leads into the coordinator; unload the lost ones."""
+        """Load the offsets (and ``__transaction_state``) partitions this broker newly leads into the
+        coordinators; unload the lost ones."""
         co, rm = self.coordinator, self.rm
         if co is None or rm is None:
             return
+        if self.txn is not None:
+            self._send(self.txn.sync(now))
         cfg = self.store.topics.get(OFFSETS_TOPIC)
         if cfg is None:
             return
@@ -377,6 +415,8 @@ class Broker:
         self._send(self.rm.tick(now))
         self._sync_coordinator(now)
         self._send(self.coordinator.tick(now))
+        assert self.txn is not None
+        self._send(self.txn.tick(now))
         self._expire_producers(now)
         self._timer = self.scheduler.call_later(self.tick_ms, self._tick)
 
@@ -416,6 +456,8 @@ class Broker:
             self.controller._check()
         if self.coordinator is not None and self.running:
             self.coordinator._check()
+        if self.txn is not None and self.running:
+            self.txn._check()
 
 
 __all__ = ["Broker", "SimDisk"]

@@ -151,6 +151,11 @@ class TopicAdmin(Protocol):
         """Create ``__consumer_offsets`` if it does not exist (Kafka's brokers create it on the first
         FindCoordinator); blocks until it is served. Another creator winning the race is not an error."""
 
+    def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` if it does not exist (Kafka's brokers create it on the first
+        FindCoordinator(TRANSACTION)); blocks until it is served. Another creator winning the race is not
+        an error."""
+
 
 @runtime_checkable
 class ServedCluster(ClusterContext, TopicAdmin, Protocol):

@@ -72,7 +72,8 @@ def test_the_interfaces_declare_what_the_clients_use() -> None:
     assert members(MetadataView) == {"brokers", "controller_id", "topics", "partitions"}
     assert members(ClusterContext) == {"scheduler", "transport", "metadata"}
     assert members(TopicAdmin) == {"create_topic", "delete_topic", "create_partitions", "alter_topic_config",
-                                   "topic_config", "list_topics", "describe", "metrics", "ensure_offsets_topic"}
+                                   "topic_config", "list_topics", "describe", "metrics", "ensure_offsets_topic",
+                                   "ensure_transaction_state_topic"}
     assert members(ServedCluster) - members(ClusterContext) - members(TopicAdmin) == {
         "brokers", "path", "config", "auto_create_topics", "num_partitions", "default_replication_factor",
         "has_offsets_topic"}
@@ -92,6 +93,11 @@ def test_a_simulated_cluster_implements_both_interfaces(tmp_path: pathlib.Path) 
         cluster.ensure_offsets_topic()
         assert cluster.has_offsets_topic()
         cluster.ensure_offsets_topic()  # exists: nothing to do
+        assert "__transaction_state" not in cluster.list_topics(include_internal=True)
+        cluster.ensure_transaction_state_topic()
+        cfg = cluster.store.topics["__transaction_state"]
+        assert (cfg.partitions, cfg.replication_factor, cfg.configs) == (5, 2, {"cleanup_policy": "compact"})
+        cluster.ensure_transaction_state_topic()  # exists: nothing to do
 
 
 def test_a_real_time_cluster_implements_both_interfaces(tmp_path: pathlib.Path) -> None:
@@ -121,6 +127,8 @@ def test_the_shared_queue_implements_the_client_interface_in_both_roles(tmp_path
             assert round_trip(client, "jobs", expect=2) == [b"through the interface"] * 2
             client.ensure_offsets_topic()  # run by the owner, seen in the client's mirror
             assert client.has_offsets_topic() and owner.has_offsets_topic()
+            client.ensure_transaction_state_topic()  # run by the owner, seen in the client's mirror
+            assert "__transaction_state" in client.metadata.topics
         finally:
             client.close()
     finally:
