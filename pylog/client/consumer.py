@@ -41,12 +41,14 @@
   ``auto_commit_interval_ms`` from ``poll``, before a rebalance and on close.
   Committing after processing gives *at-least-once* delivery; committing
   before processing *at-most-once* (docs/consumer-groups.md).
-* ``isolation_level``: ``"read_uncommitted"`` or ``"read_committed"``. pylog has
-  no transactions yet, so both read exactly the records below the high
-  watermark.
+* ``isolation_level``: ``"read_uncommitted"`` (every record below the high
+  watermark) or ``"read_committed"`` (Kafka's: only below the last stable
+  offset, where no transaction is open, and without the records of aborted
+  transactions; the position moves past transaction markers and aborted data;
+  ``end_offsets`` and lag measure to the LSO). docs/transactions.md, "Read side".
 
-Every record returned has an offset below the HW the leader reported with it
-(:meth:`Consumer._check`).
+Every record returned has an offset below the HW (read_committed: the LSO) the
+leader reported with it (:meth:`Consumer._check`).
 
 The consumer is a facade over three parts, one concept each, which it
 inherits (Kafka's ``KafkaConsumer`` over ``SubscriptionState``, ``Fetcher``
@@ -586,10 +588,12 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
 
     # ================================================================ lag etc.
     def lag(self) -> Dict[TP, int]:
-        """Per assigned partition: the last HW seen minus the position (records not yet returned)."""
+        """Per assigned partition: the last HW seen minus the position (records not yet returned); under
+        ``read_committed`` the last LSO seen (Kafka's consumer lag: what this consumer can still read)."""
         def run() -> Dict[TP, int]:
-            return {tp: max(0, self._hw[tp] - self._positions[tp]) for tp in self._assignment
-                    if tp in self._hw and tp in self._positions}
+            end = self._lso if self._read_committed else self._hw
+            return {tp: max(0, end[tp] - self._positions[tp]) for tp in self._assignment
+                    if tp in end and tp in self._positions}
 
         return self._call(run)
 
@@ -632,11 +636,13 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
                        "Seconds from a fetch request to its response (with the fetch_max_wait_ms long poll).",
                        self.fetch_latency.snapshot(), client_id=cid, group=group),
             ]
+            end = self._lso if self._read_committed else self._hw
             for tp in self._assignment:
-                if tp in self._hw and tp in self._positions:
+                if tp in end and tp in self._positions:
                     out.append(metric("pylog_consumer_records_lag", "gauge",
-                                      "High watermark last seen minus the consumer's position.",
-                                      max(0, self._hw[tp] - self._positions[tp]), client_id=cid, group=group,
+                                      "High watermark (read_committed: last stable offset) last seen minus "
+                                      "the consumer's position.",
+                                      max(0, end[tp] - self._positions[tp]), client_id=cid, group=group,
                                       topic=tp[0], partition=tp[1]))
             return out
 
@@ -788,9 +794,10 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
         return {tp: r.offset for tp, r in resp.items()}
 
     def end_offsets(self, partitions: Any, timeout_ms: Optional[int] = None) -> Dict[TopicPartition, int]:
-        """The end of each partition visible to this consumer (the high watermark; the last stable offset
-        under ``read_committed``, the same while pylog has no transactions), as Kafka's ``endOffsets``:
-        the offset the next appended record will get once replicated.
+        """The end of each partition visible to this consumer, as Kafka's ``endOffsets``: the high
+        watermark (the offset the next appended record will get once replicated), or under
+        ``read_committed`` the last stable offset (the first offset of the oldest open transaction,
+        if below the HW).
 
         Needs no assignment; errors as :meth:`beginning_offsets`.
         """

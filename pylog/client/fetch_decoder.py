@@ -32,6 +32,7 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Any, Callable, Iterator, List, Optional
 
+from pylog.client.txn_filter import AbortedTransaction, ReadCommittedFilter
 from pylog.errors import CorruptRecordError
 from pylog.record import RecordBatch, scan
 from pylog.record.codec import decode_columns, record_fields
@@ -194,6 +195,72 @@ class FetchDecoder:
             self.next_offset = nxt = max(nxt, self._general(batch, pos, hw, topic, partition, emit, above_hw))
             at += batch.info.size
             last = batch.info.last_offset
+        return nxt
+
+    def decode_committed(self, data: Any, pos: int, lso: int, aborted: Any, topic: str, partition: int,
+                         emit: Callable[[Any], None], above_lso: Optional[Callable[[int], None]] = None) -> int:
+        """:meth:`decode` for a read_committed response whose aborted-transaction list is not empty.
+
+        A :class:`~pylog.client.txn_filter.ReadCommittedFilter` of ``aborted`` (``(producer_id,
+        first_offset)`` pairs, any order) decides batch by batch from the first listed transaction's
+        first offset until no listed producer is aborted any more: those batches go through the
+        general path (the run decoder passes transactional batches through). The stretches before,
+        between and after them, where the filter would keep every data batch
+        (:meth:`~pylog.client.txn_filter.ReadCommittedFilter.clear_below`), go through the run
+        decoder as in :meth:`decode` (it skips control batches itself). Hands out the records with
+        ``pos <= offset < lso`` of the kept batches; returns the next fetch offset, one past every
+        batch below ``lso`` (kept or dropped: markers and aborted transactions are not fetched
+        again). Errors as :meth:`decode` (a malformed control record too).
+
+        Complexity: as :meth:`decode`, plus one general decode per batch while a listed
+        transaction is in effect and one record decode per marker there.
+        """
+        view = memoryview(data)
+        total = len(view)
+        at = 0
+        self.next_offset = nxt = pos
+        filt = ReadCommittedFilter([AbortedTransaction._make(a) for a in aborted])
+        keep = filt.keep
+        record_cls = self.record_cls
+        last = -1
+        while at < total:
+            clear = filt.clear_below()
+            if clear > pos:
+                # The run decoder up to the next listed transaction (or the LSO): the batch that
+                # reaches it, or any the run leaves to the general path, comes back as RUN_SLOW.
+                need = scratch_for(total - at)
+                if need > self._cap:
+                    self._grow(min(max(need, self._cap * 2), MAX_RUN_RECORDS))
+                run = self._scratch.decode(view, at, total, pos, clear if clear < lso else lso, last)
+                count = run.records
+                if count:
+                    first = run.offsets
+                    offsets: Any = range(first, first + count) if type(first) is int else first
+                    values, keys = run_fields(run, view, at)
+                    emit(RecordRun(record_cls, topic, partition, offsets, keys, values, run.timestamps,
+                                   run.timestamp_type, run.leader_epoch))
+                if run.next_offset > nxt:
+                    self.next_offset = nxt = run.next_offset
+                at += run.consumed
+                last = run.last_offset
+                stop = run.stop
+                if stop == RUN_END:
+                    break
+                if stop == RUN_CORRUPT:
+                    raise CorruptRecordError(f"invalid batch: {run.stop_reason}", position=at)
+                if stop != RUN_SLOW:
+                    continue  # the scratch was full
+            batch = self._one_batch(view, at, last)
+            if batch is None:
+                break
+            info = batch.info
+            at += info.size
+            last = info.last_offset
+            if keep(batch):
+                nxt = max(nxt, self._general(batch, pos, lso, topic, partition, emit, above_lso))
+            elif pos <= last < lso:
+                nxt = max(nxt, last + 1)
+            self.next_offset = nxt
         return nxt
 
     def _general(self, batch: RecordBatch, pos: int, hw: int, topic: str, partition: int,

@@ -65,9 +65,14 @@ class Fetcher(ConsumerBase):
 
     def _init_fetcher(self) -> None:
         self._inflight: Set[TP] = set()
-        self._buffer: Deque[List[Any]] = deque()  # [tp, records, next index]
+        #: [tp, records, next index] or [tp, records, next index, position after the last record]
+        self._buffer: Deque[List[Any]] = deque()
         self._buffered: Dict[TP, int] = {}
         self._decoder = FetchDecoder(ConsumerRecord)  # loop thread only
+        #: isolation_level == "read_committed": fetches read below the LSO and drop aborted transactions
+        self._read_committed = self.isolation_level == "read_committed"
+        #: per partition, the last stable offset of the last read_committed fetch (lag is measured to it)
+        self._lso: Dict[TP, int] = {}
         #: partitions whose fetched data was corrupt: not fetched again, and poll() raises the
         #: error (once their good records are handed out) until seek() moves past it
         self._corrupt: Dict[TP, CorruptRecordError] = {}
@@ -142,7 +147,7 @@ class Fetcher(ConsumerBase):
             buf = self._buffer
             while buf and taken < limit:
                 chunk = buf[0]
-                tp, recs, i = chunk
+                tp, recs, i = chunk[0], chunk[1], chunk[2]
                 n = len(recs)
                 j = min(n, i + limit - taken)
                 pieces.append((recs, i, j))
@@ -151,6 +156,8 @@ class Fetcher(ConsumerBase):
                 self._positions[tp] = (recs[j - 1].offset if type(recs) is list else recs.offset_at(j - 1)) + 1
                 if j == n:
                     buf.popleft()
+                    if len(chunk) > 3:  # the fetch went on past its last record (markers, aborted data)
+                        self._positions[tp] = chunk[3]
                 else:
                     chunk[2] = j
             if taken:
@@ -192,7 +199,8 @@ class Fetcher(ConsumerBase):
             pos = self._fetch_pos[tp]
             token = self._token.get(tp, 0)
             req = FetchRequest(-1, tp[0], tp[1], pos, -1, self._node.next_corr(),
-                               max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms)
+                               max_bytes=self.max_partition_fetch_bytes, max_wait_ms=self.fetch_max_wait_ms,
+                               isolation_level=1 if self._read_committed else 0)
             self._inflight.add(tp)
             self.fetch_requests += 1
             sent = self.scheduler.clock.now_ms()
@@ -227,6 +235,15 @@ class Fetcher(ConsumerBase):
             return  # NotLeader etc.: the tick retries after the metadata moves
         hw = resp.high_watermark
         self._hw[tp] = hw
+        aborted = ()
+        if self._read_committed:
+            # Read below the LSO only (a leader that reports none: its HW); the positions move past
+            # markers and aborted transactions. Lag and end_offsets are measured to the LSO.
+            lso = resp.last_stable_offset
+            if lso >= 0:
+                hw = lso
+            self._lso[tp] = hw
+            aborted = resp.aborted_transactions
         if resp.records:
             nxt = pos
             got = 0
@@ -242,7 +259,11 @@ class Fetcher(ConsumerBase):
                 self.violations.append((tp, offset, hw))
 
             try:
-                nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, above_hw)
+                if aborted:  # the C run decoder passes transactional batches through: per batch, filtered
+                    nxt = self._decoder.decode_committed(resp.records, pos, hw, aborted, topic, partition, emit,
+                                                         above_hw)
+                else:
+                    nxt = self._decoder.decode(resp.records, pos, hw, topic, partition, emit, above_hw)
             except CorruptRecordError as exc:
                 # Keep the records before the damage; stop fetching this partition and let poll()
                 # raise once they are handed out, naming where (the application may seek past it).
@@ -254,12 +275,36 @@ class Fetcher(ConsumerBase):
             self.bytes_consumed += len(resp.records)
             self._fetch_pos[tp] = nxt
             if got:
+                last = chunks[-1][1]
+                if (last[-1].offset if type(last) is list else last.offset_at(len(last) - 1)) + 1 < nxt:
+                    chunks[-1].append(nxt)  # handing out the last record moves the position on to nxt
                 with self._lock:
                     self._buffer.extend(chunks)
                     self._buffered[tp] = self._buffered.get(tp, 0) + got
                     self._wake.set()
                 self._changed.set()
+            elif nxt > pos:
+                self._skip_to(tp, nxt)
         self._send_fetches()
+
+    def _skip_to(self, tp: TP, nxt: int) -> None:
+        """A fetch of ``tp`` handed out no record but moved past batches (control batches, an aborted
+        transaction, empty batches): the position follows at once when nothing of ``tp`` is
+        buffered, else when its last buffered record is handed out (as Kafka's consumer moves its
+        position to the fetch's next offset). O(1), or O(buffered chunks) in the second case."""
+        with self._lock:
+            if not self._buffered.get(tp, 0):
+                if self._positions.get(tp, nxt) < nxt:
+                    self._positions[tp] = nxt
+                    self._changed.set()
+                return
+            for chunk in reversed(self._buffer):
+                if chunk[0] == tp:
+                    if len(chunk) > 3:
+                        chunk[3] = nxt
+                    else:
+                        chunk.append(nxt)
+                    return
 
     def _check_partitions_exist(self, tps: Sequence[TopicPartition], what: str) -> None:
         for tp in tps:

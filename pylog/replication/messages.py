@@ -153,7 +153,11 @@ class InitProducerIdResponse:
 @_dict_init
 @dataclass(frozen=True)
 class FetchRequest:
-    """A follower (``replica_id >= 0``, reads to the LEO) or consumer (``-1``, reads below the HW) fetch."""
+    """A follower (``replica_id >= 0``, reads to the LEO) or consumer (``-1``, reads below the HW) fetch.
+
+    ``isolation_level`` (consumers only; Kafka's field): 0 read_uncommitted, 1 read_committed - the
+    leader then reads only below the last stable offset and lists the aborted transactions
+    (:class:`FetchResponse`). A follower's fetch ignores it."""
 
     replica_id: int
     topic: str
@@ -167,11 +171,21 @@ class FetchRequest:
     #: the follower broker's incarnation (Kafka's broker epoch, KIP-903): an ISR expansion
     #: based on a fetch from an earlier incarnation is refused by the controller
     replica_incarnation: int = -1
+    isolation_level: int = 0
 
 
 @_dict_init
 @dataclass(frozen=True)
 class FetchResponse:
+    """A leader's answer to a :class:`FetchRequest`.
+
+    Under read_committed (``isolation_level`` 1) ``records`` holds only batches below
+    ``last_stable_offset`` (the LSO: Kafka's field) and ``aborted_transactions`` lists
+    ``(producer_id, first_offset)`` of every aborted transaction whose records may be among them
+    (its ABORT marker at or after the fetch offset, its first offset before the end of the
+    fetched data; :func:`pylog.storage.aborted_txns.collect_aborted_transactions`), in marker
+    order. Under read_uncommitted and for followers both keep their defaults (-1 and ``()``)."""
+
     topic: str
     partition: int
     correlation_id: int
@@ -182,6 +196,8 @@ class FetchResponse:
     log_start_offset: int = -1
     log_end_offset: int = -1
     leader_epoch: int = -1
+    last_stable_offset: int = -1
+    aborted_transactions: Tuple[Tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -376,6 +376,20 @@ class Partition:
                 st.update(req.fetch_offset, now_ms, leo)
                 alter = self.maybe_expand_isr(req.replica_id, now_ms)
                 self.maybe_increment_hw(now_ms)
+        elif req.isolation_level == 1:
+            # read_committed: only below the LSO, with the aborted transactions among the batches
+            lso = self.log.last_stable_offset(self.high_watermark)
+            records, aborted = self.log.fetch_committed(req.fetch_offset, req.max_bytes, lso)
+            return FetchResponse(
+                topic, partition, corr,
+                records=records,
+                high_watermark=self.high_watermark,
+                log_start_offset=self.log.log_start_offset,
+                log_end_offset=leo,
+                leader_epoch=self.leader_epoch,
+                last_stable_offset=lso,
+                aborted_transactions=tuple((a.producer_id, a.first_offset) for a in aborted),
+            ), None
         else:
             hw = self.high_watermark
             records = self.log.fetch(req.fetch_offset, req.max_bytes, max_offset=hw) if req.fetch_offset < hw else b""

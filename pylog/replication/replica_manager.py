@@ -210,6 +210,7 @@ class _DelayedFetch:
     src: object
     req: FetchRequest
     deadline_ms: int
+    #: the HW when it was parked (the LSO for a read_committed consumer fetch): a change answers it
     hw_at_hold: int
 
 
@@ -872,7 +873,9 @@ class ReplicaManager:
             self._mark_dirty(tp)
             self._complete_delayed(tp, now_ms, out)
         if resp.error is None and not resp.records and req.max_wait_ms > 0:
-            self.delayed_fetch.setdefault(tp, []).append(_DelayedFetch(src, req, now_ms + req.max_wait_ms, p.high_watermark))
+            # (read_committed: parked on the LSO, which the HW passing a marker moves)
+            held = resp.last_stable_offset if req.isolation_level == 1 and req.replica_id < 0 else p.high_watermark
+            self.delayed_fetch.setdefault(tp, []).append(_DelayedFetch(src, req, now_ms + req.max_wait_ms, held))
             heapq.heappush(self._fetch_deadlines, (now_ms + req.max_wait_ms, tp))
             return
         out.send(src, resp)
@@ -887,10 +890,18 @@ class ReplicaManager:
             if p is None:
                 continue
             if not force and now_ms < d.deadline_ms and p.role == LEADER:
-                limit = p.log_end_offset if d.req.replica_id >= 0 else p.high_watermark
-                if d.req.fetch_offset >= limit and p.high_watermark == d.hw_at_hold:
-                    keep.append(d)
-                    continue
+                if d.req.isolation_level == 1 and d.req.replica_id < 0:
+                    # read_committed: wait until the LSO moves (a HW that moves under an open
+                    # transaction gives this fetch nothing new)
+                    lso = p.last_stable_offset
+                    if d.req.fetch_offset >= lso and lso == d.hw_at_hold:
+                        keep.append(d)
+                        continue
+                else:
+                    limit = p.log_end_offset if d.req.replica_id >= 0 else p.high_watermark
+                    if d.req.fetch_offset >= limit and p.high_watermark == d.hw_at_hold:
+                        keep.append(d)
+                        continue
             resp, alter = p.handle_fetch(d.req, now_ms)
             if alter is not None:
                 self._proposing.add(tp)

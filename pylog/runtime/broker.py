@@ -355,17 +355,19 @@ class Broker:
         return gm.FindCoordinatorResponse(req.correlation_id, node_id=st.leader)
 
     def _list_offsets(self, req: gm.ListOffsetsRequest) -> gm.ListOffsetsResponse:
-        """The earliest offset (log start) or the latest visible one (the HW; no transactions, so also the LSO)."""
+        """The earliest offset (log start) or the latest visible one: the HW, the LSO under read_committed
+        (``isolation_level`` 1, Kafka's ``lastFetchableOffset``); a lookup by time finds only records below it."""
         assert self.rm is not None
         part = self.rm.partitions.get((req.topic, req.partition))
         base = dict(topic=req.topic, partition=req.partition, correlation_id=req.correlation_id)
         if part is None or part.role != LEADER:
             return gm.ListOffsetsResponse(**base, error=NotLeaderError,  # type: ignore[arg-type]
                                           message=f"broker {self.broker_id} is not the leader of {req.topic}-{req.partition}")
+        visible = part.last_stable_offset if req.isolation_level == 1 else part.high_watermark
         if req.timestamp == gm.EARLIEST_TIMESTAMP:
             offset = part.log.log_start_offset
         elif req.timestamp == gm.LATEST_TIMESTAMP:
-            offset = part.high_watermark
+            offset = visible
         elif req.timestamp < 0:
             return gm.ListOffsetsResponse(**base, error=InvalidConfigurationError,  # type: ignore[arg-type]
                                           message=f"ListOffsets for {req.topic}-{req.partition}: timestamp "
@@ -373,7 +375,7 @@ class Broker:
         else:
             # Kafka's fetchOffsetByTimestamp: only records below the HW count; none -> offset -1.
             found = part.log.offset_for_time(req.timestamp)
-            if found is None or found >= part.high_watermark:
+            if found is None or found >= visible:
                 return gm.ListOffsetsResponse(**base, offset=-1, leader_epoch=-1)  # type: ignore[arg-type]
             ts = -1
             for rec in part.log.read(found, 1 << 20, max_offset=found + 1):

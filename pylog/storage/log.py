@@ -91,7 +91,7 @@ from pylog.storage.logdir import LogDir, parse_partition_dir
 from pylog.storage.aborted_txns import collect_aborted_transactions
 from pylog.storage.control_record import ControlRecordType, EndTransactionMarker, marker_of_batch
 from pylog.storage.producer_state import ProducerBatch, ProducerStateManager
-from pylog.storage.txn_index import AbortedTxn
+from pylog.storage.txn_index import AbortedTxn, TransactionIndex
 from pylog.record import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
@@ -1275,18 +1275,48 @@ class Log(LocalLog):
         Thread-safety: takes the log's lock."""
         with self._lock:
             if self.read_only:
-                return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
-                                                    start, upper_bound)
+                return collect_aborted_transactions(self._txn_indexes_from(start), start, upper_bound)
             self.producer_state  # a rebuild after a crash may still owe the index entries
             for _ in range(len(self.segments)):
                 try:
-                    return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
-                                                        start, upper_bound)
+                    return collect_aborted_transactions(self._txn_indexes_from(start), start, upper_bound)
                 except CorruptIndexError as exc:
                     if not self._rebuild_txn_index(exc):
                         raise
-            return collect_aborted_transactions([(b, seg.txn_index) for b, seg in self.segments.items()],
-                                                start, upper_bound)
+            return collect_aborted_transactions(self._txn_indexes_from(start), start, upper_bound)
+
+    def _txn_indexes_from(self, start: int) -> List[Tuple[int, TransactionIndex]]:
+        """``(base, .txnindex)`` of the segment holding ``start`` and every later one (an abort whose
+        marker is at or after ``start`` cannot be in an earlier one): a fetch near the log end walks
+        only the last segments. O(segments from there). Under the lock."""
+        segs = self.segments
+        first = max(0, segs.bisect_right(start) - 1)
+        return [(b, segs[b].txn_index) for b in segs.keys()[first:]]
+
+    def fetch_committed(self, offset: int, max_bytes: int, last_stable_offset: int) -> Tuple[bytes, List[AbortedTxn]]:
+        """What a leader serves a read_committed fetch from ``offset``: the bytes of whole batches
+        below ``last_stable_offset`` (as :meth:`fetch` with ``max_offset``) and the aborted
+        transactions that may overlap them (:meth:`aborted_transactions` of ``[offset, end)``,
+        ``end`` one past the last batch returned: :func:`~pylog.storage.aborted_txns.fetch_upper_bound`
+        with the fetched end known). Nothing (``b""``, ``[]``) at or above the LSO.
+
+        The LSO never falls inside a batch (it is a HW or a transaction's first offset, both batch
+        boundaries), so a batch is wholly below it or not returned. Complexity: the read, plus
+        the index entries of the segments from the one holding ``offset`` to the first whose
+        search is complete. Durability: none (reads). Thread-safety: takes the log's lock.
+        """
+        if offset >= last_stable_offset:
+            return b"", []
+        parts = []
+        end = offset
+        for _, _, view, infos in self._read_spans(offset, max_bytes, last_stable_offset, False):
+            last = infos[-1]
+            parts.append(view[: last.position + last.size])
+            end = last.last_offset + 1
+        if not parts:
+            return b"", []
+        data = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        return data, self.aborted_transactions(offset, end)
 
     def _rebuild_txn_index(self, exc: CorruptIndexError) -> bool:
         """A damaged ``.txnindex`` (``exc`` names it) found while answering: empty it and reload the

@@ -16,7 +16,9 @@ list from :func:`collect_aborted_transactions` in a random order. The records
 committed view in order (the model asks each batch's transaction for its
 outcome; it uses neither the markers nor the index); no control record is
 returned; every fetch advances the position exactly past its last batch
-(markers and aborted batches included).
+(markers and aborted batches included). The consumer's decoder
+(:meth:`pylog.client.fetch_decoder.FetchDecoder.decode_committed`) hands out the
+same records and next offset as :func:`filter_fetch` for every fetch.
 """
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 
 from txn_history import TxnLog  # noqa: E402
 
+from pylog.client.fetch_decoder import FetchDecoder  # noqa: E402
 from pylog.client.txn_filter import AbortedTransaction, filter_fetch  # noqa: E402
+from pylog.client.types import ConsumerRecord  # noqa: E402
 from pylog.storage.aborted_txns import collect_aborted_transactions, fetch_upper_bound  # noqa: E402
 from pylog.storage.txn_index import TransactionIndex  # noqa: E402
 
@@ -83,6 +87,7 @@ def test_read_committed_fetches_equal_the_committed_view(steps: List[Tuple[str, 
     try:
         segments = log.segment_indexes(directory, seg_bases)
         seen: List[Tuple[int, bytes]] = []
+        decoder = FetchDecoder(ConsumerRecord)
         pos = start
         while pos < lso:
             first = log.batch_index_at(pos)
@@ -105,6 +110,14 @@ def test_read_committed_fetches_equal_the_committed_view(steps: List[Tuple[str, 
                                                  for e in entries]), label="aborted list order")
             out = filter_fetch(payload, pos, aborted, last_stable_offset=lso)
             assert out.next_offset == fetched_end, (pos, fetched_end, out)
+            # the consumer's decoder (run decoder between the listed transactions, filter inside
+            # them) hands out the same records and moves to the same offset
+            got: List[ConsumerRecord] = []
+            pairs = [(a.producer_id, a.first_offset) for a in aborted]
+            nxt = decoder.decode_committed(payload, pos, lso, pairs, "t", 0, got.extend)
+            assert nxt == out.next_offset, (pos, nxt, out.next_offset)
+            assert [(r.offset, r.value) for r in got] == [(r.offset, r.value) for r in out.records]
+            assert all(r.key == b"k" for r in got)
             for r in out.records:
                 assert r.key == b"k", f"control record at {r.offset} handed out"
                 assert pos <= r.offset < fetched_end
