@@ -253,6 +253,15 @@ class CoordinatorLoadInProgressError(PylogError):
     retriable = True
 
 
+class UnstableOffsetCommitError(PylogError):
+    """OffsetFetch with ``require_stable`` (KIP-447, a ``read_committed`` consumer): a transactional offset
+    of the partition waits for its transaction's marker, or a commit for its append. Retriable: the
+    consumer asks again until the offset is settled."""
+
+    kafka_name = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True
+
+
 class IllegalGenerationError(PylogError):
     """A group request carried a generation other than the group's current one (a stale member)."""
 

@@ -419,7 +419,10 @@ class ConsumerCoordinator(ConsumerBase):
                 self._find_coordinator()
             callback(None, CoordinatorNotAvailableError(f"coordinator of group {self.group_id!r} not known yet"))
             return
-        req = gm.OffsetFetchRequest(self.group_id, self._node.next_corr(), partitions=tuple(tps))
+        # KIP-447: a read_committed consumer asks for stable offsets only (Kafka's requireStable), so it does
+        # not start from an offset that a pending transaction is about to replace
+        stable = getattr(self, "isolation_level", "read_uncommitted") == "read_committed"
+        req = gm.OffsetFetchRequest(self.group_id, self._node.next_corr(), partitions=tuple(tps), require_stable=stable)
 
         def done(resp: Any) -> None:
             if resp is None:
@@ -430,6 +433,13 @@ class ConsumerCoordinator(ConsumerBase):
                 if resp.error.__name__ in _RETRIABLE_GROUP_ERRORS:
                     self._coordinator_lost()
                 callback(None, resp.error(resp.message))
+                return
+            errors = getattr(resp, "partition_errors", ())
+            if errors:  # UnstableOffsetCommitError (retriable): as Kafka's, the whole fetch is tried again
+                t, p, error = errors[0]
+                callback(None, (error or CoordinatorNotAvailableError)(
+                    f"committed offset of {t}-{p} in group {self.group_id!r} is not stable yet "
+                    f"({len(errors)} partitions; a transaction's offsets wait for its marker)"))
                 return
             callback({(t, p): (OffsetAndMetadata(o, m, e) if o >= 0 else None) for t, p, o, e, m in resp.offsets}, None)
 

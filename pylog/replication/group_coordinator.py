@@ -75,7 +75,7 @@ Thread-safety: none; the broker's one loop thread drives it.
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple, Union
 
 from pylog.errors import GroupIdNotFoundError, NonEmptyGroupError, NotCoordinatorError
 from pylog.replication import group_messages as gm
@@ -94,6 +94,7 @@ from pylog.replication.group_state import (  # some only re-exported: importers 
     Member,
 )
 from pylog.replication.messages import Outbox, ProduceResponse
+from pylog.replication.txn_messages import TxnOffsetCommitRequest
 from pylog.record import Record
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,8 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
             self._on_offset_fetch(src, msg, out)
         elif isinstance(msg, gm.DeleteGroupsRequest):
             self._on_delete(src, msg, now_ms, out)
+        elif isinstance(msg, TxnOffsetCommitRequest):
+            self._on_txn_offset_commit(src, msg, now_ms, out)
         return out
 
     def tick(self, now_ms: int) -> Outbox:
@@ -140,22 +143,67 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
         self._expire_offsets(now_ms, out)
         return out
 
-    def load(self, partition: int, leader_epoch: int, entries: Iterable[Tuple[Optional[bytes], Optional[bytes]]],
-             now_ms: int) -> Outbox:
-        """Rebuild the groups of ``partition`` from its log (``(key, value)`` pairs in offset order)."""
+    def load(self, partition: int, leader_epoch: int,
+             entries: Iterable[Union[Tuple[Optional[bytes], Optional[bytes]], ot.LogEntry]], now_ms: int) -> Outbox:
+        """Rebuild the groups of ``partition`` from its log, in offset order: :class:`~pylog.replication.offsets_topic.LogEntry`
+        items (or plain ``(key, value)`` pairs: records outside any transaction, at increasing offsets).
+
+        As Kafka's loader (``GroupMetadataManager.loadGroupsAndOffsets``, and the replay of Kafka's new
+        coordinator for the tombstones): the last value per key wins, a null value is a tombstone; a
+        transactional offset record waits in its producer's pending offsets until the producer's marker:
+        COMMIT makes each one the committed offset unless a newer record (higher offset) wrote it, ABORT
+        drops them; a plain tombstone also deletes the pending transactional offsets of its partition;
+        those still without a marker at the end stay pending. A transactional record of an epoch older
+        than its producer's last marker (a fenced zombie's, appended behind the fence) is skipped.
+        """
         out = self.unload(partition)
-        offsets: Dict[str, Dict[TP, ot.OffsetCommitValue]] = {}
+        offsets: Dict[str, Dict[TP, Tuple[ot.OffsetCommitValue, int]]] = {}
         metas: Dict[str, Optional[ot.GroupMetadataValue]] = {}
-        for key, value in entries:
+        pending: Dict[int, Dict[str, Dict[TP, Tuple[ot.OffsetCommitValue, int]]]] = {}
+        marker_epochs: Dict[int, int] = {}
+        last = -1
+        for entry in entries:
+            e = entry if isinstance(entry, ot.LogEntry) else ot.LogEntry(entry[0], entry[1])
+            pos = e.offset if e.offset >= 0 else last + 1
+            last = max(last, pos)
+            pid = e.producer_id
+            if pid >= 0 and (e.transactional or e.marker is not None):
+                self._producer_epochs[pid] = max(self._producer_epochs.get(pid, -1), e.producer_epoch)
+            if e.marker is not None:
+                if pid < 0:
+                    continue
+                marker_epochs[pid] = max(marker_epochs.get(pid, -1), e.producer_epoch)
+                done = pending.pop(pid, None)
+                if done and e.marker:
+                    for gid, tps in done.items():
+                        slot = offsets.setdefault(gid, {})
+                        for tp, (v, at) in tps.items():
+                            cur = slot.get(tp)
+                            if cur is None or cur[1] < at:
+                                slot[tp] = (v, at)
+                continue
+            key, value = e.key, e.value
             if key is None:
                 continue
             k = ot.decode_key(key)
             if isinstance(k, ot.OffsetCommitKey):
+                tp = (k.topic, k.partition)
+                if e.transactional and pid >= 0:
+                    if e.producer_epoch < marker_epochs.get(pid, -1):
+                        continue
+                    if value is None:
+                        pending.get(pid, {}).get(k.group, {}).pop(tp, None)
+                    else:
+                        pending.setdefault(pid, {}).setdefault(k.group, {})[tp] = \
+                            (ot.decode_offset_commit_value(value), pos)
+                    continue
                 slot = offsets.setdefault(k.group, {})
                 if value is None:
-                    slot.pop((k.topic, k.partition), None)
+                    slot.pop(tp, None)
+                    for by_group in pending.values():
+                        by_group.get(k.group, {}).pop(tp, None)
                 else:
-                    slot[(k.topic, k.partition)] = ot.decode_offset_commit_value(value)
+                    slot[tp] = (ot.decode_offset_commit_value(value), pos)
             else:
                 if value is None:
                     # As Kafka's loader: a group tombstone removes the group's metadata only. Its offsets
@@ -163,10 +211,19 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
                     metas[k.group] = None
                 else:
                     metas[k.group] = ot.decode_group_metadata_value(value)
+        self._log_pos[partition] = max(self._log_pos.get(partition, -1), last)
+        waiting: Dict[str, Dict[int, Dict[TP, Tuple[ot.OffsetCommitValue, int, int]]]] = {}
+        for pid, by_group in pending.items():
+            for gid, tps in by_group.items():
+                if tps:
+                    waiting.setdefault(gid, {})[pid] = {tp: (v, at, 0) for tp, (v, at) in tps.items()}
         # A group exists if it has metadata or offsets left (all its offsets tombstoned: gone, as in Kafka).
-        for gid in {g for g, o in offsets.items() if o} | {g for g, v in metas.items() if v is not None}:
+        for gid in {g for g, o in offsets.items() if o} | {g for g, v in metas.items() if v is not None} | set(waiting):
             g = Group(gid, partition)
-            g.offsets = offsets.get(gid, {})
+            loaded = offsets.get(gid, {})
+            g.offsets = {tp: v for tp, (v, _) in loaded.items()}
+            g.offset_positions = {tp: at for tp, (_, at) in loaded.items()}
+            g.pending_txn = waiting.get(gid, {})
             meta = metas.get(gid)
             if meta is not None:
                 g.generation = meta.generation
@@ -251,7 +308,8 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
         # Until the tombstones are acknowledged the group is Dead: commits and joins get a retriable error
         # (Kafka's answer for a Dead group), so nothing lands behind the tombstones of a group that then
         # disappears from memory.
-        doomed = sorted(set(g.offsets) | set(g.pending_commits))
+        doomed = sorted(set(g.offsets) | set(g.pending_commits) | set(g.txn_in_flight) |
+                        {tp for slot in g.pending_txn.values() for tp in slot})
         records = [Record(None, key=ot.encode_offset_commit_key(g.group_id, t, p)) for t, p in doomed]
         records.append(Record(None, key=ot.encode_group_metadata_key(g.group_id)))
         g.transition_to(DEAD)

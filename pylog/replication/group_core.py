@@ -17,7 +17,7 @@ Thread-safety: none; the broker's loop thread drives it.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from pylog.errors import (
     CoordinatorNotAvailableError,
@@ -35,6 +35,7 @@ from pylog.replication import offsets_topic as ot
 from pylog.replication.group_state import DEAD, EMPTY, Group
 from pylog.replication.messages import ACKS_ALL, Outbox, ProduceRequest, ProduceResponse
 from pylog.record import Record
+from pylog.record.codec import encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,15 @@ class CoordinatorCore:
         self._ids = 0
         self.rebalances = 0
         self._delay_until: Dict[str, int] = {}  # group.initial.rebalance.delay.ms per group
+        #: producer id -> the TxnOffsetCommit appends of that producer in flight: each a one-element list
+        #: holding None, or the outcome (True commit, False abort) of a marker that came meanwhile
+        self._txn_appends: Dict[int, List[List[Optional[bool]]]] = {}
+        #: producer id -> the highest producer epoch seen in its TxnOffsetCommits, records and markers: an
+        #: older epoch is a zombie's (``InvalidProducerEpochError``, as the partition's check in Kafka)
+        self._producer_epochs: Dict[int, int] = {}
+        #: offsets partition -> the highest record offset known in it (positions for appends answered
+        #: without a base offset)
+        self._log_pos: Dict[int, int] = {}
 
     def partition_of(self, group_id: str) -> int:
         return ot.partition_for_group(group_id, self.num_partitions)
@@ -79,13 +89,33 @@ class CoordinatorCore:
         return None
 
     def _append(self, partition: int, records: List[Record], out: Outbox,
-                done: Callable[[ProduceResponse, Outbox, int], None]) -> None:
-        """Write ``records`` to our own offsets partition with acks=all; ``done`` runs on the response."""
+                done: Callable[[ProduceResponse, Outbox, int], None],
+                producer: Optional[Tuple[int, int, int]] = None) -> None:
+        """Write ``records`` to our own offsets partition with acks=all; ``done`` runs on the response.
+
+        ``producer``: ``(producer id, epoch, now_ms)`` of a TxnOffsetCommit: the records go as one
+        *transactional* batch of that producer (Kafka's ``storeOffsets`` with a producer id), without a
+        sequence (Kafka appends it with origin COORDINATOR, which checks no sequence).
+        """
         self._corr += 1
         self._pending[self._corr] = done
-        out.send(self.broker_id, ProduceRequest(topic=ot.OFFSETS_TOPIC, partition=partition, records=records,
+        data: Sequence[object] = records
+        if producer is not None:
+            pid, epoch, now_ms = producer
+            data = bytes(encode_batch(records, now_ms=now_ms, producer_id=pid, producer_epoch=epoch, transactional=True))
+        out.send(self.broker_id, ProduceRequest(topic=ot.OFFSETS_TOPIC, partition=partition, records=data,
                                                 acks=ACKS_ALL, timeout_ms=self.request_timeout_ms,
                                                 correlation_id=self._corr))
+
+    def _positions(self, resp: ProduceResponse, n: int) -> List[int]:
+        """The offsets of the ``n`` records an acknowledged append wrote (from its base offset; one past the
+        highest known offset of the partition when the answer has none, as a test's hand-made answer)."""
+        base = resp.base_offset
+        known = self._log_pos.get(resp.partition, -1)
+        if base < 0:
+            base = known + 1
+        self._log_pos[resp.partition] = max(known, base + n - 1)
+        return list(range(base, base + n))
 
     @staticmethod
     def _append_error(resp: ProduceResponse) -> Tuple[type, str]:
@@ -160,7 +190,7 @@ class CoordinatorCore:
         """An Empty group without offsets (and no commit in flight) is removed, as Kafka's cleanup makes it
         Dead; a group that ever had a generation gets a tombstone for its metadata too."""
         if g.state != EMPTY or g.members or g.offsets or g.pending_commits or g.pending_members or \
-                self.groups.get(g.group_id) is not g:
+                g.pending_txn or g.txn_in_flight or self.groups.get(g.group_id) is not g:
             return False
         g.transition_to(DEAD)
         del self.groups[g.group_id]

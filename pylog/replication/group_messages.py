@@ -154,6 +154,9 @@ class OffsetCommitResponse:
 class OffsetFetchRequest(GroupRequest):
     #: None: every partition the group has an offset for
     partitions: Optional[Tuple[Tuple[str, int], ...]] = None
+    #: KIP-447 (Kafka's ``RequireStable``, OffsetFetch v7+): a partition whose transactional offset waits for
+    #: its marker (or whose commit waits for its append) is answered with ``UnstableOffsetCommitError``
+    require_stable: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,8 +164,10 @@ class OffsetFetchResponse:
     correlation_id: int
     error: ErrorType = None
     message: str = ""
-    #: (topic, partition, offset, leader_epoch, metadata); offset -1: nothing committed
+    #: (topic, partition, offset, leader_epoch, metadata); offset -1: nothing committed (or an error below)
     offsets: Tuple[Tuple[str, int, int, int, str], ...] = ()
+    #: (topic, partition, error) of the partitions answered with an error (``UnstableOffsetCommitError``)
+    partition_errors: Tuple[Tuple[str, int, ErrorType], ...] = ()
 
 
 @dataclass(frozen=True)

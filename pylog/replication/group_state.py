@@ -28,6 +28,9 @@ from pylog.replication import offsets_topic as ot
 log = logging.getLogger(__name__)
 
 TP = Tuple[str, int]
+#: a transactional offset waiting for its marker: the value, the offset of its record in ``__consumer_offsets``
+#: and the number of the TxnOffsetCommit that wrote it (``Group.commits_started``; 0: loaded from the log)
+PendingTxnOffset = Tuple[ot.OffsetCommitValue, int, int]
 
 
 class GroupState(str, enum.Enum):
@@ -112,6 +115,30 @@ class Group:
     #: KIP-394: member ids handed out with ``MemberIdRequiredError`` and not yet used to join -> the time
     #: (ms) they expire (their session timeout), as Kafka's ``pendingMembers``; never in a rebalance
     pending_members: Dict[str, int] = field(default_factory=dict)
+    #: the ``__consumer_offsets`` offset of the record that wrote each committed offset (Kafka's
+    #: ``recordOffset``; -1 unknown): a transactional offset materializes only over an older record
+    offset_positions: Dict[TP, int] = field(default_factory=dict)
+    #: producer id -> the transactional offsets it wrote (per partition), waiting
+    #: for its COMMIT/ABORT marker (Kafka's ``pendingTransactionalOffsetCommits``); invisible to OffsetFetch
+    pending_txn: Dict[int, Dict[TP, PendingTxnOffset]] = field(default_factory=dict)
+    #: partitions with a TxnOffsetCommit append in flight (count per partition)
+    txn_in_flight: Dict[TP, int] = field(default_factory=dict)
+
+    def has_pending_txn(self, tp: TP) -> bool:
+        """Whether a transactional offset of ``tp`` waits for its marker or its append. O(producers)."""
+        return tp in self.txn_in_flight or any(tp in m for m in self.pending_txn.values())
+
+    def drop_pending_txn(self, tp: TP, up_to: Optional[int] = None) -> None:
+        """Forget every producer's pending transactional offset of ``tp`` (only those written by
+        TxnOffsetCommits numbered up to ``up_to``, when given: their records precede a tombstone of ``tp``),
+        as a tombstone deletes them (Kafka's ``removeOffsets``). O(producers)."""
+        for pid in list(self.pending_txn):
+            slot = self.pending_txn[pid]
+            v = slot.get(tp)
+            if v is not None and (up_to is None or v[2] <= up_to):
+                del slot[tp]
+                if not slot:
+                    del self.pending_txn[pid]
 
     def transition_to(self, state: GroupState, why: str = "") -> None:
         """Move to ``state`` (logged at DEBUG with ``why``). Complexity: O(1)."""
@@ -133,6 +160,8 @@ class Group:
         assert all(m.group_instance_id is None or self.static_members.get(m.group_instance_id) == mid
                    for mid, m in self.members.items()), self.static_members
         assert not (set(self.pending_members) & set(self.members)), self.pending_members
+        assert all(n > 0 for n in self.txn_in_flight.values()), self.txn_in_flight
+        assert all(self.pending_txn.values()), self.pending_txn
 
 
 def commit_started(g: Group, values: Dict[TP, ot.OffsetCommitValue]) -> None:
@@ -151,5 +180,22 @@ def commit_done(g: Group, values: Dict[TP, ot.OffsetCommitValue]) -> None:
             g.pending_commits.pop(tp, None)
 
 
-__all__ = ["Group", "GroupState", "Member", "TRANSITIONS", "commit_done", "commit_started",
+def txn_commit_started(g: Group, values: Dict[TP, ot.OffsetCommitValue]) -> None:
+    """A TxnOffsetCommit of ``values`` is being appended (require-stable fetches and expiry see it)."""
+    for tp in values:
+        g.txn_in_flight[tp] = g.txn_in_flight.get(tp, 0) + 1
+
+
+def txn_commit_done(g: Group, values: Dict[TP, ot.OffsetCommitValue]) -> None:
+    """The append of a TxnOffsetCommit of ``values`` was answered (either way)."""
+    for tp in values:
+        left = g.txn_in_flight.get(tp, 0) - 1
+        if left > 0:
+            g.txn_in_flight[tp] = left
+        else:
+            g.txn_in_flight.pop(tp, None)
+
+
+__all__ = ["Group", "GroupState", "Member", "PendingTxnOffset", "TRANSITIONS", "commit_done", "commit_started",
+           "txn_commit_started", "txn_commit_done",
            "EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE", "DEAD"]

@@ -186,6 +186,25 @@ def encode_group_metadata_value(v: GroupMetadataValue) -> bytes:
 Key = Union[OffsetCommitKey, GroupMetadataKey]
 
 
+class LogEntry(NamedTuple):
+    """One record of an offsets partition, as the coordinator's ``load`` reads the log (in offset order).
+
+    ``offset``: the record's offset (-1: unknown; ``load`` then uses the entry's position in the
+    sequence). ``producer_id``/``producer_epoch``/``transactional``: its batch's header - a transactional
+    offset commit (TxnOffsetCommit) waits for its producer's marker. ``marker``: for a transaction marker
+    (a COMMIT/ABORT control record; ``key``/``value`` None) True for COMMIT, False for ABORT; None for
+    a data record. Other control records are not entries.
+    """
+
+    key: Optional[bytes]
+    value: Optional[bytes]
+    offset: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    transactional: bool = False
+    marker: Optional[bool] = None
+
+
 def decode_key(data: bytes) -> Key:
     """An ``OffsetCommitKey`` (versions 0 and 1) or ``GroupMetadataKey`` (version 2)."""
     r = SchemaReader(data, f"{OFFSETS_TOPIC} key")
@@ -300,7 +319,7 @@ def decode_assignment(data: bytes) -> List[Tuple[str, int]]:
 
 __all__ = [
     "OFFSETS_TOPIC", "DEFAULT_OFFSETS_PARTITIONS", "java_string_hash", "kafka_abs", "partition_for_group",
-    "OffsetCommitKey", "GroupMetadataKey", "OffsetCommitValue", "GroupMetadataValue", "MemberMetadata",
+    "LogEntry", "OffsetCommitKey", "GroupMetadataKey", "OffsetCommitValue", "GroupMetadataValue", "MemberMetadata",
     "encode_offset_commit_key", "encode_group_metadata_key", "encode_offset_commit_value",
     "encode_group_metadata_value", "decode_key", "decode_offset_commit_value", "decode_group_metadata_value",
     "encode_subscription", "decode_subscription", "encode_assignment", "decode_assignment",

@@ -17,8 +17,9 @@ handler with the transport, and runs a periodic tick that:
   partitions it leads (:class:`pylog.runtime.txn_host.TxnHost`, docs/transactions.md).
 
 Group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, DeleteGroups, and the admin ListGroups, DescribeGroups,
-OffsetDelete) go to the coordinator; FindCoordinator and ListOffsets are
+OffsetFetch, DeleteGroups, TxnOffsetCommit, and the admin ListGroups, DescribeGroups,
+OffsetDelete) go to the coordinator, and committed ``__consumer_offsets``
+transaction markers complete its transactional offsets; FindCoordinator and ListOffsets are
 answered here. Transaction requests (FindCoordinator(TRANSACTION), InitProducerId
 with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) and the
 answers to its WriteTxnMarkers go to the :class:`TxnHost`. The tick also expires idle producer ids in every replica's
@@ -57,7 +58,8 @@ from pylog.replication.messages import (
     StopReplicaResponse,
     TopicsDeleted,
 )
-from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
+from pylog.replication.offsets_topic import OFFSETS_TOPIC, LogEntry, partition_for_group
+from pylog.replication.txn_messages import TxnOffsetCommitRequest
 from pylog.replication.partition import LEADER
 from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, ReplicaManagerConfig
 from pylog.replication.txn_messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, \
@@ -65,6 +67,7 @@ from pylog.replication.txn_messages import AddPartitionsToTxnRequest, AddPartiti
 from pylog.runtime.scheduler import Scheduler, Timer
 from pylog.runtime.txn_host import TxnHost, leader_of_state_partition
 from pylog.runtime.transport.base import Transport
+from pylog.storage.control_record import ControlRecordType, parse_control_type
 from pylog.storage.fileio import FileIO, SimulatedDiskIO
 from pylog.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
@@ -181,6 +184,8 @@ class Broker:
         self.running = True
         self.want_shutdown = self.shutdown_ok = False
         self._last_heartbeat = -(10**12)
+        # __consumer_offsets markers complete the group coordinator's transactional offsets
+        self.rm.marker_listener = self._on_marker_committed
         self.transport.register(self.broker_id, self._on_message)
         self._tick()
 
@@ -266,7 +271,7 @@ class Broker:
         if isinstance(msg, ProduceResponse) and self.txn.owns_correlation(msg.correlation_id):
             self._send(self.txn.on_produce_response(msg, now))
             return
-        if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest)):
+        if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest, TxnOffsetCommitRequest)):
             self._sync_coordinator(now)
             if isinstance(msg, gm.FindCoordinatorRequest):
                 self.transport.send(self.broker_id, src, self._find_coordinator(msg))
@@ -324,9 +329,17 @@ class Broker:
             elif not leading and p in co.loaded:
                 self._send(co.unload(p))
 
+    def _on_marker_committed(self, topic: str, partition: int, producer_id: int, committed: bool) -> None:
+        """The replica manager's ``marker_listener``: a COMMIT/ABORT marker this broker leads is committed."""
+        if topic == OFFSETS_TOPIC and self.running and self.coordinator is not None:
+            self._send(self.coordinator.complete_txn(partition, producer_id, committed,
+                                                     self.scheduler.clock.now_ms()))
+
     @staticmethod
-    def _read_offsets_log(part: object) -> Iterator[Tuple[Optional[bytes], Optional[bytes]]]:
-        """Every (key, value) of an offsets partition's log, in offset order (to its log end)."""
+    def _read_offsets_log(part: object) -> Iterator[LogEntry]:
+        """Every record of an offsets partition's log, in offset order (to its log end), with its batch's
+        producer id, epoch and transactional bit; a transaction marker as an entry with ``marker`` set
+        (other control records are skipped)."""
         log = part.log  # type: ignore[attr-defined]
         offset, end = log.log_start_offset, log.log_end_offset
         while offset < end:
@@ -334,9 +347,15 @@ class Broker:
             if not batches:
                 break
             for batch in batches:
-                if not batch.is_control:
+                pid, epoch, txn = batch.producer_id, batch.producer_epoch, batch.is_transactional
+                if batch.is_control:
                     for r in batch.records():
-                        yield r.key, r.value
+                        kind = parse_control_type(r.key, path=batch.path, offset=r.offset)
+                        if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                            yield LogEntry(None, None, r.offset, pid, epoch, txn, kind == ControlRecordType.COMMIT)
+                else:
+                    for r in batch.records():
+                        yield LogEntry(r.key, r.value, r.offset, pid, epoch, txn)
                 offset = batch.last_offset + 1
 
     def _find_coordinator(self, req: gm.FindCoordinatorRequest) -> gm.FindCoordinatorResponse:

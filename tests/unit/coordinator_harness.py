@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from pylog.record import iter_batches
 from pylog.replication import group_messages as gm
+from pylog.replication import offsets_topic as ot
 from pylog.replication.group_coordinator import GroupCoordinator
 from pylog.replication.messages import ProduceRequest, ProduceResponse
 
@@ -23,15 +25,27 @@ class Harness:
         self.co.load(0, 0, [], 0)
         self.now = 0
         self.log: List[Tuple[bytes, Any]] = []
+        #: the partition's log with offsets, batch headers and transaction markers (what a reload reads)
+        self.entries: List[ot.LogEntry] = []
         self.inbox: Dict[str, List[Any]] = {}
         self.corr = 0
         self.hold = False
         self.held: List[ProduceRequest] = []
+        self.bases: Dict[int, int] = {}
 
     def deliver(self, out) -> None:
         for dst, msg in out.items:
             if isinstance(msg, ProduceRequest):
-                self.log.extend((r.key, r.value) for r in msg.records)
+                base = len(self.entries)
+                if isinstance(msg.records, (bytes, bytearray)):  # a TxnOffsetCommit's transactional batch
+                    (batch,) = iter_batches(msg.records)
+                    head = (batch.producer_id, batch.producer_epoch, batch.is_transactional)
+                    records = batch.records()
+                else:
+                    head, records = (-1, -1, False), list(msg.records)
+                self.log.extend((r.key, r.value) for r in records)
+                self.entries.extend(ot.LogEntry(r.key, r.value, base + i, *head) for i, r in enumerate(records))
+                self.bases[msg.correlation_id] = base
                 if self.hold:
                     self.held.append(msg)
                 else:
@@ -39,9 +53,16 @@ class Harness:
             else:
                 self.inbox.setdefault(dst, []).append(msg)
 
+    def marker(self, producer_id: int, committed: bool, epoch: int = 0) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` is written and committed on the partition."""
+        self.entries.append(ot.LogEntry(None, None, len(self.entries), producer_id, epoch, True, committed))
+        self.deliver(self.co.complete_txn(0, producer_id, committed, self.now))
+        self.co._check()
+
     def _ack(self, msg: ProduceRequest, error: Any = None) -> None:
+        base = self.bases.pop(msg.correlation_id)
         resp = (ProduceResponse(msg.topic, msg.partition, msg.correlation_id, error=error, message="injected")
-                if error is not None else ProduceResponse(msg.topic, msg.partition, msg.correlation_id, base_offset=0))
+                if error is not None else ProduceResponse(msg.topic, msg.partition, msg.correlation_id, base_offset=base))
         self.deliver(self.co.on_produce_response(resp, self.now))
         self.co._check()
 
@@ -55,10 +76,11 @@ class Harness:
     def reload(self, compacted: bool = False) -> GroupCoordinator:
         """A new coordinator loads the log as it is now (a failover); ``compacted``: as the cleaner leaves
         it once tombstones are past ``delete_retention_ms`` (last value per key, tombstones gone)."""
-        entries = list(self.log)
+        entries: List[Any] = list(self.entries)
         if compacted:
-            last = {k: i for i, (k, _) in enumerate(entries)}
-            entries = [(k, v) for i, (k, v) in enumerate(entries) if last[k] == i and v is not None]
+            pairs = list(self.log)
+            last = {k: i for i, (k, _) in enumerate(pairs)}
+            entries = [(k, v) for i, (k, v) in enumerate(pairs) if last[k] == i and v is not None]
         co = GroupCoordinator(0)
         co.num_partitions = 1
         co.load(0, 1, entries, self.now)
