@@ -35,11 +35,19 @@ class FakeCluster:
     def __init__(self, topics: Dict[str, int], serves: bool = True):
         self.metadata = SimpleNamespace(topics={t: SimpleNamespace(partitions=n) for t, n in topics.items()})
         self.ensured = 0
+        self.offsets_topic = True
+        self.ensured_offsets = 0
         if serves:
             self.ensure_transaction_state_topic = self._ensure
 
     def _ensure(self) -> None:
         self.ensured += 1
+
+    def has_offsets_topic(self) -> bool:
+        return self.offsets_topic
+
+    def ensure_offsets_topic(self) -> None:
+        self.ensured_offsets += 1
 
 
 class FakeServer:
@@ -324,6 +332,15 @@ def test_add_offsets_to_txn(version: int) -> None:
     assert ok.answer.error_code == 0
     empty = call(25, version, transactional_id=TID, producer_id=4000, producer_epoch=2, group_id="")
     assert not empty.sent and empty.answer.error_code == C["INVALID_GROUP_ID"]
+
+
+def test_add_offsets_to_txn_creates_the_offsets_topic_first() -> None:
+    """kafka-python may send offsets for a group no consumer has looked up: Kafka always has the topic."""
+    cl = FakeCluster({"in": 2})
+    cl.offsets_topic = False
+    ctx = call(25, 3, cl, transactional_id=TID, producer_id=4000, producer_epoch=2, group_id="g")
+    assert not ctx.sent and cl.ensured_offsets == 1
+    assert ctx.answer.error_code == C["COORDINATOR_NOT_AVAILABLE"]  # retriable: the client asks again
 
 
 # ---------------------------------------------------------------------------------------- EndTxn

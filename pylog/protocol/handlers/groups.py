@@ -122,7 +122,7 @@ COORDINATOR_LOOKUPS: Dict[int, Callable[[RequestContext, Any, str, Callable[[int
 _CREATING: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-def _ensure_offsets_topic(ctx: RequestContext) -> None:
+def ensure_offsets_topic(ctx: RequestContext) -> None:
     """Create ``__consumer_offsets`` in the background (Kafka's brokers create it on the first
     FindCoordinator for a group); meanwhile clients get COORDINATOR_NOT_AVAILABLE and retry."""
     server = ctx.server
@@ -140,7 +140,7 @@ def _ensure_offsets_topic(ctx: RequestContext) -> None:
 
 def _lookup_group(ctx: RequestContext, req: Any, key: str, done: Callable[[int, Optional[str], int], None]) -> None:
     if not ctx.cluster.has_offsets_topic():
-        _ensure_offsets_topic(ctx)
+        ensure_offsets_topic(ctx)
         done(COORDINATOR_NOT_AVAILABLE, "the __consumer_offsets topic is being created", -1)
         return
 
@@ -578,4 +578,4 @@ def list_groups(ctx: RequestContext, req: Any) -> None:
     _call(ctx, req, gm.ListGroupsRequest(ctx.next_corr()), 30_000, done)
 
 
-__all__ = ["VERSIONS", "COORDINATOR_LOOKUPS", "OFFSET_METADATA_MAX_BYTES", "error_code"]
+__all__ = ["VERSIONS", "COORDINATOR_LOOKUPS", "OFFSET_METADATA_MAX_BYTES", "error_code", "ensure_offsets_topic"]

@@ -262,6 +262,11 @@ def add_offsets_to_txn(ctx: RequestContext, req: Any) -> None:
         return _code_only_fail(ctx, req, codec.INVALID_REQUEST)
     if not req.group_id:
         return _code_only_fail(ctx, req, groups.INVALID_GROUP_ID)
+    if not ctx.cluster.has_offsets_topic():
+        # a producer may name a group no consumer has looked up yet (kafka-python's send_offsets_to_transaction
+        # with a bare group id): Kafka's brokers always have __consumer_offsets; create it, the client retries
+        groups.ensure_offsets_topic(ctx)
+        return _code_only_fail(ctx, req, codec.COORDINATOR_NOT_AVAILABLE)
     msg = txm.AddOffsetsToTxnRequest(req.transactional_id, int(req.producer_id), int(req.producer_epoch),
                                      req.group_id, ctx.next_corr())
     guarded_request(ctx, req, msg, lambda resp: _code_only_fail(
