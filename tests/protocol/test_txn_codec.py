@@ -426,8 +426,7 @@ def test_produce_of_a_transactional_producer_names_its_transactional_id() -> Non
                topic_data=[T(version=8, name="out", partition_data=[P(version=8, index=1, records=b"batch")])])
     msg, cb = only_sent(ctx)
     assert type(msg) is m.ProduceRequest and (msg.topic, msg.partition, msg.records) == ("out", 1, b"batch")
-    if "transactional_id" in {f for f in m.ProduceRequest.__dataclass_fields__}:
-        assert msg.transactional_id == TID  # type: ignore[attr-defined]
+    assert msg.transactional_id == TID
     cb(m.ProduceResponse("out", 1, msg.correlation_id, error=E.TransactionAbortableError))
     [t] = ctx.answer.responses
     assert t.partition_responses[0].error_code == C["INVALID_TXN_STATE"]
@@ -452,27 +451,36 @@ def test_fetch_answers_the_leaders_last_stable_offset_and_aborted_transactions(v
     ctx = _fetch(version, isolation)
     msg, cb = only_sent(ctx)
     assert type(msg) is m.FetchRequest and msg.replica_id == -1
-    if fetch._FETCH_ISOLATION:
-        assert msg.isolation_level == isolation  # type: ignore[attr-defined]
-    resp = m.FetchResponse("out", 0, msg.correlation_id, records=b"", high_watermark=40, log_start_offset=0)
-    fields = {f for f in m.FetchResponse.__dataclass_fields__}
-    if {"last_stable_offset", "aborted_transactions"} <= fields:
-        import dataclasses
-
-        resp = dataclasses.replace(resp, last_stable_offset=30,  # type: ignore[call-arg]
-                                   aborted_transactions=((4000, 7), (4001, 12)))
-    cb(resp)
+    assert msg.isolation_level == isolation
+    cb(m.FetchResponse("out", 0, msg.correlation_id, records=b"", high_watermark=40, log_start_offset=0,
+                       last_stable_offset=30, aborted_transactions=((4000, 7), (4001, 12))))
     [t] = ctx.answer.responses
     [p] = t.partitions
-    assert p.high_watermark == 40
-    if "last_stable_offset" in fields:
-        assert p.last_stable_offset == 30
-        if isolation == 1:
-            assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(4000, 7), (4001, 12)]
+    assert (p.high_watermark, p.last_stable_offset) == (40, 30)
+    if isolation == 1:
+        assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(4000, 7), (4001, 12)]
     else:
-        assert p.last_stable_offset == 40
-    if isolation == 0:
         assert p.aborted_transactions is None  # null for read_uncommitted, as Kafka
+    # a leader that names no LSO (read_uncommitted): the high watermark is answered
+    ctx = _fetch(version, isolation)
+    msg, cb = only_sent(ctx)
+    cb(m.FetchResponse("out", 0, msg.correlation_id, records=b"", high_watermark=40, log_start_offset=0))
+    assert ctx.answer.responses[0].partitions[0].last_stable_offset == 40
+
+
+# --------------------------------------------------------------------------- OffsetFetch (KIP-447)
+@pytest.mark.parametrize("version", [1, 5, 6, 7])
+def test_offset_fetch_require_stable_and_unstable_partitions(version: int) -> None:
+    T = codec.request_class(9).OffsetFetchRequestTopic
+    extra: Dict[str, Any] = {"require_stable": True} if version >= 7 else {}
+    ctx = call(9, version, group_id="g", topics=[T(version=version, name="in", partition_indexes=[0, 1])], **extra)
+    msg, cb = only_sent(ctx)
+    assert type(msg) is gm.OffsetFetchRequest and msg.require_stable == (version >= 7)
+    cb(gm.OffsetFetchResponse(msg.correlation_id, offsets=(("in", 0, 12, 3, "m"),),
+                              partition_errors=(("in", 1, E.UnstableOffsetCommitError),)))
+    rows = {(t.name, p.partition_index): (p.committed_offset, p.error_code) for t in ctx.answer.topics
+            for p in t.partitions}
+    assert rows == {("in", 0): (12, 0), ("in", 1): (-1, C["UNSTABLE_OFFSET_COMMIT"])}
 
 
 # ------------------------------------------------------------------ the epoch bump per EndTxn version

@@ -22,7 +22,6 @@ Thread-safety: handlers run on the cluster's loop thread.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -49,19 +48,6 @@ class _PartState:
         self.lso = lso
         #: (producer id, first offset) of the aborted transactions the records may hold (read_committed)
         self.aborted = aborted
-
-
-#: the in-process FetchRequest carries the consumer's isolation level (read_committed: the leader reads
-#: below the last stable offset and lists the aborted transactions)
-_FETCH_ISOLATION = "isolation_level" in {f.name for f in dataclasses.fields(FetchRequest)}
-
-
-def _consumer_fetch(tp: TP, offset: int, epoch: int, corr: int, max_bytes: int, wait_ms: int,
-                    isolation_level: int) -> FetchRequest:
-    if _FETCH_ISOLATION:
-        return FetchRequest(-1, tp[0], tp[1], offset, epoch, corr, max_bytes=max_bytes, max_wait_ms=wait_ms,
-                            isolation_level=isolation_level)  # type: ignore[call-arg,unused-ignore]
-    return FetchRequest(-1, tp[0], tp[1], offset, epoch, corr, max_bytes=max_bytes, max_wait_ms=wait_ms)
 
 
 def _diverging_epoch(ctx: RequestContext, tp: TP, fetch_offset: int, last_fetched_epoch: int
@@ -150,14 +136,14 @@ def fetch(ctx: RequestContext, req: Any) -> None:
             state[tp] = _PartState(codec.error_code_of(resp.error), resp.high_watermark, resp.log_start_offset)
         else:
             state[tp] = _PartState(0, resp.high_watermark, resp.log_start_offset, resp.records,
-                                   lso=getattr(resp, "last_stable_offset", -1),
-                                   aborted=tuple(getattr(resp, "aborted_transactions", ())))
+                                   lso=resp.last_stable_offset, aborted=resp.aborted_transactions)
 
     def send(wait_ms: int, on_each: Any) -> None:
         budget = max_bytes
         for tp, offset, epoch, pmax in wanted:
             limit = max(1, min(pmax, budget)) if budget > 0 else 1
-            msg = _consumer_fetch(tp, offset, epoch, ctx.next_corr(), limit, wait_ms, isolation)
+            msg = FetchRequest(-1, tp[0], tp[1], offset, epoch, ctx.next_corr(), max_bytes=limit, max_wait_ms=wait_ms,
+                               isolation_level=isolation)
             pending[0] += 1
 
             def callback(resp: Optional[Any], tp: Tuple[str, int] = tp) -> None:

@@ -31,7 +31,6 @@ every client. Thread-safety: handlers run on the cluster's loop thread.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -413,8 +412,6 @@ def offset_commit(ctx: RequestContext, req: Any) -> None:
 
 
 # ======================================================================= OffsetFetch
-#: the group coordinator knows KIP-447's require_stable (transactional offsets pending a marker)
-_OFFSET_FETCH_STABLE = "require_stable" in {f.name for f in dataclasses.fields(gm.OffsetFetchRequest)}
 _Rows = List[Tuple[str, int, int, int, Optional[str], int]]  # topic, partition, offset, epoch, metadata, error
 
 
@@ -480,7 +477,7 @@ def offset_fetch(ctx: RequestContext, req: Any) -> None:
                 code = COORDINATOR_NOT_AVAILABLE if resp is None else error_code(resp.error)
                 results[i] = (group, [(t, p, -1, -1, "", NONE) for t, p in (parts or [])], code)
             else:
-                errs = {(t, p): error_code(e) for t, p, e in getattr(resp, "partition_errors", ())}
+                errs = {(t, p): error_code(e) for t, p, e in resp.partition_errors}
                 rows = [(t, p, off, epoch, meta, errs.pop((t, p), NONE)) for t, p, off, epoch, meta in resp.offsets]
                 rows += [(t, p, -1, -1, "", code) for (t, p), code in errs.items()]
                 results[i] = (group, rows, NONE)
@@ -488,13 +485,8 @@ def offset_fetch(ctx: RequestContext, req: Any) -> None:
             if left[0] == 0:
                 _fetch_reply(ctx, results)  # type: ignore[arg-type]
 
-        partitions = None if parts is None else tuple(parts)
-        if stable and _OFFSET_FETCH_STABLE:
-            msg = gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=partitions,
-                                        require_stable=True)  # type: ignore[call-arg,unused-ignore]
-        else:
-            msg = gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=partitions)
-        _call(ctx, req, msg, 30_000, done)
+        _call(ctx, req, gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=None if parts is None else tuple(parts),
+                                              require_stable=stable), 30_000, done)
 
     for i, (group, parts) in enumerate(groups):
         one(i, group, parts)

@@ -39,11 +39,9 @@ Thread-safety: handlers run on the cluster's loop thread.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
 import weakref
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, guarded_request, register
@@ -76,7 +74,8 @@ NONE = codec.NONE
 
 
 def serves_transactions(cluster: ServedCluster) -> bool:
-    """True when ``cluster`` hosts transaction coordinators (it can create ``__transaction_state``)."""
+    """True when ``cluster`` hosts transaction coordinators (it can create ``__transaction_state``; every
+    :class:`pylog.Cluster` does, a stand-in of the served-cluster protocol may not)."""
     return callable(getattr(cluster, "ensure_transaction_state_topic", None))
 
 
@@ -88,25 +87,12 @@ def error_code(ctx: RequestContext, error: Any) -> int:
     return code
 
 
-@functools.lru_cache(maxsize=None)
-def _field_names(cls: Any) -> FrozenSet[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _message(cls: Any, **fields: Any) -> Any:
-    """``cls(**fields)`` without the fields ``cls`` does not have (optional fields another part of the
-    broker adds; until it does, the broker's default applies)."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in fields.items() if k in names})
-
-
 # ============================================================================== Produce
 def produce_request(topic: str, partition: int, records: bytes, acks: int, timeout_ms: int, correlation_id: int,
                     transactional_id: str) -> Any:
     """The in-process produce of a transactional producer's batch: it names the transactional id, so
     the leader can verify an unknown transaction with the coordinator (KIP-890 part 1)."""
-    return _message(ProduceRequest, topic=topic, partition=partition, records=records, acks=acks,
-                    timeout_ms=timeout_ms, correlation_id=correlation_id, transactional_id=transactional_id)
+    return ProduceRequest(topic, partition, records, acks, timeout_ms, correlation_id, transactional_id=transactional_id)
 
 
 def produce_error_code(error: Any) -> int:
@@ -144,7 +130,7 @@ def _ensure_transaction_state_topic(ctx: RequestContext) -> None:
         if error is not None:  # the next FindCoordinator tries again
             _log.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC, error)
 
-    ctx.run_blocking(getattr(ctx.cluster, "ensure_transaction_state_topic"), then)
+    ctx.run_blocking(ctx.cluster.ensure_transaction_state_topic, then)
 
 
 def _lookup_transaction(ctx: RequestContext, req: Any, key: str,
@@ -286,9 +272,8 @@ def end_txn(ctx: RequestContext, req: Any) -> None:
     if not req.transactional_id:
         return _end_txn_fail(ctx, req, codec.INVALID_REQUEST)
     tv = 2 if ctx.api_version >= END_TXN_EPOCH_BUMP_VERSION else 0
-    msg = _message(txm.EndTxnRequest, transactional_id=req.transactional_id, producer_id=int(req.producer_id),
-                   producer_epoch=int(req.producer_epoch), committed=bool(req.committed),
-                   correlation_id=ctx.next_corr(), client_transaction_version=tv)
+    msg = txm.EndTxnRequest(req.transactional_id, int(req.producer_id), int(req.producer_epoch), bool(req.committed),
+                            ctx.next_corr(), client_transaction_version=tv)
 
     def done(resp: Any) -> None:
         if resp is None:
