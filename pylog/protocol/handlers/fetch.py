@@ -4,10 +4,12 @@ Fetch: each partition becomes an in-process consumer
 :class:`~pylog.replication.messages.FetchRequest` (``replica_id=-1``: reads
 below the high watermark) to this listener's broker. The records are the
 leader's segment bytes, whole batches from the one holding the fetch offset
-(the client skips the records before it), never re-encoded. The last stable
-offset is the high watermark (no transactions yet), so ``read_committed``
-consumers (librdkafka's default) see exactly what ``read_uncommitted`` ones
-see, and ``aborted_transactions`` is empty. Fetch sessions (v7+) are not
+(the client skips the records before it), never re-encoded. The consumer's
+``isolation_level`` goes to the leader: under ``read_committed`` (librdkafka's
+default) it reads below the last stable offset and answers the aborted
+transactions that may overlap the records (``aborted_transactions``), which the
+client drops, as against Kafka; a ``read_uncommitted`` answer carries the high
+watermark as its ``last_stable_offset``. Fetch sessions (v7+) are not
 kept: the answer's session id is 0, which tells the client to send full
 fetches (KIP-227).
 
@@ -224,7 +226,7 @@ def _record_timestamp(ctx: RequestContext, tp: TP, offset: int) -> int:
 
 @register(api_key=2, min_version=1, max_version=6, fail=_fail_list_offsets)
 def list_offsets(ctx: RequestContext, req: Any) -> None:
-    """Earliest (-2), latest (-1: the HW, which is also the last stable offset) or the first offset
+    """Earliest (-2), latest (-1: the HW; under read_committed, v2+, the last stable offset) or the first offset
     whose timestamp is at or after a time (offset -1 when there is none, as Kafka answers), through the
     broker's ListOffsets path (the one pylog's consumer uses)."""
     store = ctx.cluster.metadata

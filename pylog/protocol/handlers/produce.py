@@ -10,7 +10,12 @@ produce purgatory for ``acks=-1``. The response waits for every partition.
 appended (unknown partition, this broker not its leader) the connection is
 closed, as Kafka does, so the client refreshes its metadata. Versions 0-2 (message format 0/1)
 are advertised, as Kafka 4 does (KAFKA-18659: librdkafka disables compression
-otherwise), and answered with UNSUPPORTED_VERSION per partition.
+otherwise), and answered with UNSUPPORTED_VERSION per partition. A transactional
+producer's request names its transactional id, which goes with each batch
+(``ProduceRequest.transactional_id``: the leader verifies an unknown transaction with
+the coordinator, KIP-890 part 1); its errors are answered as Kafka answers
+Produce before v11 (:func:`.txn.produce_error_code`). InitProducerId with a
+transactional id goes to the transaction coordinator (:mod:`.txn`).
 
 Thread-safety: handlers run on the cluster's loop thread.
 """
