@@ -123,22 +123,26 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
 
 
 def file_floor(partitions: int) -> None:
-    """The file-system floor of creating ``partitions`` x 3 replicas: one directory and four files
-    each (a segment, its two indexes, a leader-epoch checkpoint), plain ``os`` calls, no fsync."""
+    """The file-system floor of creating ``partitions`` x 3 replicas with plain ``os`` calls, no
+    fsync: one directory and four files each (a segment, its two indexes, a leader-epoch
+    checkpoint: what a replica created before issue 18's lazy index files), and what it creates
+    since (a directory and its ``.log``, plus a leader-epoch checkpoint for the third that lead)."""
     import os
 
-    d = tempfile.mkdtemp(prefix="pylog-bench-floor-")
-    try:
-        t0, c0 = time.perf_counter(), time.process_time()
-        for i in range(partitions * 3):
-            sub = os.path.join(d, f"t-{i}")
-            os.mkdir(sub)
-            for n in ("0.log", "0.index", "0.timeindex", "leader-epoch-checkpoint"):
-                os.close(os.open(os.path.join(sub, n), os.O_RDWR | os.O_CREAT, 0o644))
-        print(f"  file-system floor: {partitions * 3} directories x 4 new files: {time.perf_counter() - t0:.2f} s "
-              f"(CPU {time.process_time() - c0:.2f} s)")
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    for label, names in (("4 new files", ("0.log", "0.index", "0.timeindex", "leader-epoch-checkpoint")),
+                         ("1 new file (+1 per leader)", ("0.log",))):
+        d = tempfile.mkdtemp(prefix="pylog-bench-floor-")
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            for i in range(partitions * 3):
+                sub = os.path.join(d, f"t-{i}")
+                os.mkdir(sub)
+                for n in names + (("leader-epoch-checkpoint",) if len(names) == 1 and i % 3 == 0 else ()):
+                    os.close(os.open(os.path.join(sub, n), os.O_RDWR | os.O_CREAT, 0o644))
+            print(f"  file-system floor: {partitions * 3} directories x {label}: {time.perf_counter() - t0:.2f} s "
+                  f"(CPU {time.process_time() - c0:.2f} s)")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def main() -> None:

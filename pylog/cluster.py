@@ -48,7 +48,8 @@ from pylog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig, offsets_topic_replication
+from pylog.replication.controller import EXTRA_TOPIC_CONFIGS, Controller, MetadataStore, TopicConfig, offsets_topic_replication, \
+    transaction_state_replication
 from pylog.replication.topic_configs import TOPIC_FIELDS, kafka_name, normalize_topic_configs
 from pylog.replication.messages import NO_LEADER, PartitionState
 from pylog.replication.offsets_topic import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
@@ -629,7 +630,7 @@ class Cluster(ClusterFacade):
 
     def _transaction_state_topic_config(self) -> TopicConfig:
         n = self.transaction_state_partitions or (5 if self.simulated else DEFAULT_OFFSETS_PARTITIONS)
-        rf, min_isr = offsets_topic_replication(len(self.brokers))
+        rf, min_isr = transaction_state_replication(len(self.brokers))
         return TopicConfig(TRANSACTION_STATE_TOPIC, n, rf, min_isr, False, {"cleanup_policy": "compact"})
 
     def ensure_transaction_state_topic(self) -> None:

@@ -458,3 +458,18 @@ class TransactionalIdAuthorizationFailedError(PylogError):
     pylog has no ACLs and never raises it itself; a Kafka-protocol peer may answer it. Fatal."""
 
     kafka_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class TransactionalIdNotFoundError(PylogError):
+    """``describe_transactions`` of a transactional id its coordinator does not know (never
+    initialized, or expired): Kafka's TRANSACTIONAL_ID_NOT_FOUND."""
+
+    kafka_name = "TRANSACTIONAL_ID_NOT_FOUND"
+
+
+class StaleBrokerEpochError(PylogError):
+    """A broker's request to the controller named a registration (incarnation, Kafka's broker
+    epoch) that is not the broker's current one: it restarted since, so the request belongs to
+    its previous life (Kafka's STALE_BROKER_EPOCH)."""
+
+    kafka_name = "STALE_BROKER_EPOCH"

@@ -23,7 +23,7 @@ import abc
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from pylog.client.admin import GroupAdmin, GroupDescription, GroupListing
+from pylog.client.admin import GroupAdmin, GroupDescription, GroupListing, TransactionDescription, TransactionListing
 from pylog.client.consumer import Consumer
 from pylog.client.producer import Producer
 from pylog.errors import UnknownTopicOrPartitionError
@@ -89,8 +89,14 @@ class ClusterFacade(abc.ABC):
 
     def producer(self, acks: Any = "all", **kwargs: Any) -> Producer:
         """A :class:`~pylog.client.producer.Producer` on this cluster (see its docstring for the options);
-        closed with the cluster."""
+        closed with the cluster. With a ``transactional_id``, ``__transaction_state`` and
+        ``__consumer_offsets`` are created first if they do not exist (as Kafka's brokers do on the first
+        FindCoordinator for a transaction or a group: ``send_offsets_to_transaction`` may name a group no
+        consumer has joined yet)."""
         self._ensure_open()
+        if kwargs.get("transactional_id") is not None:
+            self.ensure_transaction_state_topic()
+            self.ensure_offsets_topic()
         p = Producer(self, acks=acks, **kwargs)
         self._track(p)
         return p
@@ -172,6 +178,21 @@ class ClusterFacade(abc.ABC):
         self._ensure_open()
         self.ensure_offsets_topic()
         self.group_admin().alter_group_offsets(group_id, offsets)
+
+    # ---------------------------------------------------- transaction admin
+    def describe_transactions(self, transactional_ids: Sequence[str]) -> Dict[str, TransactionDescription]:
+        """Kafka's describeTransactions: ``{transactional_id: TransactionDescription(transactional_id,
+        coordinator_id, state, producer_id, producer_epoch, transaction_timeout_ms, transaction_start_time_ms,
+        topic_partitions)}`` from each id's coordinator. Unknown id:
+        :class:`~pylog.errors.TransactionalIdNotFoundError` (see docs/transactions.md, "Admin")."""
+        return self.group_admin().describe_transactions(transactional_ids)
+
+    def list_transactions(self, state_filters: Sequence[str] = (), producer_id_filters: Sequence[int] = (),
+                          duration_filter_ms: Optional[int] = None) -> List[TransactionListing]:
+        """Kafka's listTransactions: ``TransactionListing(transactional_id, producer_id, state)`` of every
+        transactional id its coordinator knows, sorted by id, filtered by state name, producer id and
+        running time when given."""
+        return self.group_admin().list_transactions(state_filters, producer_id_filters, duration_filter_ms)
 
     # ------------------------------------------------- for the facade's loop
     def _client_metrics(self) -> List[Metric]:

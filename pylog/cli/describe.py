@@ -1,5 +1,11 @@
-"""``pylog describe DIR``: offsets, sizes and epochs per partition, the cluster's leaders and ISRs, and
-each consumer group's committed offsets and lag (read-only; takes no lock).
+"""``pylog describe DIR``: offsets, sizes and epochs per partition, the cluster's leaders and ISRs,
+each consumer group's committed offsets and lag, and the open transactions (read-only; takes no lock).
+
+Open transactions (Ongoing, PrepareCommit, PrepareAbort) come from the running owner's transaction
+coordinators when a process owns the directory (``pylog.open``: asked as a client over its socket,
+Kafka's ListTransactions then DescribeTransactions), else from the ``__transaction_state`` log on disk
+(the last value per transactional id, read to the log end of the leader's copy of each partition,
+as a coordinator loading it does).
 
 Thread-safety: a command-line entry point; one thread.
 """
@@ -8,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 from pylog.cli.common import METADATA_FILE, error, partition_dirs_of
 from pylog.errors import CorruptRecordError, PylogError
@@ -126,6 +132,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
     except (OSError, PylogError) as exc:
         error(f"{root}: cannot read consumer group offsets: {exc}")
         return 1
+    try:
+        for line in _open_transaction_lines(root, dirs, set(args.topic or ())):
+            print(line)
+    except (OSError, PylogError) as exc:
+        error(f"{root}: cannot read the open transactions: {exc}")
+        return 1
     if hidden:
         summary = ", ".join(f"{t} ({n} partition replicas)" for t, n in sorted(hidden.items()) if _is_internal(t))
         if summary:
@@ -172,13 +184,15 @@ def _pick_replica(views: List[Tuple[Optional[int], str, Optional[int]]], leader:
 def _group_lag_lines(root: str, dirs: List[Tuple[Optional[int], str]]) -> Iterator[str]:
     """One line per committed (group, topic, partition): committed offset, log end (the HW) and lag.
 
-    Committed offsets are replayed from ``__consumer_offsets`` as a coordinator
-    loading the partition does (the latest commit per key wins; a null value, a
-    tombstone, deletes it), from the leader's copy of each offsets partition.
+    Committed offsets are replayed from ``__consumer_offsets`` by the group
+    coordinator's own ``load`` (the latest commit per key wins, a null value - a
+    tombstone - deletes it, a transactional commit counts once its COMMIT marker is
+    in the log), from the leader's copy of each offsets partition up to its HW.
     The log end is the leader's checkpointed high watermark (Kafka's
     LOG-END-OFFSET for a read_uncommitted consumer), else its log end offset.
     """
-    from pylog.replication.offsets_topic import OFFSETS_TOPIC, OffsetCommitKey, decode_key, decode_offset_commit_value
+    from pylog.replication.group_coordinator import GroupCoordinator
+    from pylog.replication.offsets_topic import OFFSETS_TOPIC, read_log_entries
 
     views = _replica_views(dirs)
     leaders = _leaders(root)
@@ -187,28 +201,16 @@ def _group_lag_lines(root: str, dirs: List[Tuple[Optional[int], str]]) -> Iterat
         path, hw = _pick_replica(views[tp], leaders.get(tp))
         log = Log.open(path, read_only=True)
         try:
-            end = log.log_end_offset if hw is None else min(hw, log.log_end_offset)
-            offset = log.log_start_offset
-            while offset < end:
-                got = False
-                for rec in log.read(offset, max_offset=end):
-                    got = True
-                    offset = rec.offset + 1
-                    if rec.key is None:
-                        continue
-                    try:
-                        key = decode_key(rec.key)
-                        if not isinstance(key, OffsetCommitKey):
-                            continue
-                        gtp = (key.group, key.topic, key.partition)
-                        if rec.value is None:
-                            commits.pop(gtp, None)
-                        else:
-                            commits[gtp] = decode_offset_commit_value(rec.value).offset
-                    except CorruptRecordError as exc:
-                        raise CorruptRecordError(f"{path} offset {rec.offset}: {exc}") from None
-                if not got:
-                    break
+            # The coordinator's own load: transactional offsets count only once their COMMIT marker is
+            # in the log (an aborted or still-open TxnOffsetCommit is not a committed offset).
+            loader = GroupCoordinator(-1)
+            try:
+                loader.load(tp[1], 0, read_log_entries(log, hw), 0)
+            except CorruptRecordError as exc:  # "<dir>/__consumer_offsets-<p> offset <o>: what"
+                raise CorruptRecordError(f"{os.path.dirname(path)}{os.sep}{exc}") from None
+            for gid, g in loader.groups.items():
+                for (topic, partition), value in g.offsets.items():
+                    commits[(gid, topic, partition)] = value.offset
         finally:
             log.close()
     for (group, topic, partition), committed in sorted(commits.items()):
@@ -228,15 +230,162 @@ def _group_lag_lines(root: str, dirs: List[Tuple[Optional[int], str]]) -> Iterat
                f"LogEndOffset: {hw} Lag: {max(0, hw - committed)}")
 
 
+#: the states of a transaction that is open (its outcome not yet in every partition)
+OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+class OpenTransaction(NamedTuple):
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: Optional[int]
+    partitions: Tuple[Tuple[str, int], ...]
+
+    def line(self) -> str:
+        parts = ",".join(f"{t}-{p}" for t, p in self.partitions) or "-"
+        return (f"Transaction: {self.transactional_id} State: {self.state} ProducerId: {self.producer_id} "
+                f"ProducerEpoch: {self.producer_epoch} TimeoutMs: {self.timeout_ms} "
+                f"StartTime: {'-' if self.start_ms is None else self.start_ms} Partitions: {parts}")
+
+
+def _open_transaction_lines(root: str, dirs: List[Tuple[Optional[int], str]], topics: Set[str]) -> Iterator[str]:
+    """One line per open transaction (of ``topics`` when given: those with a partition of one), sorted by id:
+    from the running owner if there is one, else decoded from the directory."""
+    live = _live_open_transactions(root)
+    rows = live if live is not None else _logged_open_transactions(root, dirs)
+    for row in sorted(rows):
+        if not topics or any(t in topics for t, _ in row.partitions):
+            yield row.line()
+
+
+def running_owner(root: str) -> bool:
+    """True when a process owns the queue directory ``root`` (``pylog.open``): its ``pylog.owner`` file
+    exists and the owner lock is held (by another process, or by a :class:`~pylog.shared.SharedCluster`
+    of this one). Takes the lock for an instant only when nobody holds it. Thread-safety: one thread."""
+    import fcntl
+
+    import json
+
+    from pylog.shared import OWNER_INFO_FILE, OWNER_LOCK_FILE
+
+    path = os.path.realpath(root)
+    try:
+        with open(os.path.join(path, OWNER_INFO_FILE)) as f:
+            pid = json.load(f).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return False  # no owner file (none runs, or it closed), or one being replaced
+    if pid == os.getpid():
+        return True  # this process owns it (closing a descriptor of the lock file here would release its lock)
+    try:
+        fd = os.open(os.path.join(path, OWNER_LOCK_FILE), os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held: an owner runs
+    finally:
+        os.close(fd)  # (releases the instant's lock, if taken)
+    return False
+
+
+def _live_open_transactions(root: str) -> Optional[List[OpenTransaction]]:
+    """The open transactions as the running owner's coordinators hold them; None when no process owns
+    ``root`` (or it went away while asked: the directory is read instead)."""
+    if not running_owner(root):
+        return None
+    from pylog.errors import TransactionalIdNotFoundError
+    from pylog.shared import SharedCluster
+
+    # A client of the owner. Should the owner exit between the check and the connection, this process
+    # becomes the owner (the directory's recovery runs, as with ``pylog groups``); its coordinator then
+    # holds what it loaded from the log, the same rows the directory reading would give.
+    q = SharedCluster(root, open_timeout_ms=10_000)
+    try:
+        rows = []
+        for listing in q.list_transactions(state_filters=OPEN_STATES):
+            try:
+                d = q.describe_transactions([listing.transactional_id])[listing.transactional_id]
+            except TransactionalIdNotFoundError:
+                continue  # expired meanwhile
+            if d.state in OPEN_STATES:
+                rows.append(OpenTransaction(d.transactional_id, d.state, d.producer_id, d.producer_epoch,
+                                            d.transaction_timeout_ms, d.transaction_start_time_ms,
+                                            d.topic_partitions))
+        return rows
+    finally:
+        q.close()
+
+
+def _logged_open_transactions(root: str, dirs: List[Tuple[Optional[int], str]]) -> List[OpenTransaction]:
+    """The open transactions recorded in ``__transaction_state``: per partition the leader's copy (else
+    the one with the highest checkpointed HW) read to its log end, the last value per transactional id
+    winning and a null value removing it, keys of an unknown version skipped, and (with the cluster
+    metadata) ids of another partition skipped - as the coordinator's load. Raises CorruptRecordError
+    naming the file and offset of a record that does not decode."""
+    from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC, decode_key, decode_value, \
+        partition_for_transactional_id
+
+    views = _replica_views(dirs)
+    leaders = _leaders(root)
+    try:
+        meta = read_metadata_json(os.path.join(root, METADATA_FILE))
+        counts = {t["name"]: t["partitions"] for t in meta.get("topics", [])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, PylogError):
+        counts = {}
+    n = counts.get(TRANSACTION_STATE_TOPIC)
+    rows: List[OpenTransaction] = []
+    for tp in sorted(t for t in views if t[0] == TRANSACTION_STATE_TOPIC):
+        path, _hw = _pick_replica(views[tp], leaders.get(tp))
+        last: Dict[str, Any] = {}
+        log = Log.open(path, read_only=True)
+        try:
+            offset, end = log.log_start_offset, log.log_end_offset
+            while offset < end:
+                got = False
+                for rec in log.read(offset, max_offset=end):
+                    got = True
+                    offset = rec.offset + 1
+                    if rec.key is None:
+                        continue
+                    try:
+                        tid = decode_key(rec.key)
+                        if tid is None or (isinstance(n, int) and partition_for_transactional_id(tid, n) != tp[1]):
+                            continue
+                        value = decode_value(rec.value)
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(f"{path} offset {rec.offset}: {exc}") from None
+                    if value is None:
+                        last.pop(tid, None)
+                    else:
+                        last[tid] = value
+                if not got:
+                    break
+        finally:
+            log.close()
+        for tid, v in last.items():
+            if v.state.kafka_name in OPEN_STATES:
+                rows.append(OpenTransaction(tid, v.state.kafka_name, v.producer_id, v.producer_epoch,
+                                            v.transaction_timeout_ms,
+                                            None if v.start_timestamp_ms < 0 else v.start_timestamp_ms,
+                                            tuple(sorted(v.partitions))))
+    return rows
+
+
 def add_parser(sub: Any) -> None:
     """Register the ``describe`` verb on the ``pylog`` command's subparsers."""
     s = sub.add_parser("describe", help="offsets, sizes and epochs of each partition (read-only)",
                        description="Per partition: log start/end, size, segments, leader epoch, recovery point, HW; "
                                    "leader, replicas and ISR for a cluster dir; then each consumer group's committed "
-                                   "offset, log end and lag per partition (from __consumer_offsets).")
+                                   "offset, log end and lag per partition (from __consumer_offsets); then each open "
+                                   "transaction (from the running owner's coordinators, else from "
+                                   "__transaction_state).")
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--topic", action="append", metavar="TOPIC",
-                   help="only this topic (repeatable); its consumer groups' lag lines too")
+                   help="only this topic (repeatable); its consumer groups' lag lines and the open transactions "
+                        "writing to it too")
     internal = s.add_mutually_exclusive_group()
     internal.add_argument("--include-internal", action="store_true",
                           help="also show internal topics (__consumer_offsets, ...), hidden by default")

@@ -36,6 +36,7 @@ from pylog.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     InvalidGroupIdError,
+    InvalidRequestError,
     InvalidOffsetError,
     NonEmptyGroupError,
     NotCoordinatorError,
@@ -43,11 +44,14 @@ from pylog.errors import (
     NotEnoughReplicasError,
     PylogError,
     RequestTimedOutError,
+    TransactionalIdNotFoundError,
     UnknownMemberIdError,
 )
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
+from pylog.replication import txn_messages as tm
 from pylog.replication.messages import NO_LEADER
+from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC, TransactionState, partition_for_transactional_id
 from pylog.runtime.cluster_context import ClusterContext
 
 logger = logging.getLogger(__name__)
@@ -95,6 +99,29 @@ class GroupDescription(NamedTuple):
     members: Tuple[MemberDescription, ...]
 
 
+class TransactionListing(NamedTuple):
+    """One row of :meth:`GroupAdmin.list_transactions` (Kafka's TransactionListing)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+class TransactionDescription(NamedTuple):
+    """:meth:`GroupAdmin.describe_transactions` (Kafka's TransactionDescription, with the id):
+    ``state`` is Kafka's name (``Ongoing``, ``PrepareCommit``, ...); ``transaction_start_time_ms`` is
+    None when no transaction is open (Kafka's empty OptionalLong); ``topic_partitions`` sorted."""
+
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: Optional[int]
+    topic_partitions: Tuple[TP, ...]
+
+
 class GroupAdmin:
     """Blocking consumer-group admin calls over ``cluster``'s transport (see the module docstring)."""
 
@@ -126,6 +153,24 @@ class GroupAdmin:
         """FindCoordinator, then ``make(correlation_id)`` to it; ``answer(resp, fut, retried_unknown)`` gets a
         response that is not a retriable error (``retried_unknown``: an earlier attempt of this call reached the
         coordinator and its outcome is unknown). ``missing(fut)`` runs when ``__consumer_offsets`` does not exist."""
+        def where() -> Tuple[bool, Any]:
+            cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
+            if cfg is None:
+                return False, None
+            return True, self.store.partitions.get((ot.OFFSETS_TOPIC, ot.partition_for_group(group_id, cfg.partitions)))
+
+        self._coordinator_call(f"group {group_id!r}", where, lambda corr: gm.FindCoordinatorRequest(group_id, corr),
+                               make, answer, missing, fut, deadline)
+
+    def _coordinator_call(self, what: str, where: Callable[[], Tuple[bool, Any]], find: Callable[[int], Any],
+                          make: Callable[[int], Any], answer: Callable[[Any, ClientFuture, bool], None],
+                          missing: Callable[[ClientFuture], None], fut: ClientFuture, deadline: int,
+                          error_of: Optional[Callable[[Any], Tuple[Any, str]]] = None,
+                          on_coordinator: Optional[Callable[[int], None]] = None) -> None:
+        """:meth:`_group_call` for any coordinator: ``where()`` is ``(topic exists, partition state)`` of the
+        coordinator's partition, ``find(corr)`` the FindCoordinator request to send its leader;
+        ``error_of(resp)``: the answer's ``(error class or None, message)`` (default: its ``error`` and
+        ``message``), a retriable one retried."""
         state: _CallState = {"unknown": False, "last": None}
 
         def retry(err: BaseException) -> None:
@@ -141,36 +186,38 @@ class GroupAdmin:
         def attempt() -> None:
             if fut.done():
                 return
-            cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
-            if cfg is None:
+            exists, st = where()
+            if not exists:
                 missing(fut)
                 return
-            st = self.store.partitions.get((ot.OFFSETS_TOPIC, ot.partition_for_group(group_id, cfg.partitions)))
             target = st.leader if st is not None and st.leader != NO_LEADER else self.store.controller_id
             if target is None:
-                return retry(CoordinatorNotAvailableError(f"group {group_id!r}: no broker to ask for its coordinator"))
+                return retry(CoordinatorNotAvailableError(f"{what}: no broker to ask for its coordinator"))
             timeout = max(1, min(self.request_timeout_ms, deadline - self._now()))
 
             def found(resp: Any) -> None:
                 if resp is None:
-                    return retry(RequestTimedOutError(f"FindCoordinator for group {group_id!r} timed out"))
+                    return retry(RequestTimedOutError(f"FindCoordinator for {what} timed out"))
                 if resp.error is not None:
                     return retry(resp.error(resp.message))
+                if on_coordinator is not None:
+                    on_coordinator(resp.node_id)
                 self._node.request(resp.node_id, make(self._node.next_corr()), timeout, done)
 
             def done(resp: Any) -> None:
                 if resp is None:
                     state["unknown"] = True
-                    return retry(RequestTimedOutError(f"request to the coordinator of group {group_id!r} timed out"))
-                if resp.error is not None and issubclass(resp.error, _RETRIABLE):
+                    return retry(RequestTimedOutError(f"request to the coordinator of {what} timed out"))
+                error, message = error_of(resp) if error_of is not None else (resp.error, resp.message)
+                if error is not None and issubclass(error, _RETRIABLE):
                     state["unknown"] = True  # e.g. its append to the offsets partition failed: maybe written
-                    return retry(resp.error(resp.message))
+                    return retry(error(message))
                 try:
                     answer(resp, fut, bool(state["unknown"]))
                 except BaseException as exc:  # a decoding error: the caller sees it
                     fut.set_exception(exc)
 
-            self._node.request(target, gm.FindCoordinatorRequest(group_id, self._node.next_corr()), timeout, found)
+            self._node.request(target, find(self._node.next_corr()), timeout, found)
 
         attempt()
 
@@ -180,37 +227,39 @@ class GroupAdmin:
             raise InvalidGroupIdError(f"group_id must be a non-empty str, got {group_id!r}")
         return group_id
 
-    # ----------------------------------------------------------------- API
-    def list_groups(self) -> List[GroupListing]:
-        """Every group of the cluster, sorted by id: each broker answers for the groups it coordinates.
-
-        Raises :class:`CoordinatorNotAvailableError` when some ``__consumer_offsets``
-        partition had no coordinator answering within ``request_timeout_ms``.
-        """
+    def _list_from_coordinators(self, what: str, topic: str, partition_of: Callable[[str, int], int],
+                                request: Callable[[int], Any], rows_of: Callable[[Any], Any],
+                                listing: Callable[..., Any]) -> List[Any]:
+        """Ask every broker for the rows it coordinates (groups or transactional ids) and merge them once
+        each partition of ``topic`` is covered by the answer of the broker that coordinates it; a row
+        counts only from its partition's coordinator (a broker that just lost the partition may still
+        list it). Sorted listings; ``[]`` when ``topic`` does not exist. Retried after
+        ``retry_backoff_ms`` while a partition is uncovered; :class:`CoordinatorNotAvailableError`
+        naming the partitions at the deadline. Complexity: one round trip to every broker per attempt."""
         def start(fut: ClientFuture, deadline: int) -> None:
             def attempt() -> None:
-                cfg = self.store.topics.get(ot.OFFSETS_TOPIC)
+                cfg = self.store.topics.get(topic)
                 if cfg is None:
                     fut.set_result([])
                     return
                 wanted = set(range(cfg.partitions))
-                owner: Dict[int, Any] = {}  # offsets partition -> the broker whose answer covers it
-                rows: Dict[Any, Tuple[Tuple[str, str, str], ...]] = {}
+                owner: Dict[int, Any] = {}  # partition of `topic` -> the broker whose answer covers it
+                rows: Dict[Any, Any] = {}
                 brokers = list(self.store.brokers)
                 left = {"n": len(brokers)}
                 timeout = max(1, min(self.request_timeout_ms, deadline - self._now()))
 
                 def finish() -> None:
-                    groups = [GroupListing(gid, state, ptype) for b, rs in rows.items() for gid, ptype, state in rs
-                              if owner.get(ot.partition_for_group(gid, cfg.partitions)) == b]
-                    fut.set_result(sorted(groups))
+                    got = [listing(*row) for b, rs in rows.items() for row in rs
+                           if owner.get(partition_of(row[0], cfg.partitions)) == b]
+                    fut.set_result(sorted(got))
 
                 def answered(b: Any, resp: Any) -> None:
                     left["n"] -= 1
                     if fut.done():
                         return
                     if resp is not None and resp.error is None:
-                        rows[b] = resp.groups
+                        rows[b] = rows_of(resp)
                         for p in resp.partitions:
                             owner.setdefault(p, b)
                     if wanted <= set(owner):
@@ -219,7 +268,7 @@ class GroupAdmin:
                         missing = sorted(wanted - set(owner))
                         if self._now() + self.retry_backoff_ms >= deadline:
                             fut.set_exception(CoordinatorNotAvailableError(
-                                f"list_groups: no coordinator answered for {ot.OFFSETS_TOPIC} partitions {missing}"))
+                                f"{what}: no coordinator answered for {topic} partitions {missing}"))
                         else:
                             self._later(attempt)
 
@@ -227,11 +276,22 @@ class GroupAdmin:
                     def on_answer(resp: Any, b: Any = b) -> None:
                         answered(b, resp)
 
-                    self._node.request(b, gm.ListGroupsRequest(self._node.next_corr()), timeout, on_answer)
+                    self._node.request(b, request(self._node.next_corr()), timeout, on_answer)
 
             attempt()
 
-        return self._wait(start)
+        return self._wait(start)  # type: ignore[no-any-return]
+
+    # ----------------------------------------------------------------- API
+    def list_groups(self) -> List[GroupListing]:
+        """Every group of the cluster, sorted by id: each broker answers for the groups it coordinates.
+
+        Raises :class:`CoordinatorNotAvailableError` when some ``__consumer_offsets``
+        partition had no coordinator answering within ``request_timeout_ms``.
+        """
+        return self._list_from_coordinators(
+            "list_groups", ot.OFFSETS_TOPIC, ot.partition_for_group, gm.ListGroupsRequest,
+            lambda resp: resp.groups, lambda gid, ptype, state: GroupListing(gid, state, ptype))
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """State, protocol, generation, leader and members (client id, host, assigned partitions, group
@@ -386,6 +446,98 @@ class GroupAdmin:
 
             self._wait(start)
 
+    # -------------------------------------------------------- transactions
+    def describe_transactions(self, transactional_ids: Sequence[str]) -> Dict[str, "TransactionDescription"]:
+        """Kafka's ``Admin.describeTransactions``: per transactional id, its coordinator's state
+        (:class:`TransactionDescription`: coordinator, state, producer id/epoch, timeout, start time,
+        partitions). Each id is asked of its coordinator (FindCoordinator(TRANSACTION)), retried while
+        the coordinator moves or loads, until ``request_timeout_ms``.
+
+        Raises :class:`~pylog.errors.TransactionalIdNotFoundError` naming the first id its coordinator
+        does not know (no ``__transaction_state`` yet: none is known),
+        :class:`~pylog.errors.InvalidRequestError` for an empty id. Complexity: two round trips per id.
+        """
+        ids = [transactional_ids] if isinstance(transactional_ids, str) else list(transactional_ids)
+        for tid in ids:
+            if not isinstance(tid, str) or not tid:
+                raise InvalidRequestError(f"transactional ids must be non-empty strings, got {tid!r}")
+        out: Dict[str, TransactionDescription] = {}
+        for tid in dict.fromkeys(ids):
+            def start(fut: ClientFuture, dl: int, tid: str = tid) -> None:
+                self._describe_transaction(tid, fut, dl)
+
+            out[tid] = self._wait(start)
+        return out
+
+    def _describe_transaction(self, tid: str, fut: ClientFuture, deadline: int) -> None:
+        coordinator = {"node": -1}
+
+        def where() -> Tuple[bool, Any]:
+            cfg = self.store.topics.get(TRANSACTION_STATE_TOPIC)
+            if cfg is None:
+                return False, None
+            return True, self.store.partitions.get(
+                (TRANSACTION_STATE_TOPIC, partition_for_transactional_id(tid, cfg.partitions)))
+
+        def row_of(resp: Any) -> Any:
+            rows = [r for r in resp.transactions if r.transactional_id == tid]
+            return rows[0] if rows else None
+
+        def error_of(resp: Any) -> Tuple[Any, str]:
+            row = row_of(resp)
+            if row is None:
+                return CoordinatorNotAvailableError, f"the coordinator of transactional id {tid!r} did not describe it"
+            return row.error, row.message
+
+        def answer(resp: Any, fut: ClientFuture, _: bool) -> None:
+            row = row_of(resp)
+            if row.error is not None:
+                fut.set_exception(row.error(row.message))
+                return
+            start = row.transaction_start_time_ms
+            fut.set_result(TransactionDescription(
+                tid, coordinator["node"], row.state, row.producer_id, row.producer_epoch, row.transaction_timeout_ms,
+                None if start < 0 else start, tuple((str(t), int(p)) for t, p in row.partitions)))
+
+        def missing(fut: ClientFuture) -> None:
+            fut.set_exception(TransactionalIdNotFoundError(
+                f"transactional id {tid!r} is not known: {TRANSACTION_STATE_TOPIC} does not exist"))
+
+        def found(node: int) -> None:
+            coordinator["node"] = node
+
+        self._coordinator_call(f"transactional id {tid!r}", where,
+                               lambda corr: tm.FindTransactionCoordinatorRequest(tid, corr),
+                               lambda corr: tm.DescribeTransactionsRequest((tid,), corr), answer, missing, fut,
+                               deadline, error_of=error_of, on_coordinator=found)
+
+    def list_transactions(self, state_filters: Sequence[str] = (), producer_id_filters: Sequence[int] = (),
+                          duration_filter_ms: Optional[int] = None) -> List["TransactionListing"]:
+        """Kafka's ``Admin.listTransactions``: every transactional id of the cluster known to its
+        coordinator, as :class:`TransactionListing` ``(transactional_id, producer_id, state)``, sorted by
+        id; only those in ``state_filters`` (Kafka's state names: ``Empty``, ``Ongoing``,
+        ``PrepareCommit``, ``PrepareAbort``, ``CompleteCommit``, ``CompleteAbort``), of
+        ``producer_id_filters`` and open longer than ``duration_filter_ms`` when given (KIP-994). Every
+        broker is asked; the answers are merged once each ``__transaction_state`` partition is covered
+        by its coordinator's answer.
+
+        Raises :class:`~pylog.errors.InvalidRequestError` for a state filter that names no state,
+        :class:`CoordinatorNotAvailableError` naming the partitions no coordinator answered for within
+        ``request_timeout_ms``. Complexity: one round trip to every broker (plus retries).
+        """
+        states = (state_filters,) if isinstance(state_filters, str) else tuple(state_filters)
+        known = {st.kafka_name for st in TransactionState}
+        bad = [x for x in states if x not in known]
+        if bad:
+            raise InvalidRequestError(f"unknown transaction state filter {bad[0]!r}; states: {', '.join(sorted(known))}")
+        pids = tuple(int(p) for p in producer_id_filters)
+        duration = -1 if duration_filter_ms is None else int(duration_filter_ms)
+
+        return self._list_from_coordinators(
+            "list_transactions", TRANSACTION_STATE_TOPIC, partition_for_transactional_id,
+            lambda corr: tm.ListTransactionsRequest(corr, states, pids, duration),
+            lambda resp: resp.transactions, TransactionListing)
+
     @property
     def closed(self) -> bool:
         """True once :meth:`close` ran or the cluster closed this client."""
@@ -396,4 +548,5 @@ class GroupAdmin:
 
 
 
-__all__ = ["GroupAdmin", "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata"]
+__all__ = ["GroupAdmin", "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata",
+           "TransactionDescription", "TransactionListing"]

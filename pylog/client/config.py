@@ -194,7 +194,9 @@ class ProducerConfig:
     """Every option of :class:`~pylog.client.producer.Producer` (its docstring says what each does), checked.
 
     Derived: ``acks_value`` (0, 1 or -1), ``enable_idempotence`` (None given: True with acks "all" and
-    ``max_in_flight`` <= 5, as Kafka 3; ``idempotence`` is its older name), ``compression`` (the codec id),
+    ``max_in_flight`` <= 5, as Kafka 3; ``idempotence`` is its older name; always True with a
+    ``transactional_id``, which refuses ``enable_idempotence=False``, acks other than "all" and
+    ``max_in_flight`` > 5, as Kafka), ``compression`` (the codec id),
     ``compression_level`` (checked for the codec), the wrapped ``key_serializer_fn``/``value_serializer_fn``.
     """
 
@@ -209,6 +211,7 @@ class ProducerConfig:
     enable_idempotence: Optional[bool] = None
     idempotence: Optional[bool] = None
     transactional_id: Optional[str] = None
+    transaction_timeout_ms: int = 60_000
     retries: int = 2**31 - 1
     buffer_memory: int = 33_554_432
     max_block_ms: int = 60_000
@@ -235,11 +238,12 @@ class ProducerConfig:
         acks = self.acks
         if isinstance(acks, bool) or not isinstance(acks, (int, str)) or acks not in ACKS:
             raise InvalidConfigurationError(f"acks must be 0, 1 or 'all', got {acks!r}")
-        if self.transactional_id is not None:
-            raise InvalidConfigurationError("transactional_id: transactions are not implemented yet")
+        tid = self.transactional_id
+        if tid is not None and (not isinstance(tid, str) or not tid):
+            raise InvalidConfigurationError(f"transactional_id must be a non-empty str or None, got {tid!r}")
         for name, low in (("batch_size", 1), ("linger_ms", 0), ("max_in_flight", 1), ("retry_backoff_ms", 0),
                           ("request_timeout_ms", 1), ("delivery_timeout_ms", 1), ("retries", 0),
-                          ("buffer_memory", 1), ("max_block_ms", 0)):
+                          ("buffer_memory", 1), ("max_block_ms", 0), ("transaction_timeout_ms", 1)):
             need_int(name, getattr(self, name), low)
         if self.batch_size > self.buffer_memory:
             raise InvalidConfigurationError(
@@ -253,14 +257,21 @@ class ProducerConfig:
         enable = self.enable_idempotence
         if self.idempotence is not None and enable is None:
             enable = self.idempotence
+        if tid is not None:
+            # Kafka: a transactional producer is idempotent ("Cannot set a transactional.id without also
+            # enabling idempotence"), so acks=all and at most 5 requests in flight per partition.
+            if enable is False:
+                raise InvalidConfigurationError(
+                    f"transactional_id {tid!r} needs enable_idempotence (a transactional producer is idempotent)")
+            enable = True
         if enable is None:
             enable = self.acks_value == -1 and self.max_in_flight <= 5
         elif enable:
+            what = "enable_idempotence" if tid is None else f"transactional_id {tid!r} (idempotent)"
             if self.acks_value != -1:
-                raise InvalidConfigurationError(f"enable_idempotence needs acks='all', got acks={acks!r}")
+                raise InvalidConfigurationError(f"{what} needs acks='all', got acks={acks!r}")
             if self.max_in_flight > 5:
-                raise InvalidConfigurationError(
-                    f"enable_idempotence needs max_in_flight <= 5, got {self.max_in_flight}")
+                raise InvalidConfigurationError(f"{what} needs max_in_flight <= 5, got {self.max_in_flight}")
         _set(self, "enable_idempotence", bool(enable))
         try:
             _set(self, "compression", codecs.codec_id(self.compression_type))

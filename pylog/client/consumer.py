@@ -101,6 +101,7 @@ from pylog.errors import (
 )
 from pylog.metrics import metric
 from pylog.replication import group_messages as gm
+from pylog.replication.txn_messages import ConsumerGroupMetadata
 from pylog.runtime.cluster_context import ClusterContext
 
 logger = logging.getLogger(__name__)
@@ -528,6 +529,17 @@ class Consumer(SubscriptionState, Fetcher, ConsumerCoordinator):
         result = fut.result(timeout if timeout is not None else self.request_timeout_ms / 1000 + 5)
         self._run_callbacks()
         return {TopicPartition(*tp): o for tp, o in result.items()}
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group metadata for a transactional producer's ``send_offsets_to_transaction``
+        (Kafka's ``groupMetadata()``): group id, generation, member id and static instance id as of now
+        (the group coordinator refuses the transactional commit of a member a rebalance has fenced).
+        :class:`InvalidGroupIdError` without a ``group_id``. O(1); any thread."""
+        group_id = self.group_id
+        if group_id is None:
+            raise InvalidGroupIdError("group_metadata() needs a consumer with a group_id")
+        return self._call(lambda: ConsumerGroupMetadata(group_id, self.generation, self.member_id,
+                                                        self.group_instance_id))
 
     def commit_async(self, offsets: Optional[Dict[TP, Any]] = None,
                      callback: Optional[Callable[[Dict[TP, int], Optional[BaseException]], Any]] = None) -> ClientFuture:

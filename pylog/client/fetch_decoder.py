@@ -164,20 +164,9 @@ class FetchDecoder:
         total = len(view)
         at = 0
         self.next_offset = nxt = pos
-        record_cls = self.record_cls
         last = -1  # offsets must increase from batch to batch, across runs and general batches too
         while at < total:
-            need = scratch_for(total - at)
-            if need > self._cap:
-                self._grow(min(max(need, self._cap * 2), MAX_RUN_RECORDS))
-            run = self._scratch.decode(view, at, total, pos, hw, last)
-            count = run.records
-            if count:
-                first = run.offsets
-                offsets: Any = range(first, first + count) if type(first) is int else first
-                values, keys = run_fields(run, view, at)
-                emit(RecordRun(record_cls, topic, partition, offsets, keys, values, run.timestamps,
-                               run.timestamp_type, run.leader_epoch))
+            run = self._run(view, at, total, pos, hw, last, topic, partition, emit)
             if run.next_offset > nxt:
                 self.next_offset = nxt = run.next_offset
             at += run.consumed
@@ -185,8 +174,6 @@ class FetchDecoder:
             stop = run.stop
             if stop == RUN_END:
                 break
-            if stop == RUN_CORRUPT:
-                raise CorruptRecordError(f"invalid batch: {run.stop_reason}", position=at)
             if stop != RUN_SLOW:
                 continue  # the scratch was full: the run goes on from here
             batch = self._one_batch(view, at, last)
@@ -221,24 +208,13 @@ class FetchDecoder:
         self.next_offset = nxt = pos
         filt = ReadCommittedFilter([AbortedTransaction._make(a) for a in aborted])
         keep = filt.keep
-        record_cls = self.record_cls
         last = -1
         while at < total:
             clear = filt.clear_below()
             if clear > pos:
                 # The run decoder up to the next listed transaction (or the LSO): the batch that
                 # reaches it, or any the run leaves to the general path, comes back as RUN_SLOW.
-                need = scratch_for(total - at)
-                if need > self._cap:
-                    self._grow(min(max(need, self._cap * 2), MAX_RUN_RECORDS))
-                run = self._scratch.decode(view, at, total, pos, clear if clear < lso else lso, last)
-                count = run.records
-                if count:
-                    first = run.offsets
-                    offsets: Any = range(first, first + count) if type(first) is int else first
-                    values, keys = run_fields(run, view, at)
-                    emit(RecordRun(record_cls, topic, partition, offsets, keys, values, run.timestamps,
-                                   run.timestamp_type, run.leader_epoch))
+                run = self._run(view, at, total, pos, clear if clear < lso else lso, last, topic, partition, emit)
                 if run.next_offset > nxt:
                     self.next_offset = nxt = run.next_offset
                 at += run.consumed
@@ -246,8 +222,6 @@ class FetchDecoder:
                 stop = run.stop
                 if stop == RUN_END:
                     break
-                if stop == RUN_CORRUPT:
-                    raise CorruptRecordError(f"invalid batch: {run.stop_reason}", position=at)
                 if stop != RUN_SLOW:
                     continue  # the scratch was full
             batch = self._one_batch(view, at, last)
@@ -262,6 +236,29 @@ class FetchDecoder:
                 nxt = max(nxt, last + 1)
             self.next_offset = nxt
         return nxt
+
+    def _run(self, view: memoryview, at: int, total: int, pos: int, bound: int, last: int, topic: str,
+             partition: int, emit: Callable[[Any], None]) -> Any:
+        """One call of the C run decoder from ``view[at:]``: hands its records with ``pos <= offset <
+        bound`` to ``emit`` as one :class:`RecordRun` and returns the run (its ``consumed``,
+        ``next_offset``, ``last_offset`` and ``stop``); raises CorruptRecordError (position: the bad
+        batch) when it stopped at malformed bytes. O(records of the run)."""
+        need = scratch_for(total - at)
+        if need > self._cap:
+            self._grow(min(max(need, self._cap * 2), MAX_RUN_RECORDS))
+        run = self._scratch.decode(view, at, total, pos, bound, last)
+        count = run.records
+        if count:
+            first = run.offsets
+            offsets: Any = range(first, first + count) if type(first) is int else first
+            values, keys = run_fields(run, view, at)
+            emit(RecordRun(self.record_cls, topic, partition, offsets, keys, values, run.timestamps,
+                           run.timestamp_type, run.leader_epoch))
+        if run.stop == RUN_CORRUPT:
+            if run.next_offset > self.next_offset:  # what was handed over before the bad batch
+                self.next_offset = run.next_offset
+            raise CorruptRecordError(f"invalid batch: {run.stop_reason}", position=at + run.consumed)
+        return run
 
     def _general(self, batch: RecordBatch, pos: int, hw: int, topic: str, partition: int,
                  emit: Callable[[Any], None], above_hw: Optional[Callable[[int], None]]) -> int:

@@ -69,10 +69,12 @@ from pylog.client.buffer_pool import BufferPool
 from pylog.client.config import ProducerConfig
 from pylog.client.partitioner import StickyPartitioner, murmur2
 from pylog.client.sender import Sender
-from pylog.client.types import serialize
+from pylog.client.txn_manager import TransactionManager, TxnResult, TxnState
+from pylog.client.types import TopicPartition, serialize
 from pylog.errors import (
     InvalidConfigurationError,
     InvalidRecordError,
+    InvalidTxnStateError,
     ProducerClosedError,
     PylogError,
     RecordTooLargeError,
@@ -134,7 +136,12 @@ class Producer(BufferPool, Sender):
       callback) never blocks: it raises at once when there is no room;
     * ``key_serializer``/``value_serializer`` - callables ``f(obj) -> bytes`` (or kafka-python
       Serializer objects) applied by ``send`` to a non-None key/value; a failure raises
-      :class:`~pylog.errors.SerializationError` (docs/kafka-python-idioms.md).
+      :class:`~pylog.errors.SerializationError` (docs/kafka-python-idioms.md);
+    * ``transactional_id`` (None) - makes the producer transactional (always idempotent: acks "all",
+      ``max_in_flight`` <= 5): :meth:`init_transactions`, :meth:`begin_transaction`, ``send``,
+      :meth:`send_offsets_to_transaction`, :meth:`commit_transaction`, :meth:`abort_transaction`;
+      ``transaction_timeout_ms`` (60000) - the coordinator aborts a transaction open longer.
+      See docs/transactions.md "Producer API".
 
     Bad arguments raise :class:`InvalidConfigurationError` naming the parameter:
     an unknown keyword (listing the known ones), a wrong type (``bool`` is not
@@ -148,7 +155,8 @@ class Producer(BufferPool, Sender):
                  compression_type: Optional[str] = None, max_in_flight: int = 5, retry_backoff_ms: int = 100,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  enable_idempotence: Optional[bool] = None, idempotence: Optional[bool] = None,
-                 transactional_id: Optional[str] = None, retries: int = 2**31 - 1,
+                 transactional_id: Optional[str] = None, transaction_timeout_ms: int = 60_000,
+                 retries: int = 2**31 - 1,
                  buffer_memory: int = 33_554_432, max_block_ms: int = 60_000,
                  key_serializer: Any = None, value_serializer: Any = None,
                  compression_level: Optional[int] = None, **unknown: Any):
@@ -187,6 +195,10 @@ class Producer(BufferPool, Sender):
         self._order = 0
         self._closed = False
         self._flushing = 0
+        #: the transactional id (None: not transactional) and its :class:`TransactionManager`
+        self.transactional_id = config.transactional_id
+        self._txn = None if config.transactional_id is None else TransactionManager(
+            config.transactional_id, config.transaction_timeout_ms, config.retry_backoff_ms)
         self._init_sender()
         self.send = self._make_fast_send()  # type: ignore[method-assign]
         key_ser, value_ser = config.key_serializer_fn, config.value_serializer_fn
@@ -344,6 +356,12 @@ class Producer(BufferPool, Sender):
             b = ps.open
             if b is None and (self._room_queue or self._reserved + reserve > self.buffer_memory):
                 ps, b = self._wait_for_room(topic, parts, partition, reserve)
+            txn = self._txn
+            if txn is not None:  # raises outside a transaction, or the error the transaction is in
+                had = bool(txn.new_partitions)
+                txn.maybe_add_partition(TopicPartition(ps.topic, ps.partition))
+                if not had and txn.new_partitions:
+                    self._wake_locked()  # AddPartitionsToTxn goes now, whatever linger_ms says
             if b is None:
                 b = self._new_batch(ps, reserve)
             if sticky:
@@ -402,6 +420,102 @@ class Producer(BufferPool, Sender):
             if cfg is not None and parts is not None and cfg.partitions > len(parts):
                 parts.extend(PartitionState(topic, p) for p in range(len(parts), cfg.partitions))
 
+    # ---------------------------------------------------------- transactions
+    def _require_txn(self, name: str) -> TransactionManager:
+        if self._txn is None:
+            raise InvalidTxnStateError(f"{name}() needs a transactional producer: make it with "
+                                       "cluster.producer(transactional_id=...)")
+        if self._closed:
+            raise ProducerClosedError(f"{name}() after the producer was closed")
+        return self._txn
+
+    def _await_txn(self, result: TxnResult, name: str, timeout: Optional[float]) -> None:
+        """Block until ``result`` is done (the coordinator answered), at most ``timeout`` seconds
+        (None: ``max_block_ms``); raise its error. RequestTimedOutError when the time runs out: the
+        call goes on, and calling the same method again waits for the same result (Kafka's rule)."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout >= 0):
+            raise InvalidConfigurationError(f"{name}(timeout=...) must be a number of seconds >= 0 or None, "
+                                            f"got {timeout!r}")
+        ms = self.max_block_ms if timeout is None else int(timeout * 1000)
+        if not result.done:
+            if self.scheduler.simulated:
+                self.scheduler.wait_until(lambda: result.done, ms)
+            else:
+                if self.scheduler.on_loop():
+                    raise InvalidConfigurationError(f"{name}() inside a producer callback would wait for itself")
+                deadline = time.monotonic() + ms / 1000
+                with self._txn_cond:
+                    while not result.done:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._txn_cond.wait(left)
+        if not result.done:
+            raise RequestTimedOutError(f"{name}() of transactional id {self.transactional_id!r}: not completed "
+                                       f"within {ms} ms; call it again to keep waiting")
+        if result.error is not None:
+            raise result.error
+
+    def _txn_call(self, name: str, call: Any, timeout: Optional[float]) -> None:
+        """Run ``call(manager)`` under the lock (state errors raise here), wake the loop, wait for it."""
+        txn = self._require_txn(name)
+        with self._lock:
+            result = call(txn)
+            self._after_txn_change_locked()
+        self._await_txn(result, name, timeout)
+
+    def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Get this transactional id's producer id and epoch from its coordinator (Kafka's
+        ``initTransactions``): a previous producer with the same id is fenced (its next call raises
+        :class:`~pylog.errors.ProducerFencedError`) and its open transaction aborted. Call once,
+        before the first transaction. Blocks up to ``timeout`` seconds (None: ``max_block_ms``);
+        RequestTimedOutError then, and calling it again keeps waiting for the same answer.
+        Durability: the coordinator's ``__transaction_state`` record, acks=all."""
+        self._txn_call("init_transactions", lambda t: t.init_transactions(), timeout)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local: nothing is sent until the first record or offsets).
+        :class:`~pylog.errors.InvalidTxnStateError` unless the previous one ended (or before
+        :meth:`init_transactions`)."""
+        txn = self._require_txn("begin_transaction")
+        with self._lock:
+            txn.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: Optional[float] = None) -> None:
+        """Commit a consumer group's ``offsets`` inside the transaction (consume-transform-produce):
+        they become the group's committed offsets only if the transaction commits.
+
+        ``offsets`` is keyed by ``(topic, partition)`` or TopicPartition, values an offset (the next
+        record to read) or OffsetAndMetadata, as ``Consumer.commit`` takes them; ``group_metadata`` is
+        ``consumer.group_metadata()`` (its generation and member id let the group coordinator refuse
+        a member fenced by a rebalance: :class:`~pylog.errors.CommitFailedError`, abortable) or a group
+        id. Blocks until the group coordinator answered (AddOffsetsToTxn, then TxnOffsetCommit), at
+        most ``timeout`` seconds (None: ``max_block_ms``)."""
+        self._txn_call("send_offsets_to_transaction", lambda t: t.send_offsets_to_transaction(offsets, group_metadata),
+                       timeout)
+
+    def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Send every record of the transaction, then commit it (EndTxn): once this returns, all its
+        records (and offsets) are visible to ``read_committed`` consumers in every partition, or will
+        be once the coordinator's markers are written - the outcome is decided and durable.
+
+        Raises the transaction's error if a record failed (abortable:
+        :class:`~pylog.errors.TransactionAbortableError` and others - call :meth:`abort_transaction`;
+        fatal: :class:`~pylog.errors.ProducerFencedError` - close the producer). Blocks up to
+        ``timeout`` seconds (None: ``max_block_ms``); RequestTimedOutError then, and calling it again
+        keeps waiting for the same commit. Durability: the PrepareCommit record of
+        ``__transaction_state`` is on its ISR (acks=all) before the answer."""
+        self._txn_call("commit_transaction", lambda t: t.commit_transaction(), timeout)
+
+    def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort the transaction: records not yet sent fail with
+        :class:`~pylog.errors.TransactionAbortedError` (their futures raise it), those sent are
+        hidden from ``read_committed`` consumers by ABORT markers, offsets sent with it are dropped.
+        The way out of an abortable error; the producer then goes on with :meth:`begin_transaction`.
+        Blocks like :meth:`commit_transaction`."""
+        self._txn_call("abort_transaction", lambda t: t.abort_transaction(), timeout)
+
     # ------------------------------------------------------- flush and close
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send every buffered record now and wait until each is acknowledged or failed.
@@ -443,6 +557,16 @@ class Producer(BufferPool, Sender):
         """
         if self._closed and self._node.closed:
             return
+        txn = self._txn
+        if txn is not None and not self._closed and (timeout is None or timeout > 0) and txn.state in (
+                TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR) \
+                and not (self._realtime and self.scheduler.on_loop()):
+            # Kafka's Sender aborts an incomplete transaction on a graceful close (else the coordinator
+            # would only abort it at transaction_timeout_ms, holding back read_committed readers).
+            try:
+                self.abort_transaction(timeout)
+            except PylogError as exc:
+                logger.info("transactional id %r: abort on close failed: %s", self.transactional_id, exc)
         self._closed = True
         with self._lock:
             self._wake_all_waiters()  # a send() waiting for buffer room raises ProducerClosedError
@@ -459,9 +583,13 @@ class Producer(BufferPool, Sender):
         return ProducerClosedError("the producer or its cluster was closed before the record was acknowledged")
 
     def _on_node_closed(self) -> None:
-        """The client node closed (close(), or the cluster closed): fail everything unacknowledged."""
+        """The client node closed (close(), or the cluster closed): fail everything unacknowledged
+        (and every pending transactional call)."""
         self._closed = True
         with self._lock:
+            if self._txn is not None:
+                self._txn.close(ProducerClosedError(f"transactional id {self.transactional_id!r}: the producer or "
+                                                    "its cluster was closed"))
             pending = list(self._incomplete)
             for parts in self._parts.values():
                 for ps in parts:
@@ -473,6 +601,8 @@ class Producer(BufferPool, Sender):
         err = self._closed_error()
         for b in pending:
             self._fail(b, err)
+        if self._txn is not None:
+            self._txn_notify()
 
     def __enter__(self) -> "Producer":
         return self

@@ -10,6 +10,20 @@ resolution (:class:`~pylog.client.accumulator.SequenceState`, an epoch bump
 once nothing numbered is pending). The rules are described in the
 :mod:`pylog.client.producer` docstring and docs/producer.md.
 
+With a ``transactional_id`` it also drives the producer's
+:class:`~pylog.client.txn_manager.TransactionManager` (Kafka's
+``Sender.maybeSendAndPollTransactionalRequest``): on each pass it first fails
+every batch not yet drained when the manager says so
+(``undrained_batches_error``: an abort, an abortable or fatal error), drains a
+partition only while ``is_send_to_partition_allowed``, then sends the
+manager's next request (FindCoordinator, InitProducerId with the transactional
+id - instead of the idempotent one -, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn) and hands its answer back. The producer id and epoch
+are the manager's; a new epoch (KIP-890 bumps it on every EndTxn) starts each
+partition's sequences again at 0. Batches carry the transactional bit and
+produce requests the transactional id. A batch that fails for good is reported
+with ``on_batch_error``. docs/transactions.md "Producer API".
+
 It is one of the parts :class:`~pylog.client.producer.Producer` is built
 from (with :class:`~pylog.client.buffer_pool.BufferPool`): the producer
 inherits it, and its methods work on the producer's own attributes; what it
@@ -25,22 +39,27 @@ thread calls (under the producer's ``_lock``); partition state changes under it.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from pylog.client._node import error_from
 from pylog.client.accumulator import PartitionState, ProducerBatch, SequenceState
+from pylog.client.txn_manager import ANY_NODE, TransactionManager, TxnState
+from pylog.client.types import TopicPartition
 from pylog.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     LeaderNotAvailableError,
     NotEnoughReplicasError,
     OutOfOrderSequenceError,
     PylogError,
     RecordTooLargeError,
     RequestTimedOutError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from pylog.metrics import Histogram
@@ -59,7 +78,8 @@ logger = logging.getLogger(__name__)
 #: an attempt - no answer, a lost connection, NotLeader (which a leader also gives a produce it appended and
 #: then stopped leading), NotEnoughReplicasAfterAppend - means it may be in the log
 _REFUSALS = (OutOfOrderSequenceError, InvalidProducerEpochError, NotEnoughReplicasError, RecordTooLargeError,
-             InvalidRecordError, CorruptRecordError, LeaderNotAvailableError, UnknownTopicOrPartitionError)
+             InvalidRecordError, CorruptRecordError, LeaderNotAvailableError, UnknownTopicOrPartitionError,
+             InvalidTxnStateError, TransactionAbortableError)
 _MAX_EPOCH = 32_766
 #: the most record bytes one multi-partition produce request carries (Kafka's ``max.request.size`` default)
 MAX_REQUEST_BYTES = 1_048_576  # a producer epoch is an int16; past this a new producer id is taken
@@ -114,6 +134,10 @@ class Sender:
         def _refresh_partitions(self, topic: str) -> None: ...
         def _closed_error(self) -> PylogError: ...
 
+    #: the transaction manager of a transactional producer (set by the Producer before ``_init_sender``)
+    _txn: Optional[TransactionManager] = None
+    transactional_id: Optional[str] = None
+
     def _init_sender(self) -> None:
         # An insertion-ordered set (dict keys): partitions hash by identity, so iterating a
         # set would follow heap addresses and a seeded simulation would not replay exactly.
@@ -125,6 +149,11 @@ class Sender:
         self._pid_inflight = False
         self._pid_broker = 0
         self.epoch_bumps = 0  # KIP-360 epoch bumps (a partition's sequences could not be resolved)
+        # transactions (loop thread; the manager under _lock)
+        self._txn_any = 0  # rotates the broker a FindCoordinator goes to
+        self._txn_timer_at = -1  # when the retry-backoff timer of the manager's next request fires
+        #: notified (notify_all) after every change of the transaction manager's results
+        self._txn_cond = threading.Condition()
         # metrics (loop thread)
         self.records_sent = 0
         self.bytes_sent = 0
@@ -159,13 +188,24 @@ class Sender:
         expired: List[ProducerBatch] = []
         to_send: List[Tuple[PartitionState, ProducerBatch]] = []
         need_pid = False
+        txn = self._txn
+        undrained: List[ProducerBatch] = []
+        undrained_error: Optional[PylogError] = None
         with self._lock:
             self._wake_pending = False
+            if txn is not None:
+                undrained_error = txn.undrained_batches_error()
+                if undrained_error is not None:
+                    undrained = self._take_undrained_locked(txn.state == TxnState.FATAL_ERROR)
             dirty, self._dirty = self._dirty, {}
             for ps in dirty:
                 self._drain(ps, now, to_send, expired, dirty)
-            if self.enable_idempotence and self.producer_id < 0 and any(ps.open or ps.queue for ps in dirty):
+            if self.enable_idempotence and txn is None and self.producer_id < 0 \
+                    and any(ps.open or ps.queue for ps in dirty):
                 need_pid = True
+        for b in undrained:  # Kafka's abortUndrainedBatches: not reported to the manager (it caused them)
+            assert undrained_error is not None
+            self._fail(b, undrained_error, report=False)
         for b in expired:
             last = b.last_error
             self._fail(b, RequestTimedOutError(
@@ -181,6 +221,8 @@ class Sender:
             self._send_grouped(to_send)
         if need_pid:
             self._init_producer_id()
+        if txn is not None:
+            self._txn_poll(now)
 
     def _drain(self, ps: PartitionState, now: int, to_send: List[Tuple[PartitionState, ProducerBatch]],
                expired: List[ProducerBatch], dirty: Dict[PartitionState, None]) -> None:
@@ -200,6 +242,9 @@ class Sender:
         if idem and self.producer_id < 0:
             self._dirty[ps] = None  # sent once the producer id arrives
             return
+        txn = self._txn
+        if txn is not None and not txn.is_send_to_partition_allowed(TopicPartition(ps.topic, ps.partition)):
+            return  # not in the transaction yet: dirtied again when the coordinator answers (_on_txn_response)
         while True:
             if ps.retry_mode:
                 if ps.inflight or ps.retry:
@@ -284,13 +329,14 @@ class Sender:
         if b.data is None:
             now = self.scheduler.clock.now_ms()
             try:
-                if b.plain and self.compression == codecs.NONE:
+                if b.plain and self.compression == codecs.NONE and self._txn is None:
                     b.data = encode_values_batch(b.records, now, b.producer_id, b.producer_epoch, b.sequence)
-                else:
+                else:  # (the transactional bit: encode_batch takes the same C fast path for a plain batch)
                     b.data = encode_batch(b.records, now_ms=now, compression=self.compression,
                                           compression_level=self.compression_level,
                                           producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                                          base_sequence=b.sequence, plain=b.plain)
+                                          base_sequence=b.sequence, plain=b.plain,
+                                          transactional=self._txn is not None)
             except PylogError as exc:
                 self._sequence_failed(ps, b, written=False)
                 self._settle(ps, b)
@@ -308,7 +354,7 @@ class Sender:
         """Loop thread: send one prepared batch to ``leader`` in a :class:`ProduceRequest`."""
         node = self._node
         req = ProduceRequest(b.topic, b.partition, b.data, self.acks, self.request_timeout_ms,  # type: ignore[arg-type]
-                             node.next_corr())
+                             node.next_corr(), self.transactional_id)
         self.batches_sent += 1
         self.produce_requests += 1
         if self.acks == 0:
@@ -321,7 +367,8 @@ class Sender:
         """Loop thread: send prepared batches led by ``leader`` in one :class:`MultiProduceRequest`."""
         node = self._node
         acks, timeout = self.acks, self.request_timeout_ms
-        parts = tuple(ProduceRequest(b.topic, b.partition, b.data, acks, timeout, 0)  # type: ignore[arg-type]
+        tid = self.transactional_id
+        parts = tuple(ProduceRequest(b.topic, b.partition, b.data, acks, timeout, 0, tid)  # type: ignore[arg-type]
                       for _, b in group)
         req = MultiProduceRequest(parts, acks, timeout, node.next_corr())
         self.batches_sent += len(group)
@@ -524,6 +571,18 @@ class Sender:
         numbers its next batches from 0 under the new identity; the leader fences the old epoch."""
         if _sequenced_pending(ps):
             return
+        if self._txn is not None:
+            # Transactional: the coordinator owns the epoch. The failed batch moved the manager to
+            # ABORTABLE_ERROR (on_batch_error); the abort's EndTxn bumps the epoch (KIP-890), or, from a
+            # coordinator that does not bump, the abort asks InitProducerId for one (epoch_bump_required).
+            # Until the identity changes the partition numbers nothing new (none may be sent anyway).
+            if ps.seq_id is not None and ps.seq_id == (self.producer_id, self.producer_epoch) and (
+                    ps.sequences is SequenceState.GAP or ps.acked_next != ps.next_seq):
+                self._txn.epoch_bump_required = True
+                return
+            ps.seq_id = None
+            ps.sequences = SequenceState.OK
+            return
         if ps.sequences is SequenceState.GAP or ps.acked_next != ps.next_seq:
             if ps.seq_id is not None and ps.seq_id == (self.producer_id, self.producer_epoch):
                 self.epoch_bumps += 1
@@ -537,12 +596,21 @@ class Sender:
             ps.seq_id = None  # the next new batch starts at sequence 0 under the current identity
         ps.sequences = SequenceState.OK
 
-    def _fail(self, b: ProducerBatch, err: BaseException) -> None:
+    def _fail(self, b: ProducerBatch, err: BaseException, report: bool = True) -> None:
+        """Fail ``b``'s records with ``err``. A transactional producer reports it to its manager
+        (``on_batch_error``: abortable, or fatal for a fence) unless ``report`` is False (the
+        manager's own undrained-batch failures, a closing producer)."""
         self.record_errors += len(b.records)
         self._incomplete.discard(b)
         b.complete(-1, -1, err)
         if b.parent is not None:
             self._child_done(b)
+        txn = self._txn
+        if report and txn is not None and isinstance(err, PylogError) and not self._node.closed:
+            with self._lock:
+                txn.on_batch_error(TopicPartition(b.topic, b.partition), err)
+                self._after_txn_change_locked()
+            self._txn_notify()
 
     # --------------------------------------------------------- producer ids
     def _init_producer_id(self) -> None:
@@ -573,6 +641,107 @@ class Sender:
 
         self._node.request(target, req, self.request_timeout_ms, on_reply)
 
+
+    # --------------------------------------------------------- transactions
+    def _take_undrained_locked(self, fatal: bool) -> List[ProducerBatch]:
+        """Under the lock: take out every batch never drained (no sequence: the open one, queued ones,
+        renumbered retries) to be failed - Kafka's ``abortUndrainedBatches``; in FATAL_ERROR every
+        batch not in flight (Kafka's ``abortBatches``: nothing more may be sent). O(batches)."""
+        out: List[ProducerBatch] = []
+        for parts in self._parts.values():
+            for ps in parts:
+                b = self._close_open(ps)
+                if b is not None:
+                    out.append(b)
+                if ps.queue and (fatal or any(x.sequence < 0 for x in ps.queue)):
+                    out.extend(x for x in ps.queue if fatal or x.sequence < 0)
+                    ps.queue = deque(x for x in ps.queue if not fatal and x.sequence >= 0)
+                if ps.retry and (fatal or any(x.sequence < 0 for x in ps.retry)):
+                    out.extend(x for x in ps.retry if fatal or x.sequence < 0)
+                    ps.retry = [x for x in ps.retry if not fatal and x.sequence >= 0]
+                if ps.retry_mode and not ps.retry and not ps.inflight and not any(x.sequence >= 0 for x in ps.queue):
+                    ps.retry_mode = False
+        return out
+
+    def _close_all_open_locked(self) -> None:
+        """Under the lock: close every open batch (queued to be drained). Called when the transaction
+        leaves IN_TRANSACTION, so that no open batch outlives it: the send fast paths (C and Python)
+        append only to an open batch, whose partition ``send`` added to this transaction - any other
+        send takes the slow path, which asks the manager (and raises outside a transaction)."""
+        for parts in self._parts.values():
+            for ps in parts:
+                b = self._close_open(ps)
+                if b is not None:
+                    ps.queue.append(b)
+                    self._dirty[ps] = None
+
+    def _after_txn_change_locked(self) -> None:
+        """Under the lock, after the manager may have changed: take its producer id and epoch, let every
+        partition drain again (one may have joined the transaction), close the open batches once the
+        transaction is no longer open, and wake the loop."""
+        txn = self._txn
+        assert txn is not None
+        self.producer_id, self.producer_epoch = txn.producer_id, txn.producer_epoch
+        if txn.state != TxnState.IN_TRANSACTION:
+            self._close_all_open_locked()
+        for parts in self._parts.values():
+            self._dirty.update(dict.fromkeys(parts))
+        self._wake_locked()
+
+    def _txn_notify(self) -> None:
+        """Wake the threads waiting for a transactional call's result."""
+        with self._txn_cond:
+            self._txn_cond.notify_all()
+
+    def _txn_poll(self, now: int) -> None:
+        """Loop thread: send the transaction manager's next request, if any (one at a time); arm a timer
+        for its retry backoff. EndTxn waits until no batch is incomplete (the manager's rule)."""
+        txn = self._txn
+        node = self._node
+        assert txn is not None
+        if node.closed or not txn.has_pending_request():  # (the common case on a batch's wake-up)
+            return
+        with self._lock:
+            corr = node.next_corr()
+            req = txn.next_request(now, corr, bool(self._incomplete))
+            pending = req is None and txn.has_pending_request() and not txn.request_in_flight
+            retry_at = txn.retry_at_ms
+            self.producer_id, self.producer_epoch = txn.producer_id, txn.producer_epoch
+        self._txn_notify()  # next_request may have completed results (an EndTxn not needed, an error state)
+        if req is None:
+            if pending and retry_at > now and self._txn_timer_at != retry_at:
+                self._txn_timer_at = retry_at
+                self.scheduler.call_later(retry_at - now, self._on_txn_timer)
+            return
+        target = req.node
+        if target == ANY_NODE:
+            brokers = sorted(self._store.brokers)
+            ctl = self._store.controller_id
+            if self._txn_any == 0 and ctl is not None:
+                target = ctl
+            else:
+                target = brokers[self._txn_any % len(brokers)] if brokers else 0
+            self._txn_any += 1
+        node.request(target, req.message, self.request_timeout_ms, partial(self._on_txn_response, corr), now)
+
+    def _on_txn_timer(self) -> None:
+        """The manager's retry backoff is over: try its request again (a timer that fired early arms
+        a new one)."""
+        self._txn_timer_at = -1
+        self._wake()
+
+    def _on_txn_response(self, corr: int, resp: Any) -> None:
+        """Loop thread: the answer to a transactional request (None: none came) goes to the manager."""
+        txn = self._txn
+        assert txn is not None
+        now = self.scheduler.clock.now_ms()
+        with self._lock:
+            if resp is None:
+                txn.on_no_response(corr, now)
+            else:
+                txn.on_response(resp, now)
+            self._after_txn_change_locked()
+        self._txn_notify()
 
 
 __all__ = ["Sender"]

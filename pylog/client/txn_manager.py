@@ -1,7 +1,7 @@
 """The client side of transactions: Kafka's producer ``TransactionManager``, as pure logic.
 
-Built, **not wired into the Producer yet** (issue 17): no thread, socket or
-clock here. The Producer will drive it:
+No thread, socket or clock here: the :class:`~pylog.client.producer.Producer`
+(its sender loop, :mod:`pylog.client.sender`) drives it:
 
 * the user's calls (:meth:`TransactionManager.init_transactions`,
   :meth:`~TransactionManager.begin_transaction`,
@@ -311,9 +311,29 @@ class TransactionManager:
             self.new_partitions.add(part)
 
     def is_send_to_partition_allowed(self, tp: TopicPartition) -> bool:
-        """May the sender drain ``tp``'s batches? Only once the coordinator has it in the transaction
-        (and not in an error state or while aborting)."""
-        return self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING_TRANSACTION) and tp in self.partitions_in_txn
+        """May the sender drain ``tp``'s batches? Only once the coordinator has it in the transaction,
+        and never in FATAL_ERROR (Kafka's ``isSendToPartitionAllowed``). While aborting or in
+        ABORTABLE_ERROR it is still allowed: the sender has failed every batch not yet drained
+        (:meth:`undrained_batches_error`) before it drains, so what is left to send are retries of
+        batches already sent once, which may be in the log and must be resolved before the EndTxn
+        (which waits for them) can go."""
+        return self.state != TxnState.FATAL_ERROR and tp in self.partitions_in_txn
+
+    @property
+    def request_in_flight(self) -> bool:
+        """A transactional request is out and not answered yet (the sender waits for it)."""
+        return self._in_flight is not None
+
+    @property
+    def retry_at_ms(self) -> int:
+        """No request goes before this time (the backoff after a retriable error): the sender's timer."""
+        return self._retry_at_ms
+
+    def close(self, error: PylogError) -> None:
+        """The producer closed: FATAL_ERROR with ``error``, failing every pending result (a caller
+        waiting in ``commit_transaction()`` etc. gets it); every later call raises it."""
+        if self.state != TxnState.FATAL_ERROR:
+            self._to_fatal(error)
 
     def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any) -> TxnResult:
         """Commit ``offsets`` (keyed by ``(topic, partition)`` or TopicPartition, values an offset or

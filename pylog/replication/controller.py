@@ -61,14 +61,18 @@ from pylog.errors import (
     KafkaStorageError,
     MetadataStorageError,
     PylogError,
+    StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from pylog.replication.assignment import assign_replicas
 from pylog.replication.offsets_topic import OFFSETS_TOPIC
+from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC
 from pylog.replication.messages import (
     NO_LEADER,
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeat,
@@ -88,8 +92,9 @@ _log = logging.getLogger(__name__)
 TP = Tuple[str, int]
 NON_EXISTENT, NEW, ONLINE, OFFLINE = "NonExistent", "New", "Online", "Offline"
 
-#: producer ids granted to a broker at a time (KIP-730 hands out blocks of 1000; ours are
-#: pushed once per broker incarnation and controller, so they are larger)
+#: producer ids granted to a broker at a time (KIP-730 hands out blocks of 1000; ours are pushed
+#: once per broker incarnation and controller with LeaderAndIsr, so they are larger; a broker with
+#: none or few left asks for the next one with AllocateProducerIds, :meth:`Controller.handle`)
 PRODUCER_ID_BLOCK_SIZE = 1 << 20
 #: a new topic with more partitions than this gets one LeaderAndIsr per broker carrying all its
 #: replicas (Kafka's batching; one directory sync per broker); smaller topics keep one request per
@@ -136,6 +141,21 @@ def offsets_topic_replication(brokers: int) -> Tuple[int, int]:
     """
     rf = min(3, brokers)
     return rf, (2 if rf >= 3 else 1)
+
+
+def transaction_state_replication(brokers: int) -> Tuple[int, int]:
+    """``(replication_factor, min_insync_replicas)`` of ``__transaction_state`` in a cluster of ``brokers``:
+    Kafka's ``transaction.state.log.replication.factor`` 3 and ``transaction.state.log.min.isr`` 2,
+    capped by the brokers as :func:`offsets_topic_replication` (RF = brokers and min ISR 1 with 1 or 2
+    brokers). A transaction's PrepareCommit acknowledged by one replica that then crashes would be
+    lost with it, and the new coordinator would leave the transaction open until its timeout aborts
+    it: the commit the producer was told of would not happen."""
+    return offsets_topic_replication(brokers)
+
+
+#: the internal topics whose replication the controller enforces at creation -> the rule
+_INTERNAL_REPLICATION = {OFFSETS_TOPIC: (offsets_topic_replication, "committed offsets"),
+                         TRANSACTION_STATE_TOPIC: (transaction_state_replication, "transaction states")}
 
 
 def validate_topic_configs(name: str, configs: Dict[str, object]) -> None:
@@ -726,8 +746,13 @@ class MetadataStore:
             self.broker_incarnations[broker_id] = incarnation  # in place: controllers hold this dict
             self._maybe_compact()
 
-    def allocate_producer_ids(self, count: int) -> Tuple[int, int]:
-        """Reserve ``count`` producer ids; returns ``(first, count)``. Stored before it returns."""
+    def allocate_producer_ids(self, count: int, controller_epoch: Optional[int] = None) -> Tuple[int, int]:
+        """Reserve ``count`` producer ids; returns ``(first, count)``. Stored before it returns, so a
+        block is never handed out twice, across controller failovers and restarts too (Kafka's
+        ProducerIdsRecord). ``controller_epoch``: the caller's; a deposed controller is refused
+        (StaleControllerEpochError)."""
+        if controller_epoch is not None:
+            self._check_epoch(controller_epoch, f"a block of {count} producer ids")
         first = self.next_producer_id
         self._store(f"a block of {count} producer ids", next_producer_id=first + count)
         self.next_producer_id = first + count
@@ -929,7 +954,7 @@ class Controller:
         return out
 
     def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
-        """A broker's heartbeat or AlterPartition. Never raises for a failing store: the
+        """A broker's heartbeat, AlterPartition, StopReplica answer or AllocateProducerIds. Never raises for a failing store: the
         controller stops acting (:meth:`_lose_store`) and the committed part is returned."""
         out = Outbox()
         if not self.active:
@@ -943,6 +968,8 @@ class Controller:
             elif isinstance(msg, StopReplicaResponse):
                 if msg.error is None:
                     self.store.replica_deleted(msg.topic, msg.broker_id, msg.partition)
+            elif isinstance(msg, AllocateProducerIdsRequest):
+                out.send(src, self._on_allocate_producer_ids(msg))
         except StaleControllerEpochError:
             self.active = False
             return Outbox()
@@ -1158,9 +1185,24 @@ class Controller:
             return (-1, 0)
         granted = self._pid_blocks.get(b)
         if granted is None or granted[0] != inc:
-            granted = (inc, self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE))
+            granted = (inc, self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE, self.epoch))
             self._pid_blocks[b] = granted
         return granted[1]
+
+    def _on_allocate_producer_ids(self, req: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        """KIP-730's AllocateProducerIds: a new block for the broker, stored before the answer (a
+        failing store raises MetadataStorageError: no answer, the broker asks again). A request of
+        another registration than the broker's current one is refused (StaleBrokerEpochError).
+        The block also becomes the one the broker's LeaderAndIsr requests carry."""
+        b, inc = req.broker_id, req.broker_incarnation
+        if self.incarnation.get(b) != inc or not self._is_live(b):
+            return AllocateProducerIdsResponse(
+                req.correlation_id, StaleBrokerEpochError,
+                f"broker {b} incarnation {inc} is not registered (current {self.incarnation.get(b)})",
+                broker_incarnation=inc)
+        block = self.store.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE, self.epoch)
+        self._pid_blocks[b] = (inc, block)
+        return AllocateProducerIdsResponse(req.correlation_id, None, "", block[0], block[1], inc)
 
     def _lai(self, b: int, states: Tuple[PartitionState, ...]) -> LeaderAndIsrRequest:
         inc = self.incarnation.get(b, -1)
@@ -1225,13 +1267,14 @@ class Controller:
             )
         validate_topic_configs(cfg.name, cfg.configs)
         brokers = sorted(self.store.brokers)
-        if cfg.name == OFFSETS_TOPIC:
-            rf, min_isr = offsets_topic_replication(len(brokers))
+        rule = _INTERNAL_REPLICATION.get(cfg.name)
+        if rule is not None:
+            rf, min_isr = rule[0](len(brokers))
             if cfg.replication_factor < rf or cfg.min_insync_replicas < min_isr:
                 raise InvalidConfigurationError(
-                    f"topic {OFFSETS_TOPIC!r} needs replication_factor >= {rf} and min_insync_replicas >= {min_isr} "
+                    f"topic {cfg.name!r} needs replication_factor >= {rf} and min_insync_replicas >= {min_isr} "
                     f"with {len(brokers)} brokers, got {cfg.replication_factor} and {cfg.min_insync_replicas}: a lone "
-                    f"in-sync replica that crashes can lose committed offsets (docs/replication.md)")
+                    f"in-sync replica that crashes can lose {rule[1]} (docs/replication.md)")
         assignment = assign_replicas(brokers, cfg.partitions, cfg.replication_factor, rng=self.store.rng,
                                      start_index=start_index, shift=shift)
         states = []
@@ -1384,4 +1427,4 @@ class Controller:
 
 __all__ = ["Controller", "MetadataStore", "TopicConfig", "validate_topic_configs", "load_metadata", "LoadedMetadata",
            "read_metadata_json", "metadata_log_path",
-           "offsets_topic_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]
+           "offsets_topic_replication", "transaction_state_replication", "PRODUCER_ID_BLOCK_SIZE", "NON_EXISTENT", "NEW", "ONLINE", "OFFLINE"]

@@ -40,6 +40,12 @@ rounds, see :mod:`pylog.client.assignors`):
   partition as a ProduceRequest with ``acks=all`` sent to this broker itself;
   only once that append is acknowledged is the offset visible to OffsetFetch
   and the commit answered.
+* **Transactional offsets** (issue 17): TxnOffsetCommit appends the offsets as a
+  transactional batch of the producer; they wait per producer id, invisible to
+  OffsetFetch, until :meth:`complete_txn` (the broker calls it when the producer's
+  COMMIT/ABORT marker is committed on the offsets partition) makes them the group's
+  offsets or drops them. ``OffsetFetch(require_stable=True)`` answers
+  ``UnstableOffsetCommitError`` meanwhile (KIP-447). See docs/consumer-groups.md.
 * **Failover.** When this broker becomes leader of an offsets partition it
   :meth:`load` s the partition's log (last value per key wins; a null value is
   a tombstone); when it stops leading, :meth:`unload` drops those groups and
@@ -64,12 +70,14 @@ heartbeat, leave, rebalances), :mod:`.group_offsets` (commit, fetch, delete,
 expiry); this module dispatches requests and holds admin, timers, load and unload.
 
 Inputs: :meth:`handle` (a request), :meth:`on_produce_response`,
-:meth:`tick` (timers), :meth:`load` / :meth:`unload`; each returns an
+:meth:`tick` (timers), :meth:`load` / :meth:`unload`, :meth:`complete_txn`; each returns an
 :class:`~pylog.replication.messages.Outbox`.
 
 Complexity: O(members) per group event; O(records) to load a partition.
 Durability: a commit is acknowledged only after the offsets partition's ISR
 has it (acks=all); it survives any ``RF - min_insync_replicas`` broker crashes.
+A transactional offset is as durable once acknowledged; whether it counts is
+decided by its producer's marker in the same log, so a crash never changes it.
 Thread-safety: none; the broker's one loop thread drives it.
 """
 from __future__ import annotations
@@ -77,7 +85,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, Iterable, Optional, Tuple, Union
 
-from pylog.errors import GroupIdNotFoundError, NonEmptyGroupError, NotCoordinatorError
+from pylog.errors import CorruptRecordError, GroupIdNotFoundError, NonEmptyGroupError, NotCoordinatorError
 from pylog.replication import group_messages as gm
 from pylog.replication import offsets_topic as ot
 from pylog.replication.group_membership import GroupMembership
@@ -168,7 +176,8 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
             last = max(last, pos)
             pid = e.producer_id
             if pid >= 0 and (e.transactional or e.marker is not None):
-                self._producer_epochs[pid] = max(self._producer_epochs.get(pid, -1), e.producer_epoch)
+                self._producer_epochs[(partition, pid)] = max(self._producer_epochs.get((partition, pid), -1),
+                                                              e.producer_epoch)
             if e.marker is not None:
                 if pid < 0:
                     continue
@@ -185,32 +194,35 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
             key, value = e.key, e.value
             if key is None:
                 continue
-            k = ot.decode_key(key)
-            if isinstance(k, ot.OffsetCommitKey):
-                tp = (k.topic, k.partition)
-                if e.transactional and pid >= 0:
-                    if e.producer_epoch < marker_epochs.get(pid, -1):
+            try:
+                k = ot.decode_key(key)
+                if isinstance(k, ot.OffsetCommitKey):
+                    tp = (k.topic, k.partition)
+                    if e.transactional and pid >= 0:
+                        if e.producer_epoch < marker_epochs.get(pid, -1):
+                            continue
+                        if value is None:
+                            pending.get(pid, {}).get(k.group, {}).pop(tp, None)
+                        else:
+                            pending.setdefault(pid, {}).setdefault(k.group, {})[tp] = \
+                                (ot.decode_offset_commit_value(value), pos)
                         continue
+                    slot = offsets.setdefault(k.group, {})
                     if value is None:
-                        pending.get(pid, {}).get(k.group, {}).pop(tp, None)
+                        slot.pop(tp, None)
+                        for by_group in pending.values():
+                            by_group.get(k.group, {}).pop(tp, None)
                     else:
-                        pending.setdefault(pid, {}).setdefault(k.group, {})[tp] = \
-                            (ot.decode_offset_commit_value(value), pos)
-                    continue
-                slot = offsets.setdefault(k.group, {})
-                if value is None:
-                    slot.pop(tp, None)
-                    for by_group in pending.values():
-                        by_group.get(k.group, {}).pop(tp, None)
+                        slot[tp] = (ot.decode_offset_commit_value(value), pos)
                 else:
-                    slot[tp] = (ot.decode_offset_commit_value(value), pos)
-            else:
-                if value is None:
-                    # As Kafka's loader: a group tombstone removes the group's metadata only. Its offsets
-                    # have their own tombstones (written before it); one that has none stays.
-                    metas[k.group] = None
-                else:
-                    metas[k.group] = ot.decode_group_metadata_value(value)
+                    if value is None:
+                        # As Kafka's loader: a group tombstone removes the group's metadata only. Its offsets
+                        # have their own tombstones (written before it); one that has none stays.
+                        metas[k.group] = None
+                    else:
+                        metas[k.group] = ot.decode_group_metadata_value(value)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"{ot.OFFSETS_TOPIC}-{partition} offset {pos}: {exc}") from None
         self._log_pos[partition] = max(self._log_pos.get(partition, -1), last)
         waiting: Dict[str, Dict[int, Dict[TP, Tuple[ot.OffsetCommitValue, int, int]]]] = {}
         for pid, by_group in pending.items():
@@ -252,6 +264,7 @@ class GroupCoordinator(GroupMembership, GroupOffsets):
         """Stop serving ``partition``'s groups; pending joins and syncs get ``NotCoordinatorError``."""
         out = Outbox()
         self.loaded.pop(partition, None)
+        self._producer_epochs = {k: v for k, v in self._producer_epochs.items() if k[0] != partition}
         why = f"broker {self.broker_id} no longer leads {ot.OFFSETS_TOPIC}-{partition}"
         for gid in [gid for gid, g in self.groups.items() if g.partition == partition]:
             g = self.groups.pop(gid)

@@ -68,12 +68,13 @@ class CoordinatorCore:
         self._ids = 0
         self.rebalances = 0
         self._delay_until: Dict[str, int] = {}  # group.initial.rebalance.delay.ms per group
-        #: producer id -> the TxnOffsetCommit appends of that producer in flight: each a one-element list
-        #: holding None, or the outcome (True commit, False abort) of a marker that came meanwhile
-        self._txn_appends: Dict[int, List[List[Optional[bool]]]] = {}
-        #: producer id -> the highest producer epoch seen in its TxnOffsetCommits, records and markers: an
-        #: older epoch is a zombie's (``InvalidProducerEpochError``, as the partition's check in Kafka)
-        self._producer_epochs: Dict[int, int] = {}
+        #: (offsets partition, producer id) -> the producer's TxnOffsetCommit appends in flight there: each a
+        #: one-element list holding None, or the outcome (True commit, False abort) of a marker that came meanwhile
+        self._txn_appends: Dict[Tuple[int, int], List[List[Optional[bool]]]] = {}
+        #: (offsets partition, producer id) -> the highest producer epoch seen there in TxnOffsetCommits,
+        #: records and markers since the partition was loaded: an older epoch is a zombie's
+        #: (``InvalidProducerEpochError``, the partition's check in Kafka; see :meth:`_on_txn_offset_commit`)
+        self._producer_epochs: Dict[Tuple[int, int], int] = {}
         #: offsets partition -> the highest record offset known in it (positions for appends answered
         #: without a base offset)
         self._log_pos: Dict[int, int] = {}

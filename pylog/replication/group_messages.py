@@ -185,7 +185,8 @@ class DeleteGroupsResponse:
 @dataclass(frozen=True)
 class ListOffsetsRequest:
     """Kafka's ListOffsets for one partition: ``timestamp`` -2 earliest, -1 latest (the HW), or a time in ms
-    (>= 0): the earliest offset below the HW whose timestamp is at or after it (offset -1 when there is none)."""
+    (>= 0): the earliest offset below the HW whose timestamp is at or after it (offset -1 when there is none).
+    With ``isolation_level`` 1 (read_committed) the last stable offset stands for the HW in both."""
 
     topic: str
     partition: int

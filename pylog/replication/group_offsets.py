@@ -1,9 +1,13 @@
-"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry (KIP-211) and deleted topics.
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, expiry (KIP-211), deleted topics, and
+transactional offsets (TxnOffsetCommit, the markers' :meth:`GroupOffsets.complete_txn`, require-stable).
 
 A commit is appended to the group's ``__consumer_offsets`` partition with
 ``acks=all`` and becomes visible to OffsetFetch (and is answered) only once
 that append is acknowledged. Expiry tombstones offsets older than
-``offsets_retention_ms`` and removes Empty groups left without offsets.
+``offsets_retention_ms`` and removes Empty groups left without offsets. A
+TxnOffsetCommit is appended as a transactional batch of its producer and waits
+(``Group.pending_txn``) for the producer's marker: COMMIT applies each offset
+unless a newer record wrote it, ABORT drops them (docs/consumer-groups.md).
 
 Complexity: O(partitions committed) per request; expiry O(offsets) per check.
 Durability: a commit is acknowledged only once the offsets partition's ISR has it.
@@ -151,13 +155,13 @@ class GroupOffsets(CoordinatorCore):
         if pid < 0 or epoch < 0:
             return fail(InvalidRequestError, f"TxnOffsetCommit for group {req.group_id!r}: producer id {pid} / "
                         f"epoch {epoch} is not a transactional producer's")
-        known = self._producer_epochs.get(pid, -1)
+        known = self._producer_epochs.get((g.partition if g is not None else self.partition_of(req.group_id), pid), -1)
         if epoch < known:
             return fail(InvalidProducerEpochError, f"TxnOffsetCommit for group {req.group_id!r}: producer {pid} "
                         f"epoch {epoch} is older than epoch {known} (fenced)")
-        self._producer_epochs[pid] = epoch
         if g is None:  # as Kafka: a transactional commit creates the group's state
             g = self.groups[req.group_id] = Group(req.group_id, self.partition_of(req.group_id))
+        self._producer_epochs[(g.partition, pid)] = epoch
         values = {(t, p): ot.OffsetCommitValue(off, le, meta or "", now_ms) for t, p, off, le, meta in req.offsets}
         if not values:
             out.send(src, TxnOffsetCommitResponse(req.correlation_id))
@@ -166,15 +170,18 @@ class GroupOffsets(CoordinatorCore):
                    for (t, p), v in values.items()]
         group = g
         outcome: List[Optional[bool]] = [None]  # set by complete_txn if the producer's marker comes first
-        self._txn_appends.setdefault(pid, []).append(outcome)
+        slot = (g.partition, pid)
+        self._txn_appends.setdefault(slot, []).append(outcome)
 
         def stored(resp: ProduceResponse, o: Outbox, n: int) -> None:
             txn_commit_done(group, values)
-            mine = self._txn_appends.get(pid, [])
-            if outcome in mine:
-                mine.remove(outcome)
-                if not mine:
-                    del self._txn_appends[pid]
+            mine = self._txn_appends.get(slot, [])
+            for i, x in enumerate(mine):
+                if x is outcome:
+                    del mine[i]
+                    break
+            if not mine:
+                self._txn_appends.pop(slot, None)
             if resp.error is not None:
                 error, message = self._append_error(resp)
                 o.send(src, TxnOffsetCommitResponse(req.correlation_id, error=error, message=message))
@@ -193,19 +200,25 @@ class GroupOffsets(CoordinatorCore):
         txn_commit_started(g, values)
         self._append(g.partition, records, out, stored, producer=(pid, epoch, now_ms))
 
-    def complete_txn(self, partition: int, producer_id: int, committed: bool, now_ms: int) -> Outbox:
+    def complete_txn(self, partition: int, producer_id: int, committed: bool, now_ms: int, *,
+                     producer_epoch: int = -1) -> Outbox:
         """A COMMIT (``committed``) or ABORT marker of ``producer_id`` is committed on ``__consumer_offsets``
         partition ``partition``: that producer's pending transactional offsets of the partition's groups
         become their committed offsets (each only over an older record: Kafka's rule for a mix of
         transactional and plain commits) or are dropped (Kafka's ``handleTxnCompletion``). A TxnOffsetCommit
         of the producer still in flight takes the same outcome when its append is acknowledged.
+        ``producer_epoch`` (optional, -1 unknown): the producer's epoch on the partition after the marker;
+        a later TxnOffsetCommit of an older epoch is refused (``InvalidProducerEpochError``).
 
         Complexity: O(groups of the partition + offsets completed). Nothing is written.
         """
         out = Outbox()
         if partition not in self.loaded:
             return out
-        for outcome in self._txn_appends.get(producer_id, ()):
+        if producer_epoch >= 0:
+            key = (partition, producer_id)
+            self._producer_epochs[key] = max(self._producer_epochs.get(key, -1), producer_epoch)
+        for outcome in self._txn_appends.get((partition, producer_id), ()):
             outcome[0] = committed
         for g in self.groups.values():
             if g.partition != partition:

@@ -48,8 +48,9 @@ class LeaderAndIsrRequest:
     broker_incarnation: int = -1
     #: per-topic LogConfig overrides of the topics in ``states``: ``((topic, ((key, value), ...)), ...)``
     topic_configs: Tuple[Tuple[str, Tuple[Tuple[str, object], ...]], ...] = ()
-    #: a fresh block of producer ids ``(first, count)`` this broker may hand out (KIP-730's
-    #: AllocateProducerIds, pushed with the metadata instead of pulled); ``(-1, 0)``: none
+    #: a block of producer ids ``(first, count)`` this broker may hand out (KIP-730's block, pushed
+    #: with the metadata; a broker also asks for one with :class:`AllocateProducerIdsRequest`, and
+    #: ignores a block older than one it took); ``(-1, 0)``: none
     producer_id_block: Tuple[int, int] = (-1, 0)
 
 
@@ -148,6 +149,31 @@ class InitProducerIdResponse:
     message: str = ""
     producer_id: int = -1
     producer_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class AllocateProducerIdsRequest:
+    """A broker asks the controller for a block of producer ids (Kafka's AllocateProducerIds, KIP-730):
+    it has none left, or fewer than a tenth of a block. ``broker_incarnation`` is its registration
+    (Kafka's broker epoch): the controller refuses a request of a previous incarnation."""
+
+    broker_id: int
+    broker_incarnation: int
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class AllocateProducerIdsResponse:
+    """The controller's answer: ``[producer_id_start, producer_id_start + producer_id_len)``, stored in
+    the cluster metadata before it was sent (so never handed out again, whoever is controller next)."""
+
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+    #: the incarnation the block was granted to (the broker drops a block meant for another one)
+    broker_incarnation: int = -1
 
 
 @_dict_init

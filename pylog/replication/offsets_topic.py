@@ -36,10 +36,14 @@ Thread-safety: pure functions; safe anywhere.
 """
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pylog.errors import CorruptRecordError
 from pylog.replication.schema_reader import I16 as _I16, I32 as _I32, I64 as _I64, SchemaReader
+from pylog.storage.control_record import ControlRecordType, parse_control_type
+
+if TYPE_CHECKING:
+    from pylog.storage.log import Log
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 50
@@ -317,9 +321,37 @@ def decode_assignment(data: bytes) -> List[Tuple[str, int]]:
     return out
 
 
+def read_log_entries(log: "Log", end: Optional[int] = None) -> Iterator[LogEntry]:
+    """Every record of an offsets partition's ``log`` from its start up to ``end`` (default: its log end),
+    in offset order, as the coordinator's ``load`` takes them: with its batch's producer id, epoch and
+    transactional bit; a transaction marker as an entry with ``marker`` set (other control records
+    are skipped). Raises CorruptRecordError (file, offset) for a malformed control record.
+    O(records read); reads 1 MiB of batches at a time; the caller holds the log open."""
+    offset = log.log_start_offset
+    stop = log.log_end_offset if end is None else min(end, log.log_end_offset)
+    while offset < stop:
+        batches = log.read_batches(offset, 1 << 20)
+        if not batches:
+            break
+        for batch in batches:
+            if batch.base_offset >= stop:
+                return
+            pid, epoch, txn = batch.producer_id, batch.producer_epoch, batch.is_transactional
+            if batch.is_control:
+                for r in batch.records():
+                    kind = parse_control_type(r.key, path=batch.path, offset=r.offset)
+                    if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                        yield LogEntry(None, None, r.offset, pid, epoch, txn, kind == ControlRecordType.COMMIT)
+            else:
+                for r in batch.records():
+                    if r.offset < stop:
+                        yield LogEntry(r.key, r.value, r.offset, pid, epoch, txn)
+            offset = batch.last_offset + 1
+
+
 __all__ = [
     "OFFSETS_TOPIC", "DEFAULT_OFFSETS_PARTITIONS", "java_string_hash", "kafka_abs", "partition_for_group",
-    "LogEntry", "OffsetCommitKey", "GroupMetadataKey", "OffsetCommitValue", "GroupMetadataValue", "MemberMetadata",
+    "LogEntry", "read_log_entries", "OffsetCommitKey", "GroupMetadataKey", "OffsetCommitValue", "GroupMetadataValue", "MemberMetadata",
     "encode_offset_commit_key", "encode_group_metadata_key", "encode_offset_commit_value",
     "encode_group_metadata_value", "decode_key", "decode_offset_commit_value", "decode_group_metadata_value",
     "encode_subscription", "decode_subscription", "encode_assignment", "decode_assignment",

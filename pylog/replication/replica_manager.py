@@ -15,7 +15,13 @@ Sans-I/O: :meth:`ReplicaManager.handle` takes ``(source, message, now_ms)`` and
   replica stops leading (``NotLeaderError``), or ``timeout_ms`` passes
   (``RequestTimedOutError``).
 * Fetches that find nothing wait in the fetch purgatory up to ``max_wait_ms``
-  and complete when the leader appends or its HW moves.
+  and complete when the leader appends or its HW moves (a read_committed
+  consumer fetch: when its last stable offset moves).
+* A :class:`~pylog.replication.txn_messages.WriteTxnMarkersRequest` from a
+  transaction coordinator: each marker is appended by the leader replica and
+  answered like an acks=all produce (the same purgatory), all in one
+  :class:`~pylog.replication.txn_messages.WriteTxnMarkersResponse`;
+  :attr:`ReplicaManager.marker_listener` hears of each marker committed.
 * Followers fetch per leader broker: one :class:`ReplicaFetchRequest` in flight per (follower,
   leader) for all the partitions led there, with a KIP-227 fetch session (only changed partitions
   after the first, full, request; the leader answers only partitions with something new and parks
@@ -59,6 +65,8 @@ from pylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from pylog.replication.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     ACKS_ALL,
     AlterPartitionResponse,
     FetchRequest,
@@ -89,6 +97,10 @@ from pylog.storage.log import Log, LogConfig
 from pylog.storage.logdir import HW_CHECKPOINT_FILE, LogDir
 
 CONTROLLER = "controller"
+#: an AllocateProducerIds unanswered this long is sent again (lost, or the controller moved); a
+#: refused one is asked again after the back-off
+ALLOCATE_PRODUCER_IDS_RETRY_MS = 1_000
+ALLOCATE_PRODUCER_IDS_BACKOFF_MS = 100
 _EPOCH_CHANGING = (LeaderAndIsrRequest, AlterPartitionResponse, StopReplicaRequest)
 logger = logging.getLogger(__name__)
 TP = Tuple[str, int]
@@ -352,10 +364,21 @@ class ReplicaManager:
         except CorruptCheckpointError:
             self._hw_at_start = {}
         self.closed = False
-        #: producer ids this broker may hand out: ``[next, end)`` of the block the controller granted
-        self._pid_block = (-1, 0)
-        self._next_pid = 0
-        self._pid_end = 0
+        #: producer id blocks this broker may hand out, oldest first, each ``[next, end]`` (KIP-730):
+        #: pushed with LeaderAndIsr, or asked for (AllocateProducerIds) when none is left or a tenth
+        #: of a block is; see :meth:`allocate_producer_id`
+        self._pid_blocks: List[List[int]] = []
+        #: the end of the newest block taken: a block starting below it is one this broker had (a
+        #: LeaderAndIsr repeating its block after a newer one came) and is never taken again
+        self._pid_high = 0
+        #: ask the controller for a block (set when none or few ids are left; cleared by an answer)
+        self._pid_wanted = False
+        #: the AllocateProducerIds in flight: (correlation id, sent at); the answer to any request
+        #: of this incarnation is taken (the high mark keeps a block from being taken twice)
+        self._pid_request: Optional[Tuple[int, int]] = None
+        self._pid_retry_at = 0
+        #: a block is asked for when fewer ids than this are left (a tenth of the last block)
+        self._pid_low = 1
         #: KIP-890 part 1: transactional produces wait here until the coordinator verified the partition
         #: is in the transaction (:mod:`pylog.replication.txn_verification`; the broker sets its
         #: ``coordinator_for``)
@@ -454,6 +477,9 @@ class ReplicaManager:
             self._on_write_txn_markers(src, msg, now_ms, out)
         elif isinstance(msg, InitProducerIdRequest):
             out.send(src, self._init_producer_id(msg))
+            self._maybe_request_pids(now_ms, out)
+        elif isinstance(msg, AllocateProducerIdsResponse):
+            self._on_allocate_producer_ids(msg, now_ms)
         elif isinstance(msg, AddPartitionsToTxnResponse):
             self._on_verification(msg, now_ms, out)
         elif isinstance(msg, LeaderAndIsrRequest):
@@ -488,9 +514,8 @@ class ReplicaManager:
             return  # addressed to this broker's previous incarnation (KIP-380 broker epoch)
         self.controller_epoch = req.controller_epoch
         first, count = req.producer_id_block
-        if count > 0 and (first, count) != self._pid_block:
-            self._pid_block = (first, count)
-            self._next_pid, self._pid_end = first, first + count
+        if count > 0:
+            self._take_pid_block(first, count)
         topic_configs = dict(req.topic_configs)
         # Every state is applied first with the directory syncs of the whole batch deferred (new
         # partition directories, segment files, leader-epoch checkpoints), then the batch is made
@@ -641,15 +666,65 @@ class ReplicaManager:
         return InitProducerIdResponse(req.correlation_id, producer_id=pid, producer_epoch=0)
 
     def allocate_producer_id(self) -> int:
-        """The next producer id of the block the controller granted (the idempotent producers' and the
-        transaction coordinator's). Raises BrokerNotAvailableError when the block is used up or none
-        came yet. O(1)."""
-        if self._next_pid >= self._pid_end:
+        """The next producer id of the blocks the controller granted (the idempotent producers' and the
+        transaction coordinator's). Raises BrokerNotAvailableError (retriable) when none is left; then,
+        and when fewer than a tenth of a block is left, the broker asks the controller for a block
+        (AllocateProducerIds, sent by the next :meth:`tick` or InitProducerId; Kafka's
+        RPCProducerIdManager prefetches at 90% too). O(1) amortized.
+
+        Never the same id twice: a block is taken only if it starts at or after the end of every
+        block taken before (the controller hands blocks out in increasing order, each stored first)."""
+        blocks = self._pid_blocks
+        while blocks and blocks[0][0] >= blocks[0][1]:
+            blocks.pop(0)
+        if not blocks:
+            self._pid_wanted = True
             raise BrokerNotAvailableError(f"broker {self.broker_id} has no producer ids to hand out "
-                                          "(no block from the controller yet); try another broker")
-        pid = self._next_pid
-        self._next_pid += 1
+                                          "(it is asking the controller for a block); try again")
+        pid = blocks[0][0]
+        blocks[0][0] += 1
+        if not self._pid_wanted and self._pids_left() < self._pid_low:
+            self._pid_wanted = True
         return pid
+
+    def _pids_left(self) -> int:
+        return sum(end - nxt for nxt, end in self._pid_blocks)
+
+    def _take_pid_block(self, first: int, count: int) -> bool:
+        """Take block ``[first, first + count)`` unless it is not newer than every block taken (O(1))."""
+        if count <= 0 or first < self._pid_high:
+            return False
+        self._pid_blocks.append([first, first + count])
+        self._pid_high = first + count
+        self._pid_low = max(1, count // 10)
+        self._pid_wanted = self._pids_left() < self._pid_low
+        return True
+
+    def _maybe_request_pids(self, now_ms: int, out: Outbox) -> None:
+        """Send AllocateProducerIds to the controller if a block is wanted and no request is pending
+        (one unanswered for :data:`ALLOCATE_PRODUCER_IDS_RETRY_MS` is sent again: lost, or the
+        controller moved)."""
+        if not self._pid_wanted or now_ms < self._pid_retry_at:
+            return
+        if self._pid_request is not None and now_ms - self._pid_request[1] < ALLOCATE_PRODUCER_IDS_RETRY_MS:
+            return
+        corr = self._next_corr()
+        self._pid_request = (corr, now_ms)
+        out.send(CONTROLLER, AllocateProducerIdsRequest(self.broker_id, self.incarnation, corr))
+
+    def _on_allocate_producer_ids(self, resp: AllocateProducerIdsResponse, now_ms: int) -> None:
+        """The controller's block (or refusal: asked again after a back-off). An answer meant for another
+        incarnation of this broker is dropped."""
+        if resp.correlation_id >> 32 != self.incarnation:
+            return  # not a request of this incarnation
+        if self._pid_request is not None and self._pid_request[0] == resp.correlation_id:
+            self._pid_request = None
+        if resp.error is not None or resp.broker_incarnation != self.incarnation:
+            logger.info("broker %d: AllocateProducerIds refused: %s %s", self.broker_id,
+                        getattr(resp.error, "__name__", resp.error), resp.message)
+            self._pid_retry_at = now_ms + ALLOCATE_PRODUCER_IDS_BACKOFF_MS
+            return
+        self._take_pid_block(resp.producer_id_start, resp.producer_id_len)
 
     def _on_multi_produce(self, src: object, req: MultiProduceRequest, now_ms: int, out: Outbox) -> None:
         """Each part appended in order, as if it had come alone; one :class:`MultiProduceResponse` once
@@ -1236,8 +1311,10 @@ class ReplicaManager:
                 again = proposer.resend_proposal(now_ms, cfg.alter_partition_retry_ms)
                 if again is not None:
                     out.send(CONTROLLER, again)
+        if self._pid_wanted:
+            self._maybe_request_pids(now_ms, out)
         if len(self.txn_verifier):
-            for refused in self.txn_verifier.expire(now_ms):
+            for refused in self.txn_verifier.expire(now_ms, out):
                 self._refuse_produce(refused, out)
         for tp in self._due(self._produce_deadlines, self.delayed_produce, now_ms):
             if any(now_ms >= d.deadline_ms for d in self.delayed_produce.get(tp, ())):
@@ -1358,16 +1435,22 @@ class ReplicaManager:
             ld = next((p.log._logdir for p in self.partitions.values() if p.log._logdir is not None), None)
             try:
                 with ld.deferred_checkpoints() if ld is not None else contextlib.nullcontext():
+                    try:  # snapshots and flushes first: their directory syncs and renames once (issue 18)
+                        with self.io.batched_dir_syncs():
+                            for p in self.partitions.values():
+                                p.stop()
+                                try:
+                                    ps = p.producer_state
+                                    # Kafka's takeSnapshot: only when the state moved past the newest snapshot
+                                    # (an empty or unchanged partition's snapshot would say nothing new).
+                                    if ps.map_end_offset > max(ps.snapshot_offsets(), default=0):
+                                        ps.take_snapshot()
+                                    p.log.flush()
+                                except OSError:
+                                    pass  # snapshot: the log replay rebuilds it; flush: close() below meets it
+                    except OSError:
+                        pass  # a snapshot's or an index name's sync: both derived, rebuilt on the next open
                     for (topic, partition), p in self.partitions.items():
-                        p.stop()
-                        try:
-                            ps = p.producer_state
-                            # Kafka's takeSnapshot: only when the state moved past the newest snapshot
-                            # (an empty or unchanged partition's snapshot would say nothing new).
-                            if ps.map_end_offset > max(ps.snapshot_offsets(), default=0):
-                                ps.take_snapshot()
-                        except OSError:
-                            pass  # the log replay rebuilds the state on the next open
                         try:
                             p.log.close()
                         except OSError as exc:
@@ -1403,6 +1486,10 @@ class ReplicaManager:
         for p in self.partitions.values():
             p._check()
             p.log._check()
+        prev_end = -1
+        for nxt, end in self._pid_blocks:  # producer id blocks: in order, disjoint, below the high mark
+            assert prev_end <= nxt <= end <= self._pid_high, self._pid_blocks
+            prev_end = end
         for tp in self.inflight:
             assert tp in self.partitions, tp
         for tp in self.fetch_wakeups:

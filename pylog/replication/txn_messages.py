@@ -2,7 +2,7 @@
 
 Kafka's FindCoordinator (key type TRANSACTION), InitProducerId with a
 transactional id, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn
-and WriteTxnMarkers, with Kafka's field names, as plain frozen dataclasses of
+and WriteTxnMarkers, and the admin's DescribeTransactions and ListTransactions, with Kafka's field names, as plain frozen dataclasses of
 ints, strings, bools and tuples (so they pickle), in the style of
 :mod:`pylog.replication.messages`: ``error`` is ``None`` or a
 :class:`~pylog.errors.PylogError` subclass, ``message`` says why, and every
@@ -209,10 +209,72 @@ class WriteTxnMarkersResponse:
     results: Tuple[Tuple[TxnMarker, ErrorType], ...] = ()
 
 
+@dataclass(frozen=True)
+class DescribeTransactionsRequest:
+    """Kafka's DescribeTransactions (KIP-664), sent to the coordinator of each id: the coordinator's
+    state of ``transactional_ids``. Answered by :class:`DescribeTransactionsResponse`."""
+
+    transactional_ids: Tuple[str, ...]
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class TransactionStateRow:
+    """One described transactional id (Kafka's ``DescribeTransactionsResponse.TransactionState``):
+    ``error`` per id (NotCoordinatorError, TransactionalIdNotFoundError, InvalidRequestError), else
+    the state's Kafka name (``Ongoing``, ``PrepareCommit``, ...), producer id and epoch, timeout, the
+    transaction's start time (-1: none open) and its partitions."""
+
+    transactional_id: str
+    error: ErrorType = None
+    message: str = ""
+    state: str = ""
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    transaction_timeout_ms: int = 0
+    transaction_start_time_ms: int = -1
+    partitions: Tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True)
+class DescribeTransactionsResponse:
+    correlation_id: int
+    transactions: Tuple[TransactionStateRow, ...] = ()
+
+
+@dataclass(frozen=True)
+class ListTransactionsRequest:
+    """Kafka's ListTransactions (KIP-664, ``duration_filter_ms`` from KIP-994), sent to every broker:
+    the transactional ids it coordinates, filtered by state name and producer id (empty: all) and
+    by running time (-1: all). Answered by :class:`ListTransactionsResponse`."""
+
+    correlation_id: int
+    state_filters: Tuple[str, ...] = ()
+    producer_id_filters: Tuple[int, ...] = ()
+    duration_filter_ms: int = -1
+
+
+@dataclass(frozen=True)
+class ListTransactionsResponse:
+    """``transactions``: ``(transactional_id, producer_id, state name)`` each; ``unknown_state_filters``:
+    filters that name no state (Kafka's field); ``partitions``: the ``__transaction_state`` partitions
+    whose ids the answer covers (pylog's addition: the admin merges the brokers' answers once every
+    partition is covered, as for ListGroups)."""
+
+    correlation_id: int
+    error: ErrorType = None
+    message: str = ""
+    transactions: Tuple[Tuple[str, int, str], ...] = ()
+    unknown_state_filters: Tuple[str, ...] = ()
+    partitions: Tuple[int, ...] = ()
+
+
 __all__ = [
     "COORDINATOR_TYPE_GROUP", "COORDINATOR_TYPE_TRANSACTION", "DEFAULT_TRANSACTION_TIMEOUT_MS",
     "ConsumerGroupMetadata", "FindTransactionCoordinatorRequest", "FindCoordinatorResponse",
     "InitProducerIdRequest", "InitProducerIdResponse", "AddPartitionsToTxnRequest", "AddPartitionsToTxnResponse",
     "AddOffsetsToTxnRequest", "AddOffsetsToTxnResponse", "TxnOffsetCommitRequest", "TxnOffsetCommitResponse",
     "EndTxnRequest", "EndTxnResponse", "WriteTxnMarkersRequest", "WriteTxnMarkersResponse", "TxnMarker",
+    "DescribeTransactionsRequest", "DescribeTransactionsResponse", "TransactionStateRow", "ListTransactionsRequest",
+    "ListTransactionsResponse",
 ]

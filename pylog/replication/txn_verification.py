@@ -76,6 +76,7 @@ class _Verification:
     deadline_ms: int
     guard: Tuple[int, int, int]
     waiting: List[Parked] = field(default_factory=list)
+    node: Optional[int] = None  # the coordinator it was sent to
 
 
 def transactional_producer(records: Any) -> Optional[Tuple[int, int]]:
@@ -152,6 +153,7 @@ class TxnVerifier:
                     f"{v.transactional_id!r}: its transaction coordinator is not available")
         v.correlation_id = self._next_corr()
         v.deadline_ms = now_ms + self.timeout_ms
+        v.node = node
         self._out[key] = v
         self._by_corr[v.correlation_id] = key
         out.send(node, AddPartitionsToTxnRequest(v.transactional_id, v.producer_id, v.producer_epoch,
@@ -194,9 +196,19 @@ class TxnVerifier:
             return NotEnoughReplicasError, what + f"could not verify the partition is in the transaction ({error.__name__}: {message})"
         return error, what + (message or error.__name__)
 
-    def expire(self, now_ms: int) -> List[Refused]:
-        """Verifications unanswered past their deadline: their produces are refused (retriable)."""
+    def expire(self, now_ms: int, out: Outbox) -> List[Refused]:
+        """Verifications unanswered past their deadline: their produces are refused (retriable). One whose
+        transaction coordinator moved meanwhile (a crashed coordinator never answers) is sent to the new
+        one, within the same deadline."""
         refused: List[Refused] = []
+        if self.coordinator_for is not None:
+            for key, v in list(self._out.items()):
+                node = self.coordinator_for(v.transactional_id)
+                if node is not None and node != v.node and now_ms < v.deadline_ms:
+                    deadline = v.deadline_ms
+                    self._by_corr.pop(v.correlation_id, None)
+                    self._send(key, v, now_ms, out)
+                    v.deadline_ms = deadline
         for key in [k for k, v in self._out.items() if now_ms >= v.deadline_ms]:
             v = self._out.pop(key)
             self._by_corr.pop(v.correlation_id, None)

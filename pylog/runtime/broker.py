@@ -35,7 +35,7 @@ Thread-safety: all methods run on the scheduler's thread.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Hashable, Iterator, Optional, Tuple
+from typing import Any, Dict, Hashable, Optional, Tuple
 
 from pylog.errors import CoordinatorNotAvailableError, InvalidConfigurationError, NotLeaderError
 from pylog.replication import group_messages as gm
@@ -43,6 +43,7 @@ from pylog.replication.controller import Controller, MetadataStore
 from pylog.replication.group_coordinator import GroupCoordinator
 from pylog.replication.messages import (
     NO_LEADER,
+    AllocateProducerIdsRequest,
     AlterPartitionRequest,
     BrokerHeartbeat,
     FetchRequest,
@@ -58,7 +59,7 @@ from pylog.replication.messages import (
     StopReplicaResponse,
     TopicsDeleted,
 )
-from pylog.replication.offsets_topic import OFFSETS_TOPIC, LogEntry, partition_for_group
+from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group, read_log_entries
 from pylog.replication.txn_messages import TxnOffsetCommitRequest
 from pylog.replication.partition import LEADER
 from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, ReplicaManagerConfig
@@ -67,7 +68,6 @@ from pylog.replication.txn_messages import AddPartitionsToTxnRequest, AddPartiti
 from pylog.runtime.scheduler import Scheduler, Timer
 from pylog.runtime.txn_host import TxnHost, leader_of_state_partition
 from pylog.runtime.transport.base import Transport
-from pylog.storage.control_record import ControlRecordType, parse_control_type
 from pylog.storage.fileio import FileIO, SimulatedDiskIO
 from pylog.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
@@ -250,7 +250,7 @@ class Broker:
             if rm.fetch_wakeups and not self._wakeup_queued:  # type: ignore[union-attr]
                 self._queue_fetch_wakeups()
             return
-        if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest, StopReplicaResponse)):
+        if isinstance(msg, (BrokerHeartbeat, AlterPartitionRequest, StopReplicaResponse, AllocateProducerIdsRequest)):
             if self.controller is not None and self.controller.active and self.store.controller_id == self.broker_id:
                 self._send(self.controller.handle(src, msg, now))
             return
@@ -325,38 +325,19 @@ class Broker:
             part = rm.partitions.get((OFFSETS_TOPIC, p))
             leading = part is not None and part.role == LEADER
             if leading and co.loaded.get(p) != part.leader_epoch:  # type: ignore[union-attr]
-                self._send(co.load(p, part.leader_epoch, self._read_offsets_log(part), now))  # type: ignore[union-attr]
+                self._send(co.load(p, part.leader_epoch, read_log_entries(part.log), now))  # type: ignore[union-attr]
             elif not leading and p in co.loaded:
                 self._send(co.unload(p))
 
     def _on_marker_committed(self, topic: str, partition: int, producer_id: int, committed: bool) -> None:
         """The replica manager's ``marker_listener``: a COMMIT/ABORT marker this broker leads is committed."""
-        if topic == OFFSETS_TOPIC and self.running and self.coordinator is not None:
-            self._send(self.coordinator.complete_txn(partition, producer_id, committed,
-                                                     self.scheduler.clock.now_ms()))
-
-    @staticmethod
-    def _read_offsets_log(part: object) -> Iterator[LogEntry]:
-        """Every record of an offsets partition's log, in offset order (to its log end), with its batch's
-        producer id, epoch and transactional bit; a transaction marker as an entry with ``marker`` set
-        (other control records are skipped)."""
-        log = part.log  # type: ignore[attr-defined]
-        offset, end = log.log_start_offset, log.log_end_offset
-        while offset < end:
-            batches = log.read_batches(offset, 1 << 20)
-            if not batches:
-                break
-            for batch in batches:
-                pid, epoch, txn = batch.producer_id, batch.producer_epoch, batch.is_transactional
-                if batch.is_control:
-                    for r in batch.records():
-                        kind = parse_control_type(r.key, path=batch.path, offset=r.offset)
-                        if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
-                            yield LogEntry(None, None, r.offset, pid, epoch, txn, kind == ControlRecordType.COMMIT)
-                else:
-                    for r in batch.records():
-                        yield LogEntry(r.key, r.value, r.offset, pid, epoch, txn)
-                offset = batch.last_offset + 1
+        if topic == OFFSETS_TOPIC and self.running and self.coordinator is not None and self.rm is not None:
+            # the producer's epoch as the partition knows it now (the marker's, or a later one): the
+            # coordinator then refuses a TxnOffsetCommit of an older epoch (a fenced zombie's)
+            part = self.rm.partitions.get((topic, partition))
+            entry = part.log.producer_state.producers.get(producer_id) if part is not None else None
+            self._send(self.coordinator.complete_txn(partition, producer_id, committed, self.scheduler.clock.now_ms(),
+                                                     producer_epoch=entry.epoch if entry is not None else -1))
 
     def _find_coordinator(self, req: gm.FindCoordinatorRequest) -> gm.FindCoordinatorResponse:
         cfg = self.store.topics.get(OFFSETS_TOPIC)

@@ -43,6 +43,9 @@ One :class:`TxnHost` per running broker, hosted as the group coordinator is
   epoch wrote there; the transaction completes when its partition is loaded
   again). A partition whose topic is gone from the metadata counts as written
   (Kafka: "the partition is likely deleted").
+* **Admin** (:meth:`TxnHost.describe_transactions`, :meth:`TxnHost.list_transactions`): Kafka's
+  DescribeTransactions (to the coordinator of each id) and ListTransactions (to every broker, each
+  answering for the ids it coordinates), from the coordinator's memory.
 * **Timer.** Every ``abort_timed_out_interval_ms`` (Kafka's
   ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, 10 s)
   transactions open longer than their timeout are aborted (their producer
@@ -63,6 +66,7 @@ from pylog.errors import (
     CoordinatorNotAvailableError,
     CorruptRecordError,
     InvalidProducerEpochError,
+    InvalidRequestError,
     KafkaStorageError,
     NotCoordinatorError,
     NotEnoughReplicasAfterAppendError,
@@ -71,6 +75,7 @@ from pylog.errors import (
     PylogError,
     RequestTimedOutError,
     TransactionCoordinatorFencedError,
+    TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
 from pylog.record import Record
@@ -89,7 +94,7 @@ from pylog.replication.messages import (
 from pylog.replication.offsets_topic import OFFSETS_TOPIC
 from pylog.replication.partition import LEADER
 from pylog.replication.txn_coordinator import TransactionCoordinator, TxnLogAppend, TxnMarker, TxnOutcome
-from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC, partition_for_transactional_id
+from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC, TransactionState, partition_for_transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +194,8 @@ class TxnHost:
         if isinstance(msg, InitProducerIdRequest):
             return msg.transactional_id is not None
         return isinstance(msg, (tm.FindTransactionCoordinatorRequest, tm.AddPartitionsToTxnRequest,
-                                tm.AddOffsetsToTxnRequest, tm.EndTxnRequest, tm.WriteTxnMarkersResponse))
+                                tm.AddOffsetsToTxnRequest, tm.EndTxnRequest, tm.WriteTxnMarkersResponse,
+                                tm.DescribeTransactionsRequest, tm.ListTransactionsRequest))
 
     # ----------------------------------------------------------------- requests
     def handle(self, src: object, msg: object, now_ms: int) -> Outbox:
@@ -201,6 +207,10 @@ class TxnHost:
             out.send(src, self._find_coordinator(msg))
         elif isinstance(msg, tm.AddPartitionsToTxnRequest) and msg.verify_only:
             out.send(src, self._verify(msg))
+        elif isinstance(msg, tm.DescribeTransactionsRequest):
+            out.send(src, self.describe_transactions(msg))
+        elif isinstance(msg, tm.ListTransactionsRequest):
+            out.send(src, self.list_transactions(msg, now_ms))
         else:
             self._on_request(src, msg, now_ms, out)
         return out
@@ -220,6 +230,57 @@ class TxnHost:
                 req.correlation_id, error=CoordinatorNotAvailableError,
                 message=f"{TRANSACTION_STATE_TOPIC}-{p} (transactional id {req.transactional_id!r}) has no leader")
         return gm.FindCoordinatorResponse(req.correlation_id, node_id=node)
+
+    # ---------------------------------------------------------------- admin
+    def describe_transactions(self, req: tm.DescribeTransactionsRequest) -> tm.DescribeTransactionsResponse:
+        """Kafka's ``handleDescribeTransactions``, per id: InvalidRequestError for an empty id,
+        NotCoordinatorError when its partition is not loaded here, TransactionalIdNotFoundError when
+        unknown (or Dead), else its state, producer id/epoch, timeout, start time and partitions (the
+        state reached, not a pending transition's). O(ids + their partitions)."""
+        rows = []
+        co = self.coordinator
+        ids = req.transactional_ids if isinstance(req.transactional_ids, (tuple, list)) else ()
+        for tid in ids:
+            try:
+                if not isinstance(tid, str) or not tid:
+                    raise InvalidRequestError(f"transactional id must be a non-empty string, got {tid!r}")
+                if co.loaded_epoch(co.partition_for(tid)) is None:
+                    raise NotCoordinatorError(f"broker {self.broker_id} is not the transaction coordinator of "
+                                              f"{tid!r} ({TRANSACTION_STATE_TOPIC}-{co.partition_for(tid)})")
+                m = co.describe(tid)
+                if m is None or m.state == TransactionState.DEAD:
+                    raise TransactionalIdNotFoundError(
+                        f"transactional id {tid!r} is not known to its coordinator (broker {self.broker_id})")
+            except PylogError as exc:
+                rows.append(tm.TransactionStateRow(str(tid), type(exc), str(exc)))
+                continue
+            rows.append(tm.TransactionStateRow(tid, None, "", m.state.kafka_name, m.producer_id, m.producer_epoch,
+                                               m.timeout_ms, m.start_ms, tuple(sorted(m.partitions))))
+        return tm.DescribeTransactionsResponse(req.correlation_id, tuple(rows))
+
+    def list_transactions(self, req: tm.ListTransactionsRequest, now_ms: int) -> tm.ListTransactionsResponse:
+        """Kafka's ``listTransactionStates``: every id this broker coordinates (Dead ones left out),
+        filtered by state name (a name that is no state is listed in ``unknown_state_filters``),
+        producer id, and running time (``duration_filter_ms`` >= 0 keeps those with ``now - start``
+        above it, as Kafka). ``partitions``: the ``__transaction_state`` partitions loaded here.
+        O(ids coordinated here)."""
+        names = {st.kafka_name: st for st in TransactionState}
+        states = {names[n] for n in req.state_filters if n in names}
+        unknown = tuple(n for n in req.state_filters if n not in names)
+        pids = set(req.producer_id_filters)
+        rows = []
+        co = self.coordinator
+        for tid in co.transactional_ids():
+            m = co.describe(tid)
+            if m is None or m.state == TransactionState.DEAD:
+                continue
+            if (req.state_filters and m.state not in states) or (pids and m.producer_id not in pids):
+                continue
+            if req.duration_filter_ms >= 0 and now_ms - m.start_ms <= req.duration_filter_ms:
+                continue
+            rows.append((tid, m.producer_id, m.state.kafka_name))
+        return tm.ListTransactionsResponse(req.correlation_id, None, "", tuple(rows), unknown,
+                                           tuple(co.loaded_partitions()))
 
     def _verify(self, req: tm.AddPartitionsToTxnRequest) -> tm.AddPartitionsToTxnResponse:
         try:
@@ -243,7 +304,7 @@ class TxnHost:
                                         now_ms, expected)
             elif isinstance(msg, tm.AddPartitionsToTxnRequest):
                 kind = _ADD
-                missing = [tp for tp in msg.partitions if tp not in self.store.partitions]
+                missing = [tp for tp in msg.partitions if not isinstance(tp, tuple) or tp not in self.store.partitions]
                 if missing:
                     self._answer(out, _Waiter(src, msg.correlation_id, kind), UnknownTopicOrPartitionError(
                         f"AddPartitionsToTxn of {msg.transactional_id!r}: unknown partitions "

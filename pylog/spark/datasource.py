@@ -169,7 +169,8 @@ class _Options:
         )
 
     def states(self, tps: Optional[Sequence[TopicPartition]] = None) -> Dict[TopicPartition, layout.PartitionState]:
-        return layout.describe(self.path, self.partitions() if tps is None else tps)
+        return layout.describe(self.path, self.partitions() if tps is None else tps,
+                               read_committed=self.read_committed)
 
     def spec(self, r: Range) -> ReadSpec:
         return ReadSpec(

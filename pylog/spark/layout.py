@@ -19,6 +19,11 @@ Two layouts are understood:
 Offsets follow Spark's Kafka source: ``{"topic": {"0": 23}}`` JSON with string
 partition keys, ``-2`` for earliest and ``-1`` for latest.
 
+Under ``kafka.isolation.level=read_committed`` "latest" is the partition's last
+stable offset (:func:`last_stable_offset`, computed read-only from the
+directory: the newest producer snapshot at or below the high watermark, then the
+batch headers after it), so an open transaction is never planned.
+
 Thread-safety: stateless functions. Complexity: O(partitions) log opens, each
 O(segments) (see :meth:`pylog.Log.open` with ``read_only=True``).
 """
@@ -32,13 +37,16 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from pylog.errors import (
     CorruptCheckpointError,
+    CorruptRecordError,
     InvalidConfigurationError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from pylog.storage import checkpoint
 from pylog.storage.fileio import FileIO
+from pylog.record import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from pylog.storage.log import Log
+from pylog.storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot, snapshot_name
 from pylog.storage.logdir import HW_CHECKPOINT_FILE, list_log_dirs, parse_partition_dir, partition_dirs
 
 EARLIEST = -2
@@ -52,7 +60,8 @@ class PartitionState:
     """What the driver knows about one topic-partition when it plans a read.
 
     ``latest`` is the exclusive end a consumer may read up to: the high
-    watermark when the directory records one, else the log end offset.
+    watermark when the directory records one, else the log end offset; under
+    read_committed (``last_stable_offset`` set) the last stable offset below it.
     """
 
     topic: str
@@ -62,12 +71,63 @@ class PartitionState:
     log_end_offset: int
     high_watermark: Optional[int]
     broker: Optional[int] = None
+    last_stable_offset: Optional[int] = None  # read_committed only
 
     @property
     def latest(self) -> int:
-        if self.high_watermark is None:
-            return self.log_end_offset
-        return max(self.log_start_offset, min(self.high_watermark, self.log_end_offset))
+        end = self.log_end_offset if self.high_watermark is None else min(self.high_watermark, self.log_end_offset)
+        if self.last_stable_offset is not None:
+            end = min(end, self.last_stable_offset)
+        return max(self.log_start_offset, end)
+
+
+def last_stable_offset(log: Log, high_watermark: Optional[int]) -> int:
+    """The LSO of a log opened read-only: min(``high_watermark`` (None: the log end), the first offset of
+    every transaction open at the log end and of every one whose marker is at or above the high
+    watermark) - what :meth:`Log.last_stable_offset` answers on the writer, computed without writing.
+
+    Reads the newest producer snapshot at or below the high watermark (its open transactions) and the
+    batch headers after it (a transactional data batch opens its producer's transaction, a control batch
+    of that producer ends it); a snapshot that does not decode is passed over for an older one, or the
+    log start. Raises :class:`CorruptRecordError` (naming the file and byte) for a damaged batch after the
+    snapshot. Complexity: O(bytes after the snapshot) header reads (a writer snapshots at every roll, so
+    about one segment). Thread-safety: reads only; safe next to a writer process.
+    """
+    leo = log.log_end_offset
+    hw = leo if high_watermark is None else min(high_watermark, leo)
+    start = log.log_start_offset
+    ongoing: Dict[int, int] = {}
+    try:
+        names = os.listdir(log.dir)
+    except OSError:
+        names = []
+    snaps = sorted(int(n[:20]) for n in names
+                   if n.endswith(SNAPSHOT_SUFFIX) and len(n) == 20 + len(SNAPSHOT_SUFFIX) and n[:20].isdigit())
+    for off in reversed(snaps):
+        if off > hw or off < start:
+            continue
+        path = os.path.join(log.dir, snapshot_name(off))
+        try:
+            with open(path, "rb") as f:
+                entries = decode_snapshot(f.read(), path)
+        except (OSError, CorruptRecordError):
+            continue  # gone (a writer's cleanup) or damaged: an older one, or the log start
+        ongoing = {e.producer_id: e.txn_first_offset for e in entries if e.txn_first_offset >= 0}
+        start = off
+        break
+    lso = hw
+    for info in log.read_batch_infos(start, leo):
+        if info.magic != 2 or info.producer_id < 0:
+            continue
+        if info.attributes & ATTR_CONTROL:
+            first = ongoing.pop(info.producer_id, None)
+            if first is not None and info.base_offset >= hw:
+                lso = min(lso, first)  # completed, but its marker is not below the high watermark yet
+        elif info.attributes & ATTR_TRANSACTIONAL:
+            ongoing.setdefault(info.producer_id, info.base_offset)
+    for first in ongoing.values():
+        lso = min(lso, first)
+    return lso
 
 
 def is_cluster_dir(path: str) -> bool:
@@ -103,16 +163,20 @@ def list_topic_partitions(path: str) -> Dict[TopicPartition, List[Tuple[Optional
     return found
 
 
-def _open_state(tp: TopicPartition, broker: Optional[int], pdir: str, hw: Optional[int]) -> PartitionState:
+def _open_state(tp: TopicPartition, broker: Optional[int], pdir: str, hw: Optional[int],
+                read_committed: bool = False) -> PartitionState:
     log = Log.open(pdir, read_only=True)
     try:
-        return PartitionState(tp[0], tp[1], pdir, log.log_start_offset, log.log_end_offset, hw, broker)
+        lso = last_stable_offset(log, hw) if read_committed else None
+        return PartitionState(tp[0], tp[1], pdir, log.log_start_offset, log.log_end_offset, hw, broker, lso)
     finally:
         log.close()
 
 
-def describe(path: str, wanted: Iterable[TopicPartition]) -> Dict[TopicPartition, PartitionState]:
-    """State of each wanted partition, choosing the replica with the highest high watermark."""
+def describe(path: str, wanted: Iterable[TopicPartition], *,
+             read_committed: bool = False) -> Dict[TopicPartition, PartitionState]:
+    """State of each wanted partition, choosing the replica with the highest high watermark (with
+    ``read_committed``: the highest last stable offset)."""
     replicas = list_topic_partitions(path)
     cluster = is_cluster_dir(path)
     hw_cache: Dict[str, Optional[Dict[TopicPartition, int]]] = {}
@@ -128,7 +192,7 @@ def describe(path: str, wanted: Iterable[TopicPartition]) -> Dict[TopicPartition
                 hw = 0 if cluster else None
             else:
                 hw = hws.get(tp, 0)
-            cands.append(_open_state(tp, broker, pdir, hw))
+            cands.append(_open_state(tp, broker, pdir, hw, read_committed))
         if not cands:
             raise UnknownTopicOrPartitionError(f"partition {tp[0]}-{tp[1]} not found under {path}")
         cands.sort(key=lambda s: (-(s.latest), -s.log_end_offset, s.broker if s.broker is not None else -1))

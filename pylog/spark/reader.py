@@ -30,12 +30,12 @@ from typing import Any, Iterator, List, Optional, Tuple, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pylog.errors import CorruptRecordError, InvalidConfigurationError, OffsetOutOfRangeError
+from pylog.client.txn_filter import ReadCommittedFilter
+from pylog.errors import CorruptRecordError, OffsetOutOfRangeError
 from pylog.record import compression as codecs
 from pylog.record import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
-    ATTR_TRANSACTIONAL,
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
     BatchInfo,
@@ -235,18 +235,13 @@ def build_arrow(
     """One Arrow batch from whole record batches ``infos`` (positions relative to ``view``).
 
     Control batches are dropped; rows outside ``[spec.start, spec.end)`` are
-    cut off. Raises :class:`CorruptRecordError` (naming ``path``) when a
+    cut off. Under read_committed the caller has taken the aborted batches out of
+    ``infos`` already (:class:`_Committed`). Raises :class:`CorruptRecordError` (naming ``path``) when a
     CRC-valid batch holds malformed records.
 
     Complexity: O(bytes) in C plus O(batches) Python calls.
     """
     data = [i for i in infos if not (i.magic == 2 and i.attributes & ATTR_CONTROL)]
-    if spec.read_committed and any(i.magic == 2 and i.attributes & ATTR_TRANSACTIONAL for i in data):
-        first = next(i for i in data if i.attributes & ATTR_TRANSACTIONAL)
-        raise InvalidConfigurationError(
-            f"{spec.topic}-{spec.partition}: the transactional batch at offset {first.base_offset} in {path} cannot be "
-            "read with kafka.isolation.level=read_committed yet (pylog has no transaction index); use read_uncommitted"
-        )
     if not data:
         return None
     include_headers = spec.include_headers
@@ -394,8 +389,34 @@ def read_range(spec: ReadSpec, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Re
         lg.close()
 
 
+class _Committed:
+    """read_committed for one task: Kafka's consumer-side filter (:class:`ReadCommittedFilter`) over
+    the range's batches in offset order, with the aborted transactions of ``[start, end)`` from the
+    segments' ``.txnindex`` (:meth:`Log.aborted_transactions`, read-only) - exactly what a
+    read_committed fetch of the range would carry. The planned end is at or below the partition's
+    last stable offset (:func:`pylog.spark.layout.last_stable_offset`), so every transaction in
+    range has its marker in the log."""
+
+    __slots__ = ("_filter",)
+
+    def __init__(self, lg: Log, spec: ReadSpec) -> None:
+        self._filter = ReadCommittedFilter(lg.aborted_transactions(spec.start, spec.end))
+
+    def visible(self, view: memoryview, infos: List[BatchInfo], path: str) -> List[BatchInfo]:
+        """``infos`` without the batches of aborted transactions (control batches stay: the decoder skips
+        them). Every batch must be passed, in order, once. Raises :class:`CorruptRecordError` for a
+        control batch whose key does not decode."""
+        out = []
+        for i in infos:
+            batch = RecordBatch(i, view[i.position : i.position + i.size], path)
+            if self._filter.keep(batch) or batch.is_control:
+                out.append(i)
+        return out
+
+
 def _read_log(lg: Log, spec: ReadSpec, chunk_bytes: int) -> Iterator[pa.RecordBatch]:
     target, end = spec.start, spec.end
+    committed = _Committed(lg, spec) if spec.read_committed else None
     if target < lg.log_start_offset:
         lost_to = min(lg.log_start_offset, end)
         reason = f"below the log start offset {lg.log_start_offset} (removed by retention or delete_records)"
@@ -435,7 +456,10 @@ def _read_log(lg: Log, spec: ReadSpec, chunk_bytes: int) -> Iterator[pa.RecordBa
                 pending_loss = None
             if infos:
                 try:
-                    rb = build_arrow(view, [b for b in infos if b.last_offset >= target], spec_at(spec, target), path)
+                    mine = [b for b in infos if b.last_offset >= target]
+                    if committed is not None:
+                        mine = committed.visible(view, mine, path)
+                    rb = build_arrow(view, mine, spec_at(spec, target), path) if mine else None
                 except CorruptRecordError as exc:
                     if spec.fail_on_data_loss:
                         raise
@@ -464,7 +488,8 @@ def _read_log(lg: Log, spec: ReadSpec, chunk_bytes: int) -> Iterator[pa.RecordBa
                     if b.base_offset >= end:
                         target = end
                         break
-                    rb = build_arrow(wview, [b], spec_at(spec, target), path)
+                    one = [b] if committed is None else committed.visible(wview, [b], path)
+                    rb = build_arrow(wview, one, spec_at(spec, target), path) if one else None
                     if rb is not None and rb.num_rows:
                         yield rb
                     target = max(target, b.last_offset + 1)

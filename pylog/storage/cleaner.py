@@ -25,8 +25,14 @@ One clean of a log:
    Batches keep their base and last offsets, leader epoch, producer id,
    epoch and base sequence; a batch whose records were all removed is kept
    as an empty batch when it is its producer's last data batch (so the
-   producer's sequence state survives), else dropped. Control batches and
-   legacy (magic 0/1) messages are copied unchanged. A batch whose records
+   producer's sequence state survives), else dropped. Legacy (magic 0/1)
+   messages are copied unchanged. Transactions (:class:`TxnCleaningState`,
+   Kafka's CleanedTransactionMetadata): batches of aborted transactions (from
+   the ``.txnindex``) lose their records and stay out of the offset map; a
+   COMMIT/ABORT marker whose transaction has no batch left gets a delete
+   horizon and goes after it; the cleaned ``.txnindex`` keeps only the
+   entries of ABORT markers kept with data; nothing at or above the last
+   stable offset is cleaned (docs/compaction.md, "Transactions"). A batch whose records
    all survive (and needs no horizon) is copied byte for byte; others are
    re-encoded with the same compression codec. Offsets never change.
 4. **Swap.** Each cleaned group is fsynced and swapped in through
@@ -45,7 +51,8 @@ uncleanable offset) per clean, plus a header scan of the whole log.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple, TypedDict
+import heapq
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Set, Tuple, TypedDict
 
 from pylog.errors import CorruptRecordError
 from pylog.record import compression as codecs
@@ -66,8 +73,10 @@ from pylog.record import (
 from pylog.record.codec import decode_columns, spans
 from pylog.record.framing import batch_length_of, seal
 from pylog.record.oracle import py_record_bytes
+from pylog.storage.control_record import ControlRecordType, parse_control_type
 from pylog.storage.log import Log
 from pylog.storage.segment import LogSegment
+from pylog.storage.txn_index import AbortedTxn
 
 _MAX_OFFSET_SPAN = 0x7FFFFFFF  # a segment's relative offsets are int32
 _CHUNK = 4 * 1024 * 1024
@@ -99,6 +108,8 @@ class CleanResult(NamedTuple):
     tombstones_removed: int = 0
     empty_batches_kept: int = 0
     batches_removed: int = 0
+    aborted_records_removed: int = 0  # records of aborted transactions (also counted in records_removed)
+    markers_removed: int = 0  # COMMIT/ABORT control batches past their delete horizon
 
 
 class _Where(TypedDict):
@@ -116,6 +127,8 @@ class _Counts(TypedDict):
     tombstones_removed: int
     empty_batches_kept: int
     batches_removed: int
+    aborted_records_removed: int
+    markers_removed: int
 
 
 def delete_horizon(info: BatchInfo) -> Optional[int]:
@@ -125,13 +138,91 @@ def delete_horizon(info: BatchInfo) -> Optional[int]:
     return None
 
 
-def build_offset_map(batches: Iterable[RecordBatch], start: int = 0, end: Optional[int] = None) -> OffsetMap:
+class TxnCleaningState:
+    """Which batches of a clean belong to aborted transactions, and which markers may go
+    (Kafka's ``CleanedTransactionMetadata``).
+
+    Built from the aborted transactions of the cleaned range (the ``.txnindex``
+    entries, :meth:`Log.aborted_transactions`) and fed every batch of the range in
+    offset order: :meth:`on_batch` for a data batch (True: it belongs to an aborted
+    transaction and its records go), :meth:`on_control` for a control batch (True:
+    it may be discarded - once its delete horizon has passed). An ABORT marker may
+    go once no batch of its transaction was seen in the range (all of them were
+    removed by earlier cleans); a COMMIT marker likewise. The entries of the ABORT
+    markers that stay are collected in :attr:`kept_entries` for the cleaned
+    segments' ``.txnindex`` (an entry whose marker is removed must not survive it:
+    a reader would take the producer as aborted with no marker to end it).
+
+    Complexity: O(log n) per aborted transaction taken, O(1) per data batch, one
+    record decode per control batch. Thread-safety: one clean, one thread.
+    """
+
+    __slots__ = ("_pending", "_aborted", "_committed", "kept_entries")
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._pending: List[Tuple[int, int, int, AbortedTxn]] = [
+            (a.first_offset, a.last_offset, a.producer_id, a) for a in aborted]
+        heapq.heapify(self._pending)
+        #: producer id -> [its aborted transaction in progress, whether a batch of it was seen]
+        self._aborted: Dict[int, List[object]] = {}
+        self._committed: Set[int] = set()  # producers with a batch seen of a transaction not aborted
+        self.kept_entries: List[AbortedTxn] = []
+
+    def _take_up_to(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= offset:
+            txn = heapq.heappop(pending)[3]
+            self._aborted.setdefault(txn.producer_id, [txn, False])
+
+    def on_batch(self, info: BatchInfo) -> bool:
+        """A data batch: True when it belongs to an aborted transaction (Kafka's ``onBatchRead``)."""
+        self._take_up_to(info.last_offset)
+        if not info.attributes & ATTR_TRANSACTIONAL:
+            return False
+        entry = self._aborted.get(info.producer_id)
+        if entry is not None:
+            entry[1] = True
+            return True
+        self._committed.add(info.producer_id)
+        return False
+
+    def on_control(self, batch: RecordBatch) -> bool:
+        """A control batch: True when it may be discarded (Kafka's ``onControlBatchRead``).
+
+        Raises :class:`CorruptRecordError` for a malformed control key."""
+        info = batch.info
+        self._take_up_to(info.last_offset)
+        records = batch.records()
+        if not records:
+            return True  # an empty control batch was cleaned already
+        key = bytes(records[0].key) if records[0].key is not None else None
+        kind = parse_control_type(key, path=batch.path, position=info.position, offset=info.base_offset)
+        pid = info.producer_id
+        if kind == ControlRecordType.ABORT:
+            entry = self._aborted.pop(pid, None)
+            if entry is not None and entry[1]:
+                assert isinstance(entry[0], AbortedTxn)
+                self.kept_entries.append(entry[0])  # data of it remains: marker and entry stay
+                return False
+            return True
+        if kind == ControlRecordType.COMMIT:
+            if pid in self._committed:
+                self._committed.discard(pid)
+                return False
+            return True
+        return False  # another control type (LEADER_CHANGE, ...) is kept
+
+
+def build_offset_map(batches: Iterable[RecordBatch], start: int = 0, end: Optional[int] = None,
+                     txn: Optional[TxnCleaningState] = None) -> OffsetMap:
     """Map each key to its latest offset over the records in ``[start, end)``.
 
     A pure function of the batches (Kafka's Cleaner.buildOffsetMap with an
     exact dict instead of a hash table): control batches and legacy
     messages are skipped, records without a key too. Tombstones count: a
-    tombstone supersedes the values before it.
+    tombstone supersedes the values before it. With ``txn`` (fed every batch),
+    the records of aborted transactions are skipped too: an aborted record never
+    shadows an older committed value of its key (Kafka's ``buildOffsetMapForSegment``).
 
     >>> from pylog.record import encode_batch, scan
     >>> b = encode_batch([Record(b"1", key=b"a"), Record(b"2", key=b"b"), Record(None, key=b"a")], now_ms=0)
@@ -144,10 +235,18 @@ def build_offset_map(batches: Iterable[RecordBatch], start: int = 0, end: Option
     out: Dict[bytes, int] = {}
     latest = -1
     for batch in batches:
-        if batch.magic != 2 or batch.is_control or batch.last_offset < start:
-            continue
         if end is not None and batch.base_offset >= end:
             break
+        if batch.magic != 2:
+            continue
+        if txn is not None:
+            if batch.is_control:
+                txn.on_control(batch)
+                continue
+            if txn.on_batch(batch.info):
+                continue
+        if batch.is_control or batch.last_offset < start:
+            continue
         keys, offsets, _ = _key_columns(batch)
         for key, offset in zip(keys, offsets):
             if offset < start or (end is not None and offset >= end):
@@ -251,8 +350,34 @@ class _Filtered(NamedTuple):
     data: Optional[bytes]  # None: the batch is dropped
     removed: int
     tombstones_removed: int
-    horizon: Optional[int]  # the delete horizon of a kept batch holding tombstones
+    horizon: Optional[int]  # the delete horizon of a kept batch holding tombstones (or a discardable marker)
     empty_kept: bool
+    aborted_removed: int = 0  # records removed because their transaction was aborted
+    marker_removed: bool = False
+
+
+def _is_producers_last(info: BatchInfo, producer_last_offsets: Mapping[int, int]) -> bool:
+    return info.producer_id >= 0 and producer_last_offsets.get(info.producer_id) == info.last_offset
+
+
+def _filter_control(batch: RecordBatch, now_ms: int, delete_retention_ms: int,
+                    producer_last_offsets: Mapping[int, int], txn: Optional[TxnCleaningState]) -> _Filtered:
+    """A control batch (Kafka's ``checkBatchRetention`` for markers): kept whole while its
+    transaction has data in the log; once it has none, stamped with a delete horizon
+    (``now + delete_retention_ms``, as a tombstone) and removed by the first clean at or after
+    it - unless it is its producer's last batch (kept whole: see :func:`filter_batch`)."""
+    info = batch.info
+    whole = bytes(batch.buffer)
+    if txn is None or not txn.on_control(batch) or _is_producers_last(info, producer_last_offsets):
+        return _Filtered(whole, 0, 0, None, False)
+    horizon = delete_horizon(info)
+    if horizon is None:
+        horizon = min(now_ms + delete_retention_ms, _INT64_MAX)
+        data = encode_retained(info, batch.records(), horizon)
+        return _Filtered(bytes(data), 0, 0, horizon, False)
+    if now_ms < horizon:
+        return _Filtered(whole, 0, 0, horizon, False)
+    return _Filtered(None, 0, 0, None, False, 0, True)
 
 
 def filter_batch(
@@ -261,11 +386,31 @@ def filter_batch(
     now_ms: int,
     delete_retention_ms: int,
     producer_last_offsets: Mapping[int, int],
+    txn: Optional[TxnCleaningState] = None,
 ) -> _Filtered:
-    """Kafka's record and batch retention rules for one batch (see the module docstring)."""
+    """Kafka's record and batch retention rules for one batch (see the module docstring).
+
+    With ``txn`` (fed every batch of the clean in offset order) a batch of an
+    aborted transaction loses all its records and a marker whose transaction has
+    no data left goes after its delete horizon. A batch that loses every record
+    is kept empty when it is its producer's last data batch
+    (``producer_last_offsets``: producer id -> that batch's last offset, or the
+    last control batch's for a producer with no data batch left or whose last
+    marker has a newer epoch - a fence), so the producer's last sequence and
+    epoch survive. **Deviation:** Kafka empties such a
+    control batch; pylog keeps it whole (the producer-state replay reads the marker
+    of every control batch, and an empty one would not decode there).
+    """
     info = batch.info
-    if info.magic != 2 or batch.is_control:
+    if info.magic != 2:
         return _Filtered(bytes(batch.buffer), 0, 0, None, False)
+    if batch.is_control:
+        return _filter_control(batch, now_ms, delete_retention_ms, producer_last_offsets, txn)
+    if txn is not None and txn.on_batch(info):
+        n = info.records_count
+        if _is_producers_last(info, producer_last_offsets):
+            return _Filtered(bytes(encode_retained(info, [], None)), n, 0, None, True, n)
+        return _Filtered(None, n, 0, None, False, n)
     horizon = delete_horizon(info)
     retain_deletes = horizon is None or now_ms < horizon
     keys, offsets, value_lens = _key_columns(batch)
@@ -300,7 +445,7 @@ def filter_batch(
             kept = batch.records()
         data = encode_retained(info, kept, horizon if (needs_horizon or info.attributes & ATTR_DELETE_HORIZON) else None)
         return _Filtered(bytes(data), removed, tombstones_removed, horizon if has_tombstones else None, False)
-    if info.producer_id >= 0 and producer_last_offsets.get(info.producer_id) == info.last_offset:
+    if _is_producers_last(info, producer_last_offsets):
         return _Filtered(bytes(encode_retained(info, [], None)), removed, tombstones_removed, None, True)
     return _Filtered(None, removed, tombstones_removed, None, False)
 
@@ -345,6 +490,17 @@ class Cleaner:
         limit = keys[-1]  # the active segment is never cleaned
         if upper_bound is not None:
             limit = min(limit, upper_bound)
+        # never above the last stable offset (Kafka cleans below the first unstable offset): not the
+        # first offset of an open transaction, nor of one whose marker is not below the high watermark
+        # (upper_bound; none: the log end). Read without Log.last_stable_offset, which would forget
+        # the transactions whose marker is below the bound given here.
+        ps = log.producer_state
+        hw = log.log_end_offset if upper_bound is None else min(upper_bound, log.log_end_offset)
+        for first in ps.ongoing.values():
+            limit = min(limit, first)
+        for first, marker in ps.unreplicated:
+            if marker >= hw:
+                limit = min(limit, first)
         cleanable: List[int] = []
         for i in range(len(keys) - 1):
             nxt = keys[i + 1]
@@ -464,10 +620,11 @@ class Cleaner:
             # -- the offset map over the dirty segments, bounded by max_map_entries
             offsets: Dict[bytes, int] = {}
             mapped_end = first_dirty if dirty_bases else end
+            map_txn = TxnCleaningState(log.aborted_transactions(first_dirty, end)) if dirty_bases else None
             for b in dirty_bases:
                 # One segment's keys at a time (memory: O(distinct keys), not O(bytes)); a
                 # segment that could overflow the map waits for the next clean (Kafka).
-                part = build_offset_map(iter_segment_batches(log.segments[b]), first_dirty)
+                part = build_offset_map(iter_segment_batches(log.segments[b]), first_dirty, txn=map_txn)
                 if offsets and len(offsets) + len(part.offsets) > self.max_map_entries:
                     break
                 offsets.update(part.offsets)
@@ -480,18 +637,24 @@ class Cleaner:
             # -- group and rewrite
             groups = self._group(log, bases)
             res: _Counts = dict(bytes_read=0, bytes_written=0, records_read=0, records_removed=0, tombstones_removed=0,
-                       empty_batches_kept=0, batches_removed=0)
+                       empty_batches_kept=0, batches_removed=0, aborted_records_removed=0, markers_removed=0)
             horizon_min: Optional[int] = None
+            # one transaction state for every group, from the log start (Kafka's doClean)
+            txn = TxnCleaningState(log.aborted_transactions(log.log_start_offset, end))
             for group in groups:
                 new = log.new_cleaned_segment(group[0])
+                kept_before = len(txn.kept_entries)
                 try:
                     for b in group:
                         seg = log.segments[b]
                         res["bytes_read"] += seg.size
                         for batch in iter_segment_batches(seg):
                             res["records_read"] += batch.records_count
-                            f = filter_batch(batch, offsets, now_ms, log.config.delete_retention_ms, producer_last_offsets)
+                            f = filter_batch(batch, offsets, now_ms, log.config.delete_retention_ms, producer_last_offsets,
+                                             txn)
                             res["records_removed"] += f.removed
+                            res["aborted_records_removed"] += f.aborted_removed
+                            res["markers_removed"] += f.marker_removed
                             res["tombstones_removed"] += f.tombstones_removed
                             res["empty_batches_kept"] += f.empty_kept
                             if f.data is None:
@@ -503,6 +666,10 @@ class Cleaner:
                             kept = scan(f.data, verify_crc=False, max_batches=1).batches[0]
                             new.append(f.data, info.last_offset, kept.max_timestamp, info.last_offset)
                             res["bytes_written"] += len(f.data)
+                    # the cleaned .txnindex: the entries of the ABORT markers kept with data (an entry
+                    # whose marker went must go too); fsynced by new.flush() before the swap
+                    for entry in txn.kept_entries[kept_before:]:
+                        new.txn_index.append(entry)
                     new.on_become_inactive()
                     new.flush()
                 except BaseException:
@@ -511,7 +678,7 @@ class Cleaner:
                     except OSError:
                         new.close()  # a .cleaned file left behind is removed on the next open
                     raise
-                log.replace_segments([new], group)
+                log.replace_segments([new], group, carry_txn_entries=False)
             log._cleaner_next_horizon = horizon_min
             log.set_cleaner_checkpoint(end)
             stats = log.cleaner_stats
@@ -526,15 +693,25 @@ class Cleaner:
 
     @staticmethod
     def _producer_last_offsets(log: Log) -> Dict[int, int]:
-        out: Dict[int, int] = {}
+        """Producer id -> last offset of the batch a clean must keep for it (Kafka's
+        ``isBatchLastRecordOfProducer``): its last data batch (its last sequence), or its last control
+        batch when it has no data batch or that marker carries a newer epoch (a fence: the epoch is
+        what refuses the zombie after a reload)."""
+        data: Dict[int, Tuple[int, int]] = {}
+        control: Dict[int, Tuple[int, int]] = {}
+
+        def note(info: BatchInfo) -> None:
+            if info.magic == 2 and info.producer_id >= 0:
+                (control if info.attributes & ATTR_CONTROL else data)[info.producer_id] = (
+                    info.last_offset, info.producer_epoch)
+
         for seg in log.segments.values():
             pos, size = 0, seg.size
             while pos < size:
                 chunk = seg.read(pos, min(_CHUNK, size - pos))
                 found = scan(chunk, verify_crc=False)
                 for info in found.batches:
-                    if info.magic == 2 and info.producer_id >= 0 and not info.attributes & ATTR_CONTROL:
-                        out[info.producer_id] = info.last_offset
+                    note(info)
                 if not found.batches:
                     if found.torn:
                         head = seg.read(pos, LOG_OVERHEAD)
@@ -542,13 +719,15 @@ class Cleaner:
                                  if len(head) == LOG_OVERHEAD else b"")
                         one = scan(whole, verify_crc=False, max_batches=1)
                         if one.batches:
-                            info = one.batches[0]
-                            if info.magic == 2 and info.producer_id >= 0 and not info.attributes & ATTR_CONTROL:
-                                out[info.producer_id] = info.last_offset
-                            pos += info.size
+                            note(one.batches[0])
+                            pos += one.batches[0].size
                             continue
                     break
                 pos += found.valid_bytes
+        out = {pid: off for pid, (off, _) in data.items()}
+        for pid, (off, epoch) in control.items():
+            if pid not in data or epoch > data[pid][1]:
+                out[pid] = off
         return out
 
     @staticmethod
@@ -571,5 +750,5 @@ class Cleaner:
         return groups
 
 
-__all__ = ["Cleaner", "CleanResult", "OffsetMap", "build_offset_map", "filter_batch", "encode_retained", "delete_horizon",
+__all__ = ["Cleaner", "CleanResult", "OffsetMap", "TxnCleaningState", "build_offset_map", "filter_batch", "encode_retained", "delete_horizon",
            "iter_segment_batches", "ATTR_DELETE_HORIZON"]

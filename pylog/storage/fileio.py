@@ -344,7 +344,14 @@ class SimulatedDiskIO(FileIO):
 
     Files that existed before this object saw them count as fully synced.
     ``fail_write_after=N`` makes the (N+1)th write raise ``OSError(fail_errno)``;
-    ``fail_fsync_after`` does the same for fsync.
+    ``fail_fsync_after`` does the same for fsync. While writes fail (``N``
+    writes done), :meth:`makedirs` of a directory that does not exist fails the
+    same way (only a refused one counts as a write): a new directory needs a block written
+    (a full disk refuses ``mkdir`` with ENOSPC, a failing one with EIO), and a
+    new partition's directory is the first thing its open writes. Likewise,
+    while fsyncs fail (``fail_fsync_after`` fsyncs done), :meth:`fsync_dir`
+    fails too (only a refused one counts as an fsync): a disk that cannot sync
+    a file cannot sync a directory either.
 
     Operation faults: every call that can fail on a real disk or descriptor
     table - :meth:`open`, :meth:`pwrite`, :meth:`fsync`, :meth:`truncate`,
@@ -514,6 +521,9 @@ failed.
         path = os.path.abspath(path)
         with self._lock:
             self._op("fsync_dir", path)
+            if self.fail_fsync_after is not None and self.fsyncs >= self.fail_fsync_after:
+                self.fsyncs += 1  # a failed attempt counts, as a failed fsync does
+                raise OSError(self.fail_errno, os.strerror(self.fail_errno), path)
             super().fsync_dir(path)
             for name in self._pending_names.pop(path, set()):
                 if name in self._files:
@@ -523,6 +533,10 @@ failed.
     def makedirs(self, path: str) -> None:
         with self._lock:
             self._op("makedirs", path)
+            if (self.fail_write_after is not None and self.writes >= self.fail_write_after
+                    and not os.path.isdir(path)):
+                self.writes += 1  # a failed attempt counts, as a failed write does
+                raise OSError(self.fail_errno, os.strerror(self.fail_errno), path)
         super().makedirs(path)
 
     def listdir(self, path: str) -> List[str]:

@@ -9,7 +9,10 @@ out with one positional write when that many are pending, and on
 writes its entries into an mmap of the file, pylog saves a system call per
 entry this way (an append of one batch used to cost one ``pwrite`` per
 entry, more than the batch's own). Files are loaded lazily on first use
-(Kafka's LazyIndex), validated by the C core, and never preallocated: the
+and created lazily (Kafka's LazyIndex: a new segment has no index files
+until its first entry is written or it is flushed holding data - creating
+1,000 partitions creates 1,000 ``.log`` files, not 3,000 files), validated
+by the C core, and never preallocated: the
 file length is always a whole number of entries, which is also what Kafka
 leaves after trimming a segment.
 
@@ -56,23 +59,41 @@ class _Index:
         self._write_at = PENDING_ENTRIES * self.entry_size
         #: the file may hold stale entries past ``_written`` (a cut that failed): cut before the next write
         self._stale_tail = False
-        #: the file may hold bytes no fsync of this object covered (loaded from a file another object or
-        #: process wrote, e.g. closed without a flush): the next flush fsyncs even with nothing pending
+        #: the file may hold bytes or a length no fsync of this object covered (written or cut since
+        #: the last fsync, or loaded from a file another object or process wrote, e.g. closed without
+        #: a flush): the next flush fsyncs it; a flush with nothing written since fsyncs nothing
         self._unsynced = False
+        #: whether the file is missing (None: not known yet; saves a stat per check)
+        self._absent: Optional[bool] = None
+        #: this object created the file and no directory sync has covered its name since
+        #: (the segment's flush syncs the directory once: :attr:`new_name`)
+        self.new_name = False
 
     # -- loading ------------------------------------------------------------
     def load(self, log_size: int) -> None:
         """Read and validate the file; raises :class:`CorruptIndexError` when invalid."""
         try:
-            data = bytearray(self.io.read_file(self.path)) if self.io.exists(self.path) else bytearray()
+            present = self.io.exists(self.path)
+            data = bytearray(self.io.read_file(self.path)) if present else bytearray()
         except FileNotFoundError:  # deleted by the writer since exists(): a reader's race
-            data = bytearray()
+            present, data = False, bytearray()
+        self._absent = not present
         index_check(data, bool(self.is_time), log_size, self.path)
         self._data = data
         self._written = len(data)
         self._write_at = len(data) + PENDING_ENTRIES * self.entry_size
         self._stale_tail = False
         self._unsynced = bool(data) and not self.read_only
+
+    def start_empty(self) -> None:
+        """The index of a segment just created: no entries and, until the first write or
+        :meth:`flush` with ``ensure_file``, no file (Kafka's LazyIndex). O(1), no system call."""
+        self._data = bytearray()
+        self._written = 0
+        self._write_at = PENDING_ENTRIES * self.entry_size
+        self._stale_tail = False
+        self._unsynced = False
+        self._absent = True
 
     @property
     def loaded(self) -> bool:
@@ -90,7 +111,11 @@ class _Index:
     # -- writing ------------------------------------------------------------
     def _ensure_fd(self) -> int:
         if self._fd is None:
+            absent = self._absent if self._absent is not None else not self.io.exists(self.path)
             self._fd = self.io.open(self.path)
+            self._absent = False
+            if absent:
+                self.new_name = True
         return self._fd
 
     def append_raw(self, entry: bytes) -> None:
@@ -136,6 +161,7 @@ class _Index:
             fd = self._fd
             if fd is None:
                 fd = self._ensure_fd()
+            self._unsynced = True
             self.io.pwrite(fd, data[written:], written)  # a copy: no export pins the bytearray
             self._written = written = len(data)
         self._write_at = written + PENDING_ENTRIES * self.entry_size
@@ -165,7 +191,9 @@ class _Index:
 
     def _cut_file(self) -> None:
         """Cut the file to the entries known to be in it (raises OSError; retried by the next write)."""
-        self.io.truncate(self._ensure_fd(), self._written)
+        fd = self._ensure_fd()
+        self._unsynced = True
+        self.io.truncate(fd, self._written)
         self._stale_tail = False
 
     def replace_entries(self, data: bytearray, unchanged_prefix: int = 0) -> None:
@@ -183,12 +211,20 @@ class _Index:
         self._data = data
         self.write_pending()
 
-    def flush(self) -> None:
-        """Write the pending entries and fsync the file. Durability: every entry survives power loss."""
+    def flush(self, *, ensure_file: bool = False) -> None:
+        """Write the pending entries and fsync the file if anything was written or cut since the last
+        fsync. Durability: every entry survives power loss.
+
+        The file is created here when ``ensure_file`` (its segment holds data) and no entry made it
+        yet: an index file is made lazily, and one missing beside a non-empty ``.log`` means
+        "rebuild" on the next open. A file this object created has :attr:`new_name` set: its
+        directory entry is durable once the caller (the segment's flush) syncs the directory."""
         self.write_pending()
-        if self._fd is None and self._unsynced:
+        if self._fd is None and ensure_file and not self.read_only and self._absent is None:
+            self._absent = not self.io.exists(self.path)
+        if self._fd is None and (self._unsynced or (ensure_file and not self.read_only and self._absent)):
             self._ensure_fd()  # entries written before this object loaded the file may not be synced yet
-        if self._fd is not None:
+        if self._fd is not None and self._unsynced:
             self.io.fsync(self._fd)
             self._unsynced = False
 
@@ -217,6 +253,8 @@ class _Index:
         self.close()
         if self.io.exists(self.path):
             self.io.unlink(self.path)
+        self._absent = True
+        self.new_name = False
         self._data = bytearray()
         self._written = 0
 

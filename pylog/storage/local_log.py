@@ -104,10 +104,10 @@ class LocalLog:
         segs = self.__dict__.get("segments")
         return segs.peekitem(-1)[1] if segs else None
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _new_segment(self, base_offset: int, *, in_new_directory: bool = False) -> LogSegment:
         seg = LogSegment(
             self.io, self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes, created_ms=self.clock_ms(),
-            cache=self._segment_cache,
+            cache=self._segment_cache, in_new_directory=in_new_directory,
         )
         seg.map_limit = self.config.segment_bytes  # the writer's map never needs more room
         return seg
@@ -393,8 +393,13 @@ class LocalLog:
                 seg.truncate_to(base_offset)
             return seg
 
-    def replace_segments(self, new_segments: Sequence[LogSegment], old_bases: Sequence[int]) -> None:
+    def replace_segments(self, new_segments: Sequence[LogSegment], old_bases: Sequence[int], *,
+                         carry_txn_entries: bool = True) -> None:
         """Swap fully written ``.cleaned`` segments in for the segments at ``old_bases``.
+
+        ``carry_txn_entries`` (default) copies the old segments' ``.txnindex`` entries into the new
+        segments; the transaction-aware cleaner passes False, having written the new indexes itself
+        (the entries of the ABORT markers it kept, as Kafka's ``CleanedTransactionMetadata.cleanedIndex``).
 
         Kafka's LocalLog.replaceSegments, crash-safe at every step:
 
@@ -438,7 +443,8 @@ class LocalLog:
                     f"do not cover the range of {list(old_bases)}"
                 )
             try:
-                self._carry_txn_entries([self.segments[b] for b in old_bases], new_segments)
+                if carry_txn_entries:
+                    self._carry_txn_entries([self.segments[b] for b in old_bases], new_segments)
                 for seg in reversed(new_segments):
                     seg.change_suffix(SWAP_SUFFIX)
                 self.io.fsync_dir(self.dir)

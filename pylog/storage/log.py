@@ -372,18 +372,34 @@ class Log(LocalLog):
             raise KafkaStorageError(f"cannot create partition directory {self.dir}: {exc.strerror}") from exc
         now = self.clock_ms()
         recovery_point = ld.recovery_points.get(tp, 0)
+        if created:
+            # A directory this call made holds nothing to list, load or recover (no segment, no
+            # epoch, no snapshot): the log starts empty, and the only file it makes is its first
+            # .log. Not even an empty leader-epoch checkpoint - a missing one reads as empty, and
+            # an empty log recreated after a power loss is the same log (docs/durability.md,
+            # "Creating partitions").
+            needs_recovery = False
         self.recovery = RecoveryResult(self.dir, clean_shutdown=not needs_recovery, recovery_point=recovery_point)
-        self.segments: SortedDict = load_segments(
-            io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=False, now_ms=now,
-            result=self.recovery, cache=self._segment_cache,
-        )
-        epoch_path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
-        try:
-            self.epochs = LeaderEpochCache(checkpoint.read_epochs(io, epoch_path))
-        except CorruptCheckpointError:
+        #: this open made the directory: no snapshot can be in it but those this object writes
+        self._created_dir = created
+        if created:
+            self.segments: SortedDict = SortedDict()
             self.epochs = LeaderEpochCache()
-            needs_recovery = True
-            recovery_point = self.recovery.recovery_point = 0  # rebuild the cache from every batch
+        else:
+            self.segments = load_segments(
+                io, self.dir, index_interval_bytes=self.config.index_interval_bytes, read_only=False, now_ms=now,
+                result=self.recovery, cache=self._segment_cache,
+            )
+            epoch_path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT)
+            try:
+                self.epochs = LeaderEpochCache(checkpoint.read_epochs(io, epoch_path))
+            except CorruptCheckpointError:
+                self.epochs = LeaderEpochCache()
+                needs_recovery = True
+                recovery_point = self.recovery.recovery_point = 0  # rebuild the cache from every batch
+            if not needs_recovery:  # a clean shutdown fsynced every segment before its marker
+                for seg in self.segments.values():
+                    seg.log_synced = True
         if needs_recovery and self.segments:
             rebuilt = LeaderEpochCache([(e, s) for e, s in self.epochs.entries if s < recovery_point])
             self.epochs = rebuilt
@@ -409,7 +425,7 @@ class Log(LocalLog):
             self.epochs.clear()
             needs_recovery = True
         if not self.segments:
-            self.segments[checkpointed_start] = self._new_segment(checkpointed_start)
+            self.segments[checkpointed_start] = self._new_segment(checkpointed_start, in_new_directory=created)
             io.fsync_dir(self.dir)  # as roll() does for every later segment file
         self.active_segment.map_limit = self.config.segment_bytes
         self.log_end_offset = self.active_segment.next_offset()
@@ -1144,7 +1160,7 @@ class Log(LocalLog):
         with self._lock:
             self._ensure_writable()
             if self._producers is None:
-                ps = ProducerStateManager(self.dir, self.io)
+                ps = ProducerStateManager(self.dir, self.io, no_snapshots=self._created_dir)
                 ps.on_abort = self._index_aborted_txn
                 ps.load(self.log_start_offset, self.log_end_offset, self.read_producer_batches)
                 self._producers = ps

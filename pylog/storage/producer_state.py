@@ -250,9 +250,15 @@ class ProducerStateManager:
     ``map_end_offset`` is the log end offset the in-memory state covers.
     """
 
-    def __init__(self, directory: str, io: Optional[FileIO] = None):
+    def __init__(self, directory: str, io: Optional[FileIO] = None, *, no_snapshots: bool = False):
+        """``no_snapshots``: the caller knows ``directory`` holds no snapshot file (it has just
+        created it), so :meth:`snapshot_offsets` answers without listing it until this manager
+        writes or deletes a snapshot (then it lists again). Snapshots written in the directory by
+        another object while this one lives would go unseen: the log owns its one manager."""
         self.dir = directory
         self.io = io or FileIO()
+        #: the snapshot offsets when known without a listing (a new directory: none), else None
+        self._known_snapshots: Optional[List[int]] = [] if no_snapshots else None
         self.producers: Dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
         self.snapshots_written = 0
@@ -496,7 +502,10 @@ class ProducerStateManager:
         return os.path.basename(self.dir)
 
     def snapshot_offsets(self) -> List[int]:
-        """Offsets of the snapshot files present, ascending."""
+        """Offsets of the snapshot files present, ascending. O(files in the directory): one
+        listing, none while the directory is known to hold no snapshot (``no_snapshots``)."""
+        if self._known_snapshots is not None:
+            return list(self._known_snapshots)
         out = []
         for n in self.io.listdir(self.dir) if self.io.exists(self.dir) else []:
             if n.endswith(SNAPSHOT_SUFFIX) and len(n) == 20 + len(SNAPSHOT_SUFFIX) and n[:20].isdigit():
@@ -506,6 +515,7 @@ class ProducerStateManager:
     def take_snapshot(self, keep: int = 2) -> str:
         """Write the state as ``<map_end_offset>.snapshot``; keep the newest ``keep`` snapshots."""
         path = os.path.join(self.dir, snapshot_name(self.map_end_offset))
+        self._known_snapshots = None
         self.io.write_file_atomic(path, encode_snapshot(self.producers.values()))
         self.snapshots_written += 1
         offsets = self.snapshot_offsets()
@@ -514,6 +524,7 @@ class ProducerStateManager:
         return path
 
     def _delete_snapshot(self, offset: int) -> None:
+        self._known_snapshots = None
         try:
             self.io.unlink(os.path.join(self.dir, snapshot_name(offset)))
         except FileNotFoundError:

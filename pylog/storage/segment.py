@@ -130,7 +130,10 @@ class LogSegment:
         created_ms: int = 0,
         suffix: str = "",
         cache: Optional[SegmentCache] = None,
+        in_new_directory: bool = False,
     ):
+        """``in_new_directory``: the caller created ``directory`` itself just now, so none of the
+        segment's files can exist (no existence checks, no leftovers to empty)."""
         self.io = io
         self.base_offset = base_offset
         self.directory = directory
@@ -144,7 +147,7 @@ class LogSegment:
         # are removed again when a later step fails (EMFILE, ENOSPC, EIO), so a
         # failed roll leaves the directory as it was (see Log.roll).
         created: List[str] = []
-        if not read_only and not io.exists(self.log_path):
+        if not read_only and (in_new_directory or not io.exists(self.log_path)):
             created.append(self.log_path)
         self._fd: Optional[int] = None
         if cache is not None and not created and not read_only:
@@ -162,28 +165,19 @@ class LogSegment:
                 #: the .log's (st_dev, st_ino): a released segment reopens only this very file
                 self._identity = io.identity(self._fd)
                 size = io.size(self._fd)
-            if not read_only and size == 0:
-                # Kafka creates both index files with the segment; an index file is
-                # then missing only when it was lost, which means "rebuild".
-                for index in (self.offset_index, self.time_index):
-                    if not io.exists(index.path):
-                        created.append(index.path)
-                        io.close(io.open(index.path))
-                    elif created:
-                        # A new .log, an old index: left behind by a deletion whose
-                        # index unlink failed. Its entries describe another file.
-                        ifd = io.open(index.path)
+            if created and not in_new_directory:
+                # The index files of a new segment are not created with it (Kafka's LazyIndex): the
+                # first index write or the first flush of the segment once it holds data makes them
+                # (_Index.flush(ensure_file=True)). An index file under the new .log's name is a
+                # leftover of a deletion whose index unlink failed: its entries describe another
+                # file, so it is emptied (the same for a .txnindex: no marker is in a new .log).
+                for path in (self.offset_index.path, self.time_index.path, prefix + TXN_INDEX_SUFFIX + suffix):
+                    if io.exists(path):
+                        ifd = io.open(path)
                         try:
                             io.truncate(ifd, 0)
                         finally:
                             io.close(ifd)
-                txn_path = prefix + TXN_INDEX_SUFFIX + suffix
-                if created and io.exists(txn_path):  # the same kind of leftover: no marker is in a new .log
-                    tfd = io.open(txn_path)
-                    try:
-                        io.truncate(tfd, 0)
-                    finally:
-                        io.close(tfd)
         except OSError:
             fd, self._fd = self._fd, None
             if fd is not None:
@@ -205,6 +199,13 @@ class LogSegment:
         st.last_time_index_offset = base_offset
         st.bytes_since_last_index_entry = 0
         self._indexes_ready = False
+        #: the .log's bytes are known durable (created empty by this object, loaded from a cleanly
+        #: shut down directory, or fsynced by :meth:`flush` and not written since): flush skips its fsync
+        self.log_synced = bool(created)
+        if created:  # a new, empty segment: empty indexes, nothing to load or validate
+            self.offset_index.start_empty()
+            self.time_index.start_empty()
+            self._indexes_ready = True
         self.first_batch_timestamp: Optional[int] = None
         # Bytes known to hold CRC-valid batches (written or recovered by this
         # process); point lookups re-check the CRC of anything past it.
@@ -1063,17 +1064,30 @@ class LogSegment:
         """fsync the log and both indexes. Durability: survives power loss after return.
 
         First cuts bytes a failed append or truncation could not remove
-        (:meth:`_cut_stale_tail`)."""
+        (:meth:`_cut_stale_tail`). The ``.log`` is fsynced only when its bytes may not be durable
+        yet (:attr:`log_synced`: an untouched new or cleanly loaded segment costs no fsync); an
+        index is fsynced when this process wrote it. A segment holding data gets both index files
+        here if no entry made them yet, so a cleanly closed segment never opens with an index
+        missing (which would mean a rebuild)."""
         if self.read_only or (self._fd is None and not self._dirty and self._cache is not None):
             return  # released by the open-segment cache, which flushed it first
+        sync_log = self._dirty or not self.log_synced or self._stale_tail
         if self._stale_tail:
             self._cut_stale_tail(self._state.size, raise_error=True)
-        self.io.fsync(self.fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        if sync_log:
+            self.io.fsync(self.fd)
+        has_data = self._state.size > 0  # a flushed segment holding data has both index files
+        self.offset_index.flush(ensure_file=has_data)
+        self.time_index.flush(ensure_file=has_data)
+        if self.offset_index.new_name or self.time_index.new_name:
+            # Index files made since the last flush (lazily): their names durable too, so a power
+            # loss after this flush does not cost a rebuild (a scan of the whole segment) on open.
+            self.io.fsync_dir(self.directory)
+            self.offset_index.new_name = self.time_index.new_name = False
         if self._txn_index is not None:
             self._txn_index.flush()
         self._dirty = False
+        self.log_synced = True
 
     def close(self) -> None:
         """Release the map and the three descriptors. Every one is released even if closing an

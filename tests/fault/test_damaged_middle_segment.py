@@ -225,23 +225,31 @@ def test_empty_segment_left_by_a_failed_roll_then_a_truncation_is_dropped(tmp_pa
     from pylog.errors import KafkaStorageError
     from pylog.storage.fileio import SimulatedDiskIO
 
+    class FailAfterOpening(SimulatedDiskIO):
+        """Every counted operation after the open of ``after`` fails with EMFILE (until healed)."""
+
+        after = ""
+        tripped = False
+
+        def _op(self, kind: str, path: object) -> None:
+            super()._op(kind, path)
+            if self.tripped:
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
+            if kind == "open" and str(path) == self.after:
+                self.tripped = True
+
     path = os.path.join(str(tmp_path), "t-0")
-    disk = SimulatedDiskIO()
+    disk = FailAfterOpening()
     log = pylog.Log.open(path, file_io=disk, **OPTS)
     log.append([_value(0)])
     # Fail the roll from the first file operation after its new .log is created, so that the
-    # removal fails too.
-    for at in range(1, 20):
-        disk.arm(at, errno.EMFILE, count=None)
-        try:
-            log.roll()
-        except KafkaStorageError:
-            pass
-        disk.heal()
-        if os.path.exists(_seg(path, 1)) and len(log.segments) == 1:
-            break
-    else:
-        pytest.fail("no fault left the new segment's .log behind")
+    # removal fails too. (Searched for with disk.arm(at) before; the number of operations a
+    # retried roll makes before its create shrinks once the old segment is flushed.)
+    disk.after = os.path.abspath(_seg(path, 1))
+    with pytest.raises(KafkaStorageError):
+        log.roll()
+    disk.after, disk.tripped = "", False
+    assert os.path.exists(_seg(path, 1)) and len(log.segments) == 1, "the fault left no new .log behind"
     log.truncate_to(0)
     log.close()
     with pylog.Log.open(path, **OPTS) as log:

@@ -186,7 +186,7 @@ def test_offset_gaps_between_batches(tmp_path):
         assert got == [o for o in want if start <= o < end]
 
 
-def test_control_batches_skipped_and_read_committed_refuses_transactions(tmp_path):
+def test_control_batches_skipped_and_read_committed_reads_the_committed_transaction(tmp_path):
     from pylog.record import Record, encode_batch
 
     part = os.path.join(str(tmp_path), "x-0")
@@ -201,8 +201,8 @@ def test_control_batches_skipped_and_read_committed_refuses_transactions(tmp_pat
     rows = arrow_rows(ReadSpec("x", 0, part, 0, 5))
     assert [(r[2], r[1]) for r in rows] == [(0, b"a"), (1, b"b"), (2, b"t1"), (4, b"c")]
     assert [r[2] for r in arrow_rows(ReadSpec("x", 0, part, 0, 2, read_committed=True))] == [0, 1]
-    with pytest.raises(InvalidConfigurationError, match="read_committed"):
-        list(read_range(ReadSpec("x", 0, part, 0, 5, read_committed=True)))
+    # the COMMIT marker at 3 ends producer 5's transaction: read_committed reads it too
+    assert [r[2] for r in arrow_rows(ReadSpec("x", 0, part, 0, 5, read_committed=True))] == [0, 1, 2, 4]
 
 
 def test_topic_named_broker_is_not_a_cluster(tmp_path):

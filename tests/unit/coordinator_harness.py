@@ -56,7 +56,7 @@ class Harness:
     def marker(self, producer_id: int, committed: bool, epoch: int = 0) -> None:
         """A COMMIT/ABORT marker of ``producer_id`` is written and committed on the partition."""
         self.entries.append(ot.LogEntry(None, None, len(self.entries), producer_id, epoch, True, committed))
-        self.deliver(self.co.complete_txn(0, producer_id, committed, self.now))
+        self.deliver(self.co.complete_txn(0, producer_id, committed, self.now, producer_epoch=epoch))
         self.co._check()
 
     def _ack(self, msg: ProduceRequest, error: Any = None) -> None:

@@ -103,3 +103,33 @@ def test_describe_reports_a_corrupt_offsets_record(tmp_path):
     assert r.returncode == 1
     assert "Traceback" not in err and f"{OFFSETS_TOPIC}-3 offset 0" in err and "unknown key version 9" in err
     assert os.path.isdir(root / f"{OFFSETS_TOPIC}-3")
+
+
+def test_transactional_offsets_count_only_once_committed(tmp_path):
+    """send_offsets_to_transaction writes the offsets as a transactional batch: describe must replay them
+    as the coordinator does - an aborted transaction's offsets are not committed, an open one's not yet."""
+    path = str(tmp_path / "cluster")
+    with Cluster(path, brokers=3, seed=11) as c:
+        c.create_topic("in", partitions=3, replication_factor=3, min_insync_replicas=2)
+        c.create_topic("out", partitions=1, replication_factor=3, min_insync_replicas=2)
+        p = c.producer(acks="all")
+        for part in range(3):
+            for i in range(10):
+                p.send("in", b"x", partition=part)
+        p.flush()
+        t = c.producer(transactional_id="copier")
+        t.init_transactions()
+        for offsets, commit in (({("in", 0): 4}, True), ({("in", 0): 9, ("in", 1): 7}, False)):
+            t.begin_transaction()
+            t.send("out", b"y").result()
+            t.send_offsets_to_transaction(offsets, "copiers")
+            (t.commit_transaction if commit else t.abort_transaction)()
+        t.begin_transaction()  # left open: its offsets are pending
+        t.send("out", b"z").result()
+        t.send_offsets_to_transaction({("in", 2): 3}, "copiers")
+        c.advance(1_000)  # the markers of the abort
+    r = describe(path)
+    out = r.stdout.decode()
+    assert r.returncode == 0, out + r.stderr.decode()
+    rows = {k: v for k, v in group_rows(out).items() if k[0] == "copiers"}
+    assert rows == {("copiers", "in", 0): (4, "10", "6")}, out

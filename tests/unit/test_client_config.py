@@ -70,7 +70,16 @@ def test_producer_config_derives():
     (ProducerConfig, {"batch_size": 10, "buffer_memory": 5}, InvalidConfigurationError, ["buffer_memory (5)"]),
     (ProducerConfig, {"acks": 1, "enable_idempotence": True}, InvalidConfigurationError, ["needs acks='all'"]),
     (ProducerConfig, {"compression_type": "brotli"}, InvalidConfigurationError, ["compression_type"]),
-    (ProducerConfig, {"transactional_id": "t"}, InvalidConfigurationError, ["transactional_id"]),
+    (ProducerConfig, {"transactional_id": ""}, InvalidConfigurationError, ["transactional_id", "non-empty"]),
+    (ProducerConfig, {"transactional_id": 7}, InvalidConfigurationError, ["transactional_id", "7"]),
+    (ProducerConfig, {"transactional_id": "t", "enable_idempotence": False}, InvalidConfigurationError,
+     ["transactional_id 't'", "enable_idempotence"]),
+    (ProducerConfig, {"transactional_id": "t", "acks": 1}, InvalidConfigurationError,
+     ["transactional_id 't'", "acks='all'"]),
+    (ProducerConfig, {"transactional_id": "t", "max_in_flight": 6}, InvalidConfigurationError,
+     ["transactional_id 't'", "max_in_flight <= 5"]),
+    (ProducerConfig, {"transactional_id": "t", "transaction_timeout_ms": 0}, InvalidConfigurationError,
+     ["transaction_timeout_ms"]),
 ])
 def test_a_bad_option_is_named(config, options, error, words):
     with pytest.raises(error) as info:
@@ -86,6 +95,13 @@ def test_the_first_bad_option_is_the_one_named():
         ConsumerConfig(enable_auto_commit=1, max_poll_records=0)  # type: ignore[arg-type]
     with pytest.raises(InvalidConfigurationError, match="acks"):
         ProducerConfig(acks=7, batch_size=0)
+
+
+def test_a_transactional_producer_is_idempotent():
+    """Kafka: a transactional id forces idempotence (acks=all, max in flight <= 5), whatever the defaults."""
+    cfg = ProducerConfig(transactional_id="t", idempotence=None, max_in_flight=5)
+    assert cfg.enable_idempotence is True and cfg.acks_value == -1 and cfg.transaction_timeout_ms == 60_000
+    assert ProducerConfig(transactional_id="t", enable_idempotence=True).enable_idempotence is True
 
 
 def test_shared_checks():

@@ -182,7 +182,8 @@ def test_invalid_configs():
         scheduler = None
 
     for kwargs in ({"acks": 2}, {"enable_idempotence": True, "acks": 1}, {"enable_idempotence": True, "max_in_flight": 6},
-                   {"compression_type": "brotli"}, {"batch_size": 0}, {"linger_ms": -1}, {"transactional_id": "x"}):
+                   {"compression_type": "brotli"}, {"batch_size": 0}, {"linger_ms": -1}, {"transactional_id": ""},
+                   {"transactional_id": "x", "acks": 1}):
         with pytest.raises(InvalidConfigurationError):
             from pylog.client.producer import Producer
 

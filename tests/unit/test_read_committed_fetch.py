@@ -1,23 +1,20 @@
 """The read_committed read path (issue 17, the read side): a real in-process cluster (3 brokers, RF 3, min
 ISR 2); transactional batches go in through ProduceRequest, markers through WriteTxnMarkersRequest over the
-transport (tests/unit/test_txn_markers.py's Wire). A read_committed consumer sees committed transactions
+transport (tests/unit/txn_wire.py). A read_committed consumer sees committed transactions
 whole and never aborted or open ones, stops at the LSO while a transaction is open, moves its position past
 markers and aborted data; read_uncommitted sees every data record; ListOffsets / end_offsets / lag by level;
 after a leader failover the new leader's LSO and aborted list are right."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, List
 
 import pytest
+from txn_wire import PID_A, PID_B, Wire, replica
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_txn_markers import PID_A, PID_B, Wire, replica  # noqa: E402
-
-from pylog.cluster import Cluster  # noqa: E402
-from pylog.client.types import TopicPartition  # noqa: E402
-from pylog.replication.messages import FetchRequest, FetchResponse  # noqa: E402
+from pylog.client.types import TopicPartition
+from pylog.cluster import Cluster
+from pylog.record import iter_batches
+from pylog.replication.messages import FetchRequest, FetchResponse
 
 PID_C = 9003
 
@@ -92,7 +89,6 @@ def test_leader_fetch_fields_by_level(sim):
 
 
 def _batches(data: bytes) -> List[Any]:
-    from pylog.record import iter_batches
     return list(iter_batches(data))
 
 

@@ -3,66 +3,22 @@ brokers, RF 3, min ISR 2); transactional batches go in through ProduceRequest an
 through WriteTxnMarkersRequest sent over the transport, as the transaction coordinator sends them."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, List
 
 import pytest
+from txn_wire import PID_A, PID_B, Wire, replica
 
-from pylog.client._node import ClientNode
 from pylog.cluster import Cluster
 from pylog.errors import (
     InvalidProducerEpochError,
+    KafkaStorageError,
     NotLeaderError,
     RequestTimedOutError,
     TransactionCoordinatorFencedError,
 )
-from pylog.record import Record, encode_batch
-from pylog.replication.messages import ACKS_ALL, ProduceRequest
 from pylog.replication.txn_coordinator import TxnMarker
+from pylog.replication.messages import StopReplicaRequest
 from pylog.replication.txn_messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
-
-PID_A, PID_B = 9001, 9002
-
-
-class Wire:
-    """A client node on the cluster's transport that sends one request and waits for its answer."""
-
-    def __init__(self, c: Cluster):
-        self.c = c
-        self.node = ClientNode("txntest", c.scheduler, c.transport)
-
-    def call(self, dst: Any, make: Any, timeout_ms: int = 60_000) -> Any:
-        box: List[Any] = []
-
-        def send() -> None:
-            self.node.request(dst, make(self.node.next_corr()), timeout_ms, box.append)
-
-        self.c.scheduler.run_sync(send)
-        for _ in range(timeout_ms // 10 + 10):
-            if box:
-                return box[0]
-            self.c.advance(10)
-        raise AssertionError(f"no answer from {dst}")
-
-    def produce_txn(self, topic: str, partition: int, pid: int, epoch: int, seq: int, values: List[bytes],
-                    transactional: bool = True) -> Any:
-        data = bytes(encode_batch([Record(value=v) for v in values], now_ms=self.c.now_ms, producer_id=pid,
-                                  producer_epoch=epoch, base_sequence=seq, transactional=transactional))
-        leader = self.c.leader_of(topic, partition)
-        resp = self.call(leader, lambda corr: ProduceRequest(topic, partition, data, ACKS_ALL, 30_000, corr))
-        assert resp.error is None, resp
-        return resp
-
-    def markers(self, dst: Any, *markers: TxnMarker) -> WriteTxnMarkersResponse:
-        resp = self.call(dst, lambda corr: WriteTxnMarkersRequest(tuple(markers), corr))
-        assert isinstance(resp, WriteTxnMarkersResponse)
-        return resp
-
-    def end_txn(self, topic: str, partition: int, pid: int, epoch: int, committed: bool,
-                coordinator_epoch: int = 0) -> Optional[type]:
-        m = TxnMarker(topic, partition, pid, epoch, coordinator_epoch, committed)
-        resp = self.markers(self.c.leader_of(topic, partition), m)
-        assert [mk for mk, _ in resp.results] == [m]
-        return resp.results[0][1]
 
 
 @pytest.fixture
@@ -71,10 +27,6 @@ def sim(tmp_path):
     c.create_topic("t", partitions=2, replication_factor=3, min_insync_replicas=2)
     yield c
     c.close()
-
-
-def replica(c: Cluster, broker: int, topic: str = "t", partition: int = 0) -> Any:
-    return c.brokers[broker].rm.partitions[(topic, partition)]
 
 
 def control_offsets(part: Any) -> List[int]:
@@ -91,9 +43,13 @@ def test_marker_is_answered_once_committed_and_replicated(sim):
     assert w.end_txn("t", 0, PID_A, 0, committed=True) is None
     # answered only once the HW passed the marker (acks=all): every ISR member has it
     assert lead.high_watermark == 3 and lead.last_stable_offset == 3
+    sim.advance(1_000)  # the followers learn the HW
     for b in sim.brokers:
         assert control_offsets(replica(sim, b)) == [2], b
-        assert replica(sim, b).log.producer_state.first_unstable_offset is None, b
+        ps = replica(sim, b).log.producer_state
+        assert ps.first_unstable_offset is None, b
+        # the HW passed the marker: the completed transaction is forgotten (onHighWatermarkUpdated)
+        assert not ps.unreplicated, (b, ps.unreplicated)
 
 
 def test_marker_answer_waits_for_the_isr(sim):
@@ -169,3 +125,39 @@ def test_marker_listener_called_once_per_committed_marker(sim):
     assert w.end_txn("t", 0, PID_A, 0, committed=True, coordinator_epoch=0) is None  # a retry: a second marker
     sim.advance(1_000)
     assert heard == [(leader, "t", 0, PID_A, True), (leader, "t", 0, PID_B, False), (leader, "t", 0, PID_A, True)]
+
+
+def test_marker_pending_when_the_leader_stops_gets_not_leader(sim):
+    """A marker appended but not yet committed when its replica stops leading is answered NotLeaderError
+    (the coordinator retries at the new leader), and the listener does not hear of it."""
+    w = Wire(sim)
+    w.produce_txn("t", 0, PID_A, 0, 0, [b"a"])
+    leader = sim.leader_of("t", 0)
+    rm = sim.brokers[leader].rm
+    heard: List[Any] = []
+    rm.marker_listener = lambda *args: heard.append(args)
+    sim.partition_network([leader], [b for b in sim.brokers if b != leader])
+    box: List[Any] = []
+    m = TxnMarker("t", 0, PID_A, 0, 0, True)
+    sim.scheduler.run_sync(lambda: w.node.request(leader, WriteTxnMarkersRequest((m,), 4343), 120_000, box.append))
+    sim.advance(100)
+    assert box == [] and len(rm.delayed_produce[("t", 0)]) == 1
+    out = sim.scheduler.run_sync(lambda: rm.handle("controller", StopReplicaRequest(rm.controller_epoch, "t", 0),
+                                                   sim.now_ms))
+    answers = [msg for _, msg in out.items if isinstance(msg, WriteTxnMarkersResponse)]
+    assert len(answers) == 1 and answers[0].results == ((m, NotLeaderError),)
+    assert heard == []
+
+
+@pytest.mark.parametrize("raised", [KafkaStorageError("disk gone"), OSError(5, "EIO")])
+def test_failing_disk_answers_kafka_storage_error(sim, raised):
+    w = Wire(sim)
+    w.produce_txn("t", 0, PID_A, 0, 0, [b"a"])
+    part = replica(sim, sim.leader_of("t", 0))
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise raised
+
+    part.log.append_marker = fail
+    m = TxnMarker("t", 0, PID_A, 0, 0, False)
+    assert w.markers(sim.leader_of("t", 0), m).results == ((m, KafkaStorageError),)

@@ -241,6 +241,16 @@ def test_an_older_producer_epoch_is_fenced():
     assert txn_commit(h, 7, {TP0: 2}, epoch=2).error is InvalidProducerEpochError
 
 
+def test_a_zombie_after_its_fencing_marker_is_refused():
+    h = Harness()
+    assert txn_commit(h, 7, {TP0: 1}).error is None
+    h.marker(7, False, epoch=1)  # fenced: the ABORT carries the bumped epoch
+    assert txn_commit(h, 7, {TP0: 2}, epoch=0).error is InvalidProducerEpochError
+    assert txn_commit(h, 7, {TP0: 3}, epoch=1).error is None
+    assert pending(h.co) == {7: {TP0: 3}}
+    assert_reload_agrees(h)
+
+
 def test_loader_skips_a_zombie_record_behind_its_fence():
     key = ot.encode_offset_commit_key(GROUP, "t", 0)
     val = ot.encode_offset_commit_value(ot.OffsetCommitValue(5, -1, "", 0))
@@ -354,3 +364,61 @@ def test_random_histories_match_the_log_model_and_a_reload(history):
         assert committed(h) == want_committed, op
         assert pending(h.co) == want_pending, op
         assert_reload_agrees(h)
+
+
+def test_commit_marker_while_the_append_is_in_flight_applies_on_the_acknowledgement():
+    h = Harness()
+    h.hold = True
+    txn_commit(h, 7, {TP0: 9})
+    h.marker(7, True)
+    h.release()
+    assert committed(h) == {TP0: 9} and pending(h.co) == {}
+    assert_reload_agrees(h)
+
+
+def test_expiry_keeps_an_offset_with_a_pending_transactional_offset():
+    h = Harness()
+    h.co.offsets_retention_ms = 1_000
+    h.co.offsets_retention_check_interval_ms = 1_000
+    plain_commit(h, {TP0: 1, TP1: 2})
+    txn_commit(h, 7, {TP0: 5})
+    h.tick(5_000)
+    assert committed(h) == {TP0: 1}  # TP1 expired; TP0 waits for the transaction
+    assert_reload_agrees(h)
+    h.marker(7, False)
+    h.tick(1_000)
+    assert GROUP not in h.co.groups  # expired, and the group left without offsets is gone
+    assert GROUP not in h.reload().groups
+
+
+def test_deleted_topic_drops_pending_offsets_even_if_the_transaction_commits():
+    h = Harness()
+    txn_commit(h, 7, {TP0: 5, ("u", 0): 6})
+    h.deliver(h.co.on_topics_deleted(["t"], h.now))
+    assert pending(h.co) == {7: {("u", 0): 6}}
+    h.marker(7, True)
+    assert committed(h) == {("u", 0): 6}
+    assert_reload_agrees(h)
+
+
+def test_deleted_topic_while_the_append_is_in_flight():
+    h = Harness()
+    h.hold = True
+    txn_commit(h, 7, {TP0: 5})
+    h.deliver(h.co.on_topics_deleted(["t"], h.now))  # its tombstone is written after the record
+    h.release()
+    assert pending(h.co) == {}
+    h.marker(7, True)
+    assert committed(h) == {}
+    assert_reload_agrees(h)
+
+
+def test_deleted_topic_then_the_commit_marker_before_the_tombstones_are_acknowledged():
+    h = Harness()
+    txn_commit(h, 7, {TP0: 5})
+    h.hold = True
+    h.deliver(h.co.on_topics_deleted(["t"], h.now))
+    h.marker(7, True)  # the marker is after the tombstone in the log
+    h.release()
+    assert committed(h) == {} and pending(h.co) == {}
+    assert_reload_agrees(h)

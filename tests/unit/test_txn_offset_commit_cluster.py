@@ -11,7 +11,7 @@ import pytest
 
 from pylog.client._node import ClientNode
 from pylog.cluster import Cluster
-from pylog.errors import UnstableOffsetCommitError
+from pylog.errors import InvalidProducerEpochError, UnstableOffsetCommitError
 from pylog.replication import group_messages as gm
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group
 from pylog.replication.txn_coordinator import TxnMarker
@@ -58,13 +58,13 @@ class Wire:
             self.c.advance(100)  # a coordinator still loading after a failover
         raise AssertionError("OffsetFetch kept failing")
 
-    def txn_commit(self, pid: int, offsets: Any) -> Any:
+    def txn_commit(self, pid: int, offsets: Any, epoch: int = 0) -> Any:
         return self.call(self.coordinator(), lambda corr: TxnOffsetCommitRequest(
-            f"tx-{pid}", GROUP, pid, 0, corr, offsets=tuple((t, p, o, -1, "") for (t, p), o in offsets.items())))
+            f"tx-{pid}", GROUP, pid, epoch, corr, offsets=tuple((t, p, o, -1, "") for (t, p), o in offsets.items())))
 
-    def marker(self, pid: int, committed: bool, coordinator_epoch: int = 0) -> Any:
+    def marker(self, pid: int, committed: bool, coordinator_epoch: int = 0, epoch: int = 0) -> Any:
         p = self.partition()
-        m = TxnMarker(OFFSETS_TOPIC, p, pid, 0, coordinator_epoch, committed)
+        m = TxnMarker(OFFSETS_TOPIC, p, pid, epoch, coordinator_epoch, committed)
         resp = self.call(self.c.leader_of(OFFSETS_TOPIC, p), lambda corr: WriteTxnMarkersRequest((m,), corr))
         return resp.results[0][1]
 
@@ -99,10 +99,13 @@ def test_txn_offsets_commit_on_the_marker_and_survive_a_coordinator_failover(sim
     # the new coordinator loaded the committed offsets and the open transaction from the log
     assert w.fetch(("in", 0), ("in", 1)).offsets == (("in", 0, 10, -1, ""), ("in", 1, 11, -1, ""))
     assert w.fetch(("in", 0), stable=True).partition_errors == (("in", 0, UnstableOffsetCommitError),)
-    # its ABORT (from the new leader) drops the pending offset
-    assert w.marker(PID_B, False, coordinator_epoch=1) is None
+    # its ABORT (from the new leader; a fence: epoch 1) drops the pending offset
+    assert w.marker(PID_B, False, coordinator_epoch=1, epoch=1) is None
     resp = w.fetch(("in", 0), stable=True)
     assert resp.partition_errors == () and resp.offsets == (("in", 0, 10, -1, ""),)
+    # the fenced producer's late TxnOffsetCommit (epoch 0) is refused
+    assert w.txn_commit(PID_B, {("in", 0): 30}).error is InvalidProducerEpochError
+    assert w.fetch(("in", 0), stable=True).partition_errors == ()
     sim.start_broker(old)
 
 

@@ -124,7 +124,25 @@ def test_no_coordinator_or_no_answer_is_retriable() -> None:
     assert held and refused is not None and refused[2] is NotEnoughReplicasError and len(v) == 0
     v, out = verifier(), Outbox()
     v.hold("c", produce(1, batch()), st, 0, out)
-    assert v.expire(999) == []
-    [(src, r, err, msg)] = v.expire(1_000)
+    assert v.expire(999, out) == []
+    [(src, r, err, msg)] = v.expire(1_000, out)
     assert (src, r.correlation_id, err) == ("c", 1, NotEnoughReplicasError) and "1000 ms" in msg
     assert len(v) == 0 and not v.owns(out.items[0][1].correlation_id)
+
+
+def test_a_verification_follows_its_coordinator_when_it_moves() -> None:
+    node = [5]
+    v, st, out = verifier(), State(), Outbox()
+    v.coordinator_for = lambda tid: node[0]
+    v.hold("c", produce(1, batch()), st, 0, out)
+    first = out.items[0][1].correlation_id
+    assert v.expire(100, out) == [] and len(out.items) == 1  # still there: nothing sent again
+    node[0] = 6  # the coordinator crashed; another broker leads the __transaction_state partition
+    assert v.expire(200, out) == []
+    assert [dst for dst, _ in out.items] == [5, 6] and not v.owns(first)
+    assert v.on_response(AddPartitionsToTxnResponse(first), st, 300, out) == ([], [])  # the old answer: ignored
+    appends, _ = v.on_response(AddPartitionsToTxnResponse(out.items[1][1].correlation_id), st, 300, out)
+    assert len(appends) == 1
+    v.hold("c", produce(2, batch(seq=1)), st, 400, out)
+    node[0] = 7
+    assert len(v.expire(1_400, out)) == 1  # the deadline is the first send's: not extended by the move
