@@ -9,7 +9,8 @@ produce spread over 1,000 partitions RF 3 >= 0.8x the one-partition rate (``--pr
 the wall time is mostly waiting for the disk (file creation) and for the CPU.
 
 Run: .venv/bin/python benchmarks/bench_partitions.py [--partitions 1000] [--idle 10] [--produce N] [--repeat R]
-     [--profile PREFIX]   (cProfile of the loop thread: PREFIX.open/.create/.idle/.close)
+     [--profile PREFIX]   (cProfile of the loop thread: PREFIX.open/.create/.idle/.close,
+                          .warmupN/.produceN around each timed produce phase N)
 """
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
                 label = label if n < 2 else f"{label} (#{n // 2 + 1})"
                 for f in [p.send("t", v, partition=parts[i % len(parts)]) for i in range(min(produce, 2000))]:
                     f.result(timeout=120)
+                if prof:
+                    prof.phase(c, f"warmup{n}")
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 b0, r0 = p.batches_sent, getattr(p, "produce_requests", 0)
                 futs = [p.send("t", v, partition=parts[i % len(parts)]) for i in range(produce)]
@@ -96,10 +99,10 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
                 rates[label] = produce / (time.perf_counter() - t0)
                 shapes[label] = (p.batches_sent - b0, getattr(p, "produce_requests", 0) - r0,
                                  (time.process_time() - cpu0) / produce * 1e6)
+                if prof:
+                    prof.phase(c, f"produce{n}")  # the timed phase alone (0: one partition, 1: spread, ...)
             p.close()
         t0 = time.perf_counter()
-        if prof and produce:
-            prof.phase(c, "produce")
         c.close()
         t_close = time.perf_counter() - t0
         if prof:
