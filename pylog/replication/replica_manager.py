@@ -50,7 +50,7 @@ import os
 import shutil
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from pylog.errors import (
     BrokerNotAvailableError,
@@ -1211,9 +1211,9 @@ class ReplicaManager:
         (listed ones owed an answer) and :attr:`_Session.linger_due` is set; they go with the
         session's next answer, or alone once the linger has passed (:meth:`tick`). This removes the
         round a HW move cost every other follower (issue 18). O(listed + dirty)."""
-        todo = s.dirty.union(listed) if s.dirty else listed
+        todo: Union[Set[TP], Dict[TP, FetchRequest]] = s.dirty.union(listed) if s.dirty else listed
         if s.owed:
-            todo = todo.union(s.owed)
+            todo = s.owed.union(todo)
             listed = dict(listed)
             for tp in s.owed:
                 m = s.parts.get(tp)
