@@ -9,7 +9,8 @@ produce spread over 1,000 partitions RF 3 >= 0.8x the one-partition rate (``--pr
 the wall time is mostly waiting for the disk (file creation) and for the CPU.
 
 Run: .venv/bin/python benchmarks/bench_partitions.py [--partitions 1000] [--idle 10] [--produce N] [--repeat R]
-     [--profile PREFIX]   (cProfile of the loop thread: PREFIX.open/.create/.idle/.close)
+     [--profile PREFIX]   (cProfile of the loop thread, its CPU time: PREFIX.open/.create/.idle/.close,
+                          .warmupN/.produceN around each timed produce phase N)
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ class _LoopProfile:
         me = self
 
         def loop(sched: object) -> None:
-            me.prof = cProfile.Profile()
+            me.prof = cProfile.Profile(time.thread_time)
             me.prof.enable()
             orig(sched)  # type: ignore[arg-type]
             me.prof.disable()
@@ -49,12 +50,13 @@ class _LoopProfile:
             assert self.prof is not None
             self.prof.disable()
             self.prof.dump_stats(f"{self.prefix}.{name}")
-            self.prof = cProfile.Profile()
+            self.prof = cProfile.Profile(time.thread_time)
             self.prof.enable()
         c.scheduler.run_sync(swap)
 
 
-def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None", repeat: int = 1) -> None:
+def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None", repeat: int = 1,
+        linger_ms: int = 5) -> None:
     d = tempfile.mkdtemp(prefix="pylog-bench-parts-")
     try:
         t0 = time.perf_counter()
@@ -81,13 +83,15 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
         rates = {}
         shapes = {}  # label -> (batches, produce requests, CPU us per record)
         if produce:
-            p = c.producer(acks="all", linger_ms=5)
+            p = c.producer(acks="all", linger_ms=linger_ms)
             v = b"x" * 100
             phases = [("one partition", [0]), (f"{partitions} partitions", list(range(partitions)))] * repeat
             for n, (label, parts) in enumerate(phases):
                 label = label if n < 2 else f"{label} (#{n // 2 + 1})"
                 for f in [p.send("t", v, partition=parts[i % len(parts)]) for i in range(min(produce, 2000))]:
                     f.result(timeout=120)
+                if prof:
+                    prof.phase(c, f"warmup{n}")
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 b0, r0 = p.batches_sent, getattr(p, "produce_requests", 0)
                 futs = [p.send("t", v, partition=parts[i % len(parts)]) for i in range(produce)]
@@ -96,10 +100,10 @@ def run(partitions: int, idle_s: float, produce: int, prof: "_LoopProfile | None
                 rates[label] = produce / (time.perf_counter() - t0)
                 shapes[label] = (p.batches_sent - b0, getattr(p, "produce_requests", 0) - r0,
                                  (time.process_time() - cpu0) / produce * 1e6)
+                if prof:
+                    prof.phase(c, f"produce{n}")  # the timed phase alone (0: one partition, 1: spread, ...)
             p.close()
         t0 = time.perf_counter()
-        if prof and produce:
-            prof.phase(c, "produce")
         c.close()
         t_close = time.perf_counter() - t0
         if prof:
@@ -151,12 +155,13 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--produce", type=int, default=0)
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger_ms (its default is 0)")
     ap.add_argument("--repeat", type=int, default=1, help="produce phases (one partition, spread) N times each")
     a = ap.parse_args()
     prof = _LoopProfile(a.profile) if a.profile else None
     if prof:
         prof.install()
-    run(a.partitions, a.idle, a.produce, prof, a.repeat)
+    run(a.partitions, a.idle, a.produce, prof, a.repeat, a.linger_ms)
     file_floor(a.partitions)
 
 

@@ -10,11 +10,17 @@
    confluent-kafka (librdkafka) consumer in a group of its own - reads the same
    records over the Kafka wire protocol from the cluster's listener
    (``listen="127.0.0.1:0"``, ``cluster.bootstrap_servers``) and agrees.
-4. Spark reads the cluster directory (``spark.read.format("pylog")``), picking
+4. Exactly once over the Kafka protocol: a confluent-kafka transactional
+   producer copies ``orders`` to ``invoices`` (consume, transform, produce, and
+   the consumer group's offsets committed in the same transaction), then
+   aborts a transaction; a read_committed pylog consumer sees every invoice
+   exactly once and never the aborted record.
+5. Spark reads the cluster directory (``spark.read.format("pylog")``), picking
    for each partition the replica with the highest high watermark, and counts
-   the same records.
+   the same records - and, with ``kafka.isolation.level=read_committed``, the
+   committed invoices only.
 
-Run: ./dev demo  (add --no-spark to skip step 4, e.g. without Java)
+Run: ./dev demo  (add --no-spark to skip step 5, e.g. without Java)
 """
 from __future__ import annotations
 
@@ -67,6 +73,8 @@ def replicated_queue(root: str) -> dict:
         assert not lost, f"acknowledged records lost or changed: {lost[:5]}"
         print(f"  consumer read all {len(acked)} acknowledged records at their acknowledged offsets")
         kafka_client_reads(cluster.bootstrap_servers, acked)
+        print("4. exactly once: a confluent-kafka transactional producer copies orders to invoices")
+        exactly_once_copy(cluster, acked)
         return acked
     finally:
         cluster.close()
@@ -94,6 +102,50 @@ def kafka_client_reads(bootstrap: str, acked: dict) -> None:
           f"protocol from {bootstrap}")
 
 
+def exactly_once_copy(cluster: "pylog.Cluster", acked: dict) -> None:
+    """confluent-kafka's consume-transform-produce loop in transactions, one aborted transaction after it,
+    and a read_committed pylog consumer that must see each invoice exactly once and nothing aborted."""
+    from confluent_kafka import Consumer, Producer
+
+    bootstrap = cluster.bootstrap_servers
+    cluster.create_topic("invoices", partitions=2, replication_factor=3, min_insync_replicas=2)
+    source = Consumer({"bootstrap.servers": bootstrap, "group.id": "copier", "auto.offset.reset": "earliest",
+                       "enable.auto.commit": False, "isolation.level": "read_committed"})
+    source.subscribe(["orders"])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "copier-1"})
+    producer.init_transactions(30)
+    copied, transactions = 0, 0
+    deadline = time.monotonic() + 60
+    try:
+        while copied < len(acked) and time.monotonic() < deadline:
+            batch = [m for m in source.consume(250, 1.0) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for m in batch:
+                producer.produce("invoices", m.value().replace(b"order", b"invoice"), m.key())
+            producer.send_offsets_to_transaction(source.position(source.assignment()),
+                                                 source.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+            copied, transactions = copied + len(batch), transactions + 1
+        producer.begin_transaction()
+        producer.produce("invoices", b"never-seen")
+        producer.abort_transaction(30)
+    finally:
+        source.close()
+    reader = cluster.consumer(group_id="accounts", topics=["invoices"], isolation_level="read_committed")
+    seen: list = []
+    deadline = time.monotonic() + 30
+    while len(seen) < len(acked) and time.monotonic() < deadline:
+        seen += [r.value for r in reader.poll(timeout=1.0)]
+    seen += [r.value for r in reader.poll(timeout=1.0)]  # anything after the last invoice (there must be none)
+    reader.close()
+    expected = sorted(v.replace(b"order", b"invoice") for v in acked.values())
+    assert sorted(seen) == expected, f"read_committed saw {len(seen)} invoices, expected {len(expected)} exactly once"
+    print(f"  {copied} records copied in {transactions} committed transactions, one transaction aborted; a "
+          f"read_committed consumer saw {len(seen)} invoices, each once, and not the aborted record")
+
+
 def spark_count(root: str, expected: int) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -115,6 +167,10 @@ def spark_count(root: str, expected: int) -> None:
         df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)", "partition", "offset").orderBy(
             "partition", "offset").show(5)
         assert total == expected, f"Spark saw {total} records, expected {expected}"
+        committed = (spark.read.format("pylog").option("subscribe", "invoices")
+                     .option("kafka.isolation.level", "read_committed").load(root).count())
+        print(f"  Spark read {committed} invoices with kafka.isolation.level=read_committed (the aborted one left out)")
+        assert committed == expected, f"Spark saw {committed} committed invoices, expected {expected}"
     finally:
         spark.stop()
 
@@ -124,7 +180,7 @@ def main() -> None:
     print(f"1-3. replicated queue in {root}")
     acked = replicated_queue(root)
     if "--no-spark" not in sys.argv:
-        print("4. Spark reads the cluster directory")
+        print("5. Spark reads the cluster directory")
         spark_count(root, len(acked))
     print("done: nothing acknowledged was lost")
 

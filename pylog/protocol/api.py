@@ -16,6 +16,7 @@ is used by one request, on the loop thread (``reply`` may be called from any thr
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
@@ -161,4 +162,30 @@ class RequestContext:
         self.server.close_connection(self.conn, why)
 
 
-__all__ = ["ApiSpec", "REGISTRY", "RequestContext", "register"]
+_log = logging.getLogger("pylog.protocol")
+
+
+def guarded_request(ctx: RequestContext, req: Any, msg: Any, done: Callable[[Any], None], *,
+                    dst: Optional[int] = None, timeout_ms: int = 30_000) -> None:
+    """:meth:`RequestContext.request` whose ``done(response)`` (``done(None)`` on timeout or a broker
+    that is down) cannot leave the client hanging: ``done`` runs on the loop outside the server's
+    handler guard, so if it raises (a bug) the request is answered with UNKNOWN_SERVER_ERROR
+    through the API's ``fail`` (or its connection is closed). Loop thread only."""
+    def guarded(resp: Any) -> None:
+        try:
+            done(resp)
+        except Exception as exc:
+            _log.exception("%s v%d from %s (correlation id %d): answering failed", ctx.spec.name, ctx.api_version,
+                           ctx.peer, ctx.correlation_id)
+            if not ctx.replied and ctx.spec.fail is not None:
+                try:
+                    ctx.spec.fail(ctx, req, codec.UNKNOWN_SERVER_ERROR)
+                    return
+                except Exception:
+                    pass
+            ctx.server.close_connection(ctx.conn, f"{ctx.spec.name} answer failed: {exc!r}")
+
+    ctx.request(msg, guarded, dst=dst, timeout_ms=timeout_ms)
+
+
+__all__ = ["ApiSpec", "REGISTRY", "RequestContext", "guarded_request", "register"]

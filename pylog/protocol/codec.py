@@ -152,17 +152,31 @@ INVALID_REQUEST = 42
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+TRANSACTION_COORDINATOR_FENCED = 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+OPERATION_NOT_ATTEMPTED = 55
 KAFKA_STORAGE_ERROR = 56
 UNKNOWN_PRODUCER_ID = 59
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 INVALID_RECORD = 87
+UNSTABLE_OFFSET_COMMIT = 88
+PRODUCER_FENCED = 90
 RESOURCE_NOT_FOUND = 91
+TRANSACTION_ABORTABLE = 120
 
 
 def error_code_of(error: Any) -> int:
-    """Kafka's code for a pylog error class (or instance); -1 (UNKNOWN_SERVER_ERROR) if it has none."""
+    """Kafka's code for a pylog error class (or instance); -1 (UNKNOWN_SERVER_ERROR) if it has none.
+
+    The table below first (walked along the MRO), then the class's ``kafka_name`` looked up in
+    Kafka's table (:data:`ERROR_CODES`): every :mod:`pylog.errors` class named after a Kafka error
+    gets that error's code. Client-side errors Kafka has no code for (``TransactionAbortedError``,
+    ``ProducerClosedError``) are UNKNOWN_SERVER_ERROR should one ever reach the wire."""
     if error is None:
         return NONE
     cls = error if isinstance(error, type) else type(error)
@@ -170,6 +184,9 @@ def error_code_of(error: Any) -> int:
         code = _PYLOG_CODES.get(klass.__name__)
         if code is not None:
             return code
+    name = getattr(cls, "kafka_name", "")
+    if name:
+        return ERROR_CODES.get(name, UNKNOWN_SERVER_ERROR)
     return UNKNOWN_SERVER_ERROR
 
 
@@ -206,6 +223,16 @@ _PYLOG_CODES: Dict[str, int] = {
     "GroupIdNotFoundError": 69,
     "FencedInstanceIdError": 82,
     "GroupSubscribedToTopicError": 86,
+    # transactions (issue 17)
+    "ProducerFencedError": PRODUCER_FENCED,
+    "InvalidTxnStateError": INVALID_TXN_STATE,
+    "TransactionAbortableError": TRANSACTION_ABORTABLE,
+    "ConcurrentTransactionsError": CONCURRENT_TRANSACTIONS,
+    "TransactionCoordinatorFencedError": TRANSACTION_COORDINATOR_FENCED,
+    "InvalidTransactionTimeoutError": INVALID_TRANSACTION_TIMEOUT,
+    "InvalidProducerIdMappingError": INVALID_PRODUCER_ID_MAPPING,
+    "InvalidRequestError": INVALID_REQUEST,
+    "TransactionalIdAuthorizationFailedError": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 
 

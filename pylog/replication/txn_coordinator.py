@@ -260,7 +260,8 @@ class TransactionCoordinator:
     def _prepare(self, m: TxnMetadata, kind: str, state: TransactionState, *, producer_id: Optional[int] = None,
                  epoch: Optional[int] = None, last_epoch: Optional[int] = None, timeout_ms: Optional[int] = None,
                  partitions: Optional[FrozenSet[TopicPartition]] = None, start_ms: Optional[int] = None,
-                 next_producer_id: int = NO_PRODUCER_ID, now_ms: int) -> TxnLogAppend:
+                 next_producer_id: int = NO_PRODUCER_ID, now_ms: int,
+                 client_transaction_version: Optional[int] = None) -> TxnLogAppend:
         """Set ``m``'s pending transition (Kafka's prepareTransitionTo) and return the record to append."""
         assert m.pending is None, f"{m.transactional_id} already has a pending transition"
         assert m.state in VALID_PREVIOUS[state], f"{m.state.kafka_name} -> {state.kafka_name}"
@@ -274,7 +275,8 @@ class TransactionCoordinator:
             start_timestamp_ms=m.start_ms if start_ms is None else start_ms,
             previous_producer_id=m.producer_id,
             next_producer_id=next_producer_id,
-            client_transaction_version=self.transaction_version,
+            client_transaction_version=(self.transaction_version if client_transaction_version is None
+                                        else client_transaction_version),
         )
         assert value.producer_id >= 0 and 0 <= value.producer_epoch <= MAX_EPOCH, value
         m.pending = _Transit(value, m.last_producer_epoch if last_epoch is None else last_epoch, kind)
@@ -457,8 +459,13 @@ class TransactionCoordinator:
 
     # ---- EndTxn ------------------------------------------------------------------------------
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                now_ms: int) -> TxnOutcome:
+                now_ms: int, client_transaction_version: Optional[int] = None) -> TxnOutcome:
         """EndTxn (commit or abort) from the producer.
+
+        ``client_transaction_version``: what the client's request says it knows (Kafka's
+        ``clientTransactionVersion``: 2 for EndTxn v5+, else 0); the KIP-890 epoch bump happens only
+        when both it and the coordinator's ``transaction_version`` are 2 - a client of an older
+        EndTxn would not learn the new epoch. None: the coordinator's own version (pylog's client).
 
         A retry of an EndTxn that already completed answers success; with the
         KIP-890 bump a retry is recognized by ``producer_epoch == current - 1``,
@@ -502,7 +509,10 @@ class TransactionCoordinator:
                 f"{transactional_id!r} has a pending {m.pending.value.state.kafka_name} transition"))
         done, busy = ((S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit else (S.COMPLETE_ABORT, S.PREPARE_ABORT))
         if m.state == S.ONGOING:
-            return self._prepare_end(m, commit, "end", now_ms)
+            tv = self.transaction_version
+            if client_transaction_version is not None:
+                tv = min(tv, _int("client transaction version", client_transaction_version, 0, 2))
+            return self._prepare_end(m, commit, "end", now_ms, tv)
         if m.state == done:
             return self._reply(m)  # a retry of an EndTxn that completed
         if m.state == busy:
@@ -510,15 +520,18 @@ class TransactionCoordinator:
         return self._reply(m, InvalidTxnStateError(
             f"EndTxn({result}) of {transactional_id!r} in state {m.state.kafka_name}"))
 
-    def _prepare_end(self, m: TxnMetadata, commit: bool, kind: str, now_ms: int) -> TxnOutcome:
+    def _prepare_end(self, m: TxnMetadata, commit: bool, kind: str, now_ms: int,
+                     transaction_version: Optional[int] = None) -> TxnOutcome:
+        tv = self.transaction_version if transaction_version is None else transaction_version
         next_pid = NO_PRODUCER_ID
         epoch, last = m.producer_epoch, m.last_producer_epoch
-        if self.transaction_version >= 2:
+        if tv >= 2:
             if is_epoch_exhausted(m.producer_epoch):
                 next_pid = self._producer_ids()
             epoch, last = m.producer_epoch + 1, m.producer_epoch
         append = self._prepare(m, kind, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, epoch=epoch,
-                               last_epoch=last, next_producer_id=next_pid, now_ms=now_ms)
+                               last_epoch=last, next_producer_id=next_pid, now_ms=now_ms,
+                               client_transaction_version=tv)
         return TxnOutcome(m.transactional_id, append=append)
 
     # ---- timeouts ----------------------------------------------------------------------------

@@ -162,13 +162,19 @@ class TxnOffsetCommitResponse:
 
 @dataclass(frozen=True)
 class EndTxnRequest:
-    """Commit (``committed`` True) or abort the open transaction."""
+    """Commit (``committed`` True) or abort the open transaction.
+
+    ``client_transaction_version``: Kafka's ``clientTransactionVersion`` of the request (the
+    Kafka-protocol listener: 2 for EndTxn v5+, 0 for older versions, whose clients do not learn a
+    bumped epoch); the coordinator bumps the epoch (KIP-890) only for 2. None: the coordinator's
+    own version (pylog's client, which reads the new epoch from :class:`EndTxnResponse`)."""
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
     committed: bool
     correlation_id: int
+    client_transaction_version: Optional[int] = None
 
 
 @dataclass(frozen=True)

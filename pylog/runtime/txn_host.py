@@ -323,7 +323,8 @@ class TxnHost:
             else:
                 assert isinstance(msg, tm.EndTxnRequest), msg
                 kind = _END
-                o = co.end_txn(msg.transactional_id, msg.producer_id, msg.producer_epoch, msg.committed, now_ms)
+                o = co.end_txn(msg.transactional_id, msg.producer_id, msg.producer_epoch, msg.committed, now_ms,
+                               client_transaction_version=msg.client_transaction_version)
         except PylogError as exc:  # not the coordinator, a malformed request, no producer id left
             self._answer(out, _Waiter(src, msg.correlation_id, kind), exc)  # type: ignore[attr-defined]
             return

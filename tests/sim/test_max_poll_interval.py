@@ -48,11 +48,11 @@ def test_member_that_stops_polling_leaves_and_its_partitions_move(tmp_path, stra
         for i in range(10):
             producer.send(TOPIC, b"a%d" % i, partition=slow_tp[1]).result()
         for _ in range(20):
+            last_poll = c.now_ms  # the poll timer restarts when poll is called
             got["slow"] += [(r.partition, r.offset) for r in slow.poll(0.05)]
         assert sorted(o for p, o in got["slow"] if p == slow_tp[1]) == list(range(10))
         slow.commit()
         assert slow.committed(*slow_tp) == 10
-        last_poll = c.now_ms
         slow_member, generation = slow.member_id, slow.generation
         for i in range(10, 20):  # records the slow member will never see
             producer.send(TOPIC, b"a%d" % i, partition=slow_tp[1])

@@ -193,8 +193,12 @@ def test_dynamic_member_restart_rebalances(tmp_path):
         run, before, victim_parts, victim, fresh, others = restart_one(c, static=False)
         assert fresh.generation >= before + 2
         assert all(o.generation == fresh.generation for o in others)
-        for o in others:  # eager members gave up everything at each rebalance
-            assert [what for what, _ in o.listener.calls].count("revoked") >= 2, o.listener.calls
+        # Eager members give up everything when they rejoin; one still rejoining for the leave when
+        # the join starts the next rebalance rejoins once for both (as in Kafka), so it revokes at
+        # least once - which of the two happens depends on the seeded interleaving (3 of 12 seeds
+        # merge them, different ones as replication timing changes).
+        for o in others:
+            assert [what for what, _ in o.listener.calls].count("revoked") >= 1, o.listener.calls
         assert all(m.group_instance_id is None for m in c.describe_group(GROUP).members)
         run.drain()
         check_coordinator_view(c)

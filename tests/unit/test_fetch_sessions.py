@@ -131,7 +131,11 @@ def test_an_append_to_the_last_partition_wakes_the_parked_request_with_that_part
     resps = [m for _, _, m in pair.sent[n_sent:] if isinstance(m, ReplicaFetchResponse)]
     assert [(r.topic, r.partition) for _, r in resps[0].partitions] == [("t", 29)]
     assert resps[0].partitions[0][1].records
-    # then the follower lists its new offset, and the answer carries the HW it moved (that partition only)
+    # then the follower lists its new offset; the answer, which carries only the HW that moved, is
+    # held back for replica_hw_linger_ms (no data follows) and then says that partition only
+    assert len(resps) == 1
+    pair.advance(pair.cfg.replica_hw_linger_ms)
+    resps = [m for _, _, m in pair.sent[n_sent:] if isinstance(m, ReplicaFetchResponse)]
     assert [(r.partition, r.high_watermark, r.records) for _, r in resps[1].partitions] == [(29, 3, b"")]
     follower = pair.rms[1].partitions[("t", 29)]
     assert follower.log_end_offset == 3

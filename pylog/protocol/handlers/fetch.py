@@ -4,10 +4,12 @@ Fetch: each partition becomes an in-process consumer
 :class:`~pylog.replication.messages.FetchRequest` (``replica_id=-1``: reads
 below the high watermark) to this listener's broker. The records are the
 leader's segment bytes, whole batches from the one holding the fetch offset
-(the client skips the records before it), never re-encoded. The last stable
-offset is the high watermark (no transactions yet), so ``read_committed``
-consumers (librdkafka's default) see exactly what ``read_uncommitted`` ones
-see, and ``aborted_transactions`` is empty. Fetch sessions (v7+) are not
+(the client skips the records before it), never re-encoded. The consumer's
+``isolation_level`` goes to the leader: under ``read_committed`` (librdkafka's
+default) it reads below the last stable offset and answers the aborted
+transactions that may overlap the records (``aborted_transactions``), which the
+client drops, as against Kafka; a ``read_uncommitted`` answer carries the high
+watermark as its ``last_stable_offset``. Fetch sessions (v7+) are not
 kept: the answer's session id is 0, which tells the client to send full
 fetches (KIP-227).
 
@@ -34,15 +36,20 @@ TP = Tuple[str, int]
 
 
 class _PartState:
-    __slots__ = ("code", "hw", "log_start", "records", "diverging")
+    __slots__ = ("code", "hw", "log_start", "records", "diverging", "lso", "aborted")
 
     def __init__(self, code: int = 0, hw: int = -1, log_start: int = -1, records: bytes = b"",
-                 diverging: Optional[Tuple[int, int]] = None):
+                 diverging: Optional[Tuple[int, int]] = None, lso: int = -1,
+                 aborted: Tuple[Tuple[int, int], ...] = ()):
         self.code = code
         self.hw = hw
         self.log_start = log_start
         self.records = records
         self.diverging = diverging
+        #: the leader's last stable offset (-1: unknown; the HW is answered then)
+        self.lso = lso
+        #: (producer id, first offset) of the aborted transactions the records may hold (read_committed)
+        self.aborted = aborted
 
 
 def _diverging_epoch(ctx: RequestContext, tp: TP, fetch_offset: int, last_fetched_epoch: int
@@ -70,6 +77,7 @@ def _fetch_response(ctx: RequestContext, req: Any, state: Dict[TP, _PartState], 
     P = T.PartitionData
     v = ctx.api_version
     read_committed = (req.isolation_level or 0) == 1
+    A = P.AbortedTransaction
     topics = []
     for t in req.topics or []:
         rows = []
@@ -78,10 +86,13 @@ def _fetch_response(ctx: RequestContext, req: Any, state: Dict[TP, _PartState], 
             extra = {}
             if st.diverging is not None:  # a tagged field: set only when there is one
                 extra["diverging_epoch"] = P.EpochEndOffset(version=v, epoch=st.diverging[0], end_offset=st.diverging[1])
+            # Kafka answers the LSO at every isolation level; the aborted list only to read_committed
+            # (null for read_uncommitted, as Kafka's FetchResponse)
+            aborted = ([A(version=v, producer_id=pid, first_offset=first) for pid, first in st.aborted]
+                       if read_committed else None)
             rows.append(P(version=v, partition_index=p.partition, error_code=st.code, high_watermark=st.hw,
-                          last_stable_offset=st.hw, log_start_offset=st.log_start,
-                          aborted_transactions=[] if read_committed else None, preferred_read_replica=-1,
-                          records=st.records, **extra))
+                          last_stable_offset=st.lso if st.lso >= 0 else st.hw, log_start_offset=st.log_start,
+                          aborted_transactions=aborted, preferred_read_replica=-1, records=st.records, **extra))
         topics.append(T(version=v, topic=t.topic, partitions=rows))
     return ctx.response(throttle_time_ms=0, error_code=top_code, session_id=0, responses=topics)
 
@@ -113,6 +124,7 @@ def fetch(ctx: RequestContext, req: Any) -> None:
             wanted.append((tp, int(p.fetch_offset), -1 if epoch is None else int(epoch),
                            max(0, int(p.partition_max_bytes))))
     max_wait = max(0, int(req.max_wait_ms))
+    isolation = 1 if (req.isolation_level or 0) == 1 else 0
     min_bytes = max(0, int(req.min_bytes))
     max_bytes = int(req.max_bytes) if v >= 3 and req.max_bytes is not None else 2**31 - 1
     started = time.monotonic()
@@ -125,13 +137,15 @@ def fetch(ctx: RequestContext, req: Any) -> None:
         elif resp.error is not None:
             state[tp] = _PartState(codec.error_code_of(resp.error), resp.high_watermark, resp.log_start_offset)
         else:
-            state[tp] = _PartState(0, resp.high_watermark, resp.log_start_offset, resp.records)
+            state[tp] = _PartState(0, resp.high_watermark, resp.log_start_offset, resp.records,
+                                   lso=resp.last_stable_offset, aborted=resp.aborted_transactions)
 
     def send(wait_ms: int, on_each: Any) -> None:
         budget = max_bytes
         for tp, offset, epoch, pmax in wanted:
             limit = max(1, min(pmax, budget)) if budget > 0 else 1
-            msg = FetchRequest(-1, tp[0], tp[1], offset, epoch, ctx.next_corr(), max_bytes=limit, max_wait_ms=wait_ms)
+            msg = FetchRequest(-1, tp[0], tp[1], offset, epoch, ctx.next_corr(), max_bytes=limit, max_wait_ms=wait_ms,
+                               isolation_level=isolation)
             pending[0] += 1
 
             def callback(resp: Optional[Any], tp: Tuple[str, int] = tp) -> None:
@@ -212,7 +226,7 @@ def _record_timestamp(ctx: RequestContext, tp: TP, offset: int) -> int:
 
 @register(api_key=2, min_version=1, max_version=6, fail=_fail_list_offsets)
 def list_offsets(ctx: RequestContext, req: Any) -> None:
-    """Earliest (-2), latest (-1: the HW, which is also the last stable offset) or the first offset
+    """Earliest (-2), latest (-1: the HW; under read_committed, v2+, the last stable offset) or the first offset
     whose timestamp is at or after a time (offset -1 when there is none, as Kafka answers), through the
     broker's ListOffsets path (the one pylog's consumer uses)."""
     store = ctx.cluster.metadata

@@ -42,7 +42,7 @@ from pylog.errors import (
     NotCoordinatorError,
 )
 from pylog.protocol import codec
-from pylog.protocol.api import RequestContext, register
+from pylog.protocol.api import RequestContext, guarded_request, register
 from pylog.replication import group_messages as gm
 
 #: (min, max) version served per API. The maxima are Apache Kafka 2.8's, as the rest of the listener
@@ -102,25 +102,9 @@ def error_code(error: Any) -> int:
 
 
 def _call(ctx: RequestContext, req: Any, msg: Any, timeout_ms: int, done: Callable[[Any], None]) -> None:
-    """Send ``msg`` to this listener's broker; ``done(response)``, or ``done(None)`` on timeout.
-
-    ``done`` runs on the loop outside the server's handler guard: if it raises (a bug), the request
-    is answered with UNKNOWN_SERVER_ERROR (or its connection closed) instead of hanging the client."""
-    def guarded(resp: Any) -> None:
-        try:
-            done(resp)
-        except Exception as exc:
-            _log.exception("%s v%d from %s (correlation id %d): answering failed", ctx.spec.name, ctx.api_version,
-                           ctx.peer, ctx.correlation_id)
-            if not ctx.replied and ctx.spec.fail is not None:
-                try:
-                    ctx.spec.fail(ctx, req, codec.UNKNOWN_SERVER_ERROR)
-                    return
-                except Exception:
-                    pass
-            ctx.server.close_connection(ctx.conn, f"{ctx.spec.name} answer failed: {exc!r}")
-
-    ctx.request(msg, guarded, timeout_ms=timeout_ms)
+    """Send ``msg`` to this listener's broker; ``done(response)``, or ``done(None)`` on timeout
+    (:func:`pylog.protocol.api.guarded_request`: a ``done`` that raises answers UNKNOWN_SERVER_ERROR)."""
+    guarded_request(ctx, req, msg, done, timeout_ms=timeout_ms)
 
 
 def _range(name: str) -> Tuple[int, int]:
@@ -137,7 +121,7 @@ COORDINATOR_LOOKUPS: Dict[int, Callable[[RequestContext, Any, str, Callable[[int
 _CREATING: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-def _ensure_offsets_topic(ctx: RequestContext) -> None:
+def ensure_offsets_topic(ctx: RequestContext) -> None:
     """Create ``__consumer_offsets`` in the background (Kafka's brokers create it on the first
     FindCoordinator for a group); meanwhile clients get COORDINATOR_NOT_AVAILABLE and retry."""
     server = ctx.server
@@ -155,7 +139,7 @@ def _ensure_offsets_topic(ctx: RequestContext) -> None:
 
 def _lookup_group(ctx: RequestContext, req: Any, key: str, done: Callable[[int, Optional[str], int], None]) -> None:
     if not ctx.cluster.has_offsets_topic():
-        _ensure_offsets_topic(ctx)
+        ensure_offsets_topic(ctx)
         done(COORDINATOR_NOT_AVAILABLE, "the __consumer_offsets topic is being created", -1)
         return
 
@@ -483,6 +467,9 @@ def offset_fetch(ctx: RequestContext, req: Any) -> None:
         return _fetch_reply(ctx, [])
     results: List[Optional[Tuple[str, _Rows, int]]] = [None] * len(groups)
     left = [len(groups)]
+    # KIP-447 (v7+): a read_committed consumer asks for stable offsets only; a partition whose
+    # transactional offset waits for its marker gets UNSTABLE_OFFSET_COMMIT (retriable) instead
+    stable = bool(req.require_stable) if ctx.api_version >= 7 else False
 
     def one(i: int, group: str, parts: Optional[List[Tuple[str, int]]]) -> None:
         def done(resp: Any) -> None:
@@ -490,13 +477,16 @@ def offset_fetch(ctx: RequestContext, req: Any) -> None:
                 code = COORDINATOR_NOT_AVAILABLE if resp is None else error_code(resp.error)
                 results[i] = (group, [(t, p, -1, -1, "", NONE) for t, p in (parts or [])], code)
             else:
-                results[i] = (group, [(t, p, off, epoch, meta, NONE) for t, p, off, epoch, meta in resp.offsets], NONE)
+                errs = {(t, p): error_code(e) for t, p, e in resp.partition_errors}
+                rows = [(t, p, off, epoch, meta, errs.pop((t, p), NONE)) for t, p, off, epoch, meta in resp.offsets]
+                rows += [(t, p, -1, -1, "", code) for (t, p), code in errs.items()]
+                results[i] = (group, rows, NONE)
             left[0] -= 1
             if left[0] == 0:
                 _fetch_reply(ctx, results)  # type: ignore[arg-type]
 
-        _call(ctx, req, gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=None if parts is None else tuple(parts)),
-              30_000, done)
+        _call(ctx, req, gm.OffsetFetchRequest(group, ctx.next_corr(), partitions=None if parts is None else tuple(parts),
+                                              require_stable=stable), 30_000, done)
 
     for i, (group, parts) in enumerate(groups):
         one(i, group, parts)
@@ -580,4 +570,4 @@ def list_groups(ctx: RequestContext, req: Any) -> None:
     _call(ctx, req, gm.ListGroupsRequest(ctx.next_corr()), 30_000, done)
 
 
-__all__ = ["VERSIONS", "COORDINATOR_LOOKUPS", "OFFSET_METADATA_MAX_BYTES", "error_code"]
+__all__ = ["VERSIONS", "COORDINATOR_LOOKUPS", "OFFSET_METADATA_MAX_BYTES", "error_code", "ensure_offsets_topic"]

@@ -10,7 +10,12 @@ produce purgatory for ``acks=-1``. The response waits for every partition.
 appended (unknown partition, this broker not its leader) the connection is
 closed, as Kafka does, so the client refreshes its metadata. Versions 0-2 (message format 0/1)
 are advertised, as Kafka 4 does (KAFKA-18659: librdkafka disables compression
-otherwise), and answered with UNSUPPORTED_VERSION per partition.
+otherwise), and answered with UNSUPPORTED_VERSION per partition. A transactional
+producer's request names its transactional id, which goes with each batch
+(``ProduceRequest.transactional_id``: the leader verifies an unknown transaction with
+the coordinator, KIP-890 part 1); its errors are answered as Kafka answers
+Produce before v11 (:func:`.txn.produce_error_code`). InitProducerId with a
+transactional id goes to the transaction coordinator (:mod:`.txn`).
 
 Thread-safety: handlers run on the cluster's loop thread.
 """
@@ -20,6 +25,7 @@ from typing import Any, Dict, List, Tuple
 
 from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, register
+from pylog.protocol.handlers import txn
 from pylog.replication.messages import InitProducerIdRequest, MultiProduceRequest, ProduceRequest
 from pylog.replication.partition import LEADER
 
@@ -66,10 +72,20 @@ def produce(ctx: RequestContext, req: Any) -> None:
     if acks not in (0, 1, -1):
         _fail(ctx, req, codec.INVALID_REQUIRED_ACKS)
         return
-    if req.transactional_id is not None:
-        _fail(ctx, req, codec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)  # no transactions yet
+    tid = req.transactional_id
+    if tid is not None and not txn.serves_transactions(ctx.cluster):
+        _fail(ctx, req, codec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)  # this cluster hosts no transactions
         return
     timeout = min(max(int(req.timeout_ms), 0), _MAX_TIMEOUT_MS)
+    code_of = txn.produce_error_code
+
+    def make(topic: str, p: int, data: bytes, acks: int, corr: int) -> Any:
+        # a transactional producer's batches name their transactional id (KIP-890 part 1: the leader
+        # verifies an unknown transaction with its coordinator before it appends)
+        if tid is None:
+            return ProduceRequest(topic, p, data, acks, timeout, corr)
+        return txn.produce_request(topic, p, data, acks, timeout, corr, tid)
+
     store = ctx.cluster.metadata
     results: Dict[Tuple[str, int], Tuple[int, int, str]] = {}
     waiting = [0]
@@ -109,11 +125,9 @@ def produce(ctx: RequestContext, req: Any) -> None:
                 return
         if len(sends) > 1:
             node.transport.send(node.node_id, ctx.broker_id, MultiProduceRequest(
-                tuple(ProduceRequest(topic, p, data, 0, timeout, 0) for (topic, p), data in sends), 0, timeout,
-                ctx.next_corr()))
+                tuple(make(topic, p, data, 0, 0) for (topic, p), data in sends), 0, timeout, ctx.next_corr()))
         for (topic, p), data in sends if len(sends) == 1 else ():
-            node.transport.send(node.node_id, ctx.broker_id,
-                                ProduceRequest(topic, p, data, 0, timeout, ctx.next_corr()))
+            node.transport.send(node.node_id, ctx.broker_id, make(topic, p, data, 0, ctx.next_corr()))
         ctx.no_reply()
         return
     if len(sends) > 1:
@@ -126,11 +140,11 @@ def produce(ctx: RequestContext, req: Any) -> None:
                                    -1, "no answer from the broker")
                 else:
                     r = resp.parts[i]
-                    results[tp] = ((codec.error_code_of(r.error), -1, r.message) if r.error is not None
+                    results[tp] = ((code_of(r.error), -1, r.message) if r.error is not None
                                    else (codec.NONE, r.base_offset, ""))
             finish()
 
-        ctx.request(MultiProduceRequest(tuple(ProduceRequest(topic, p, data, acks, timeout, 0)
+        ctx.request(MultiProduceRequest(tuple(make(topic, p, data, acks, 0)
                                               for (topic, p), data in sends), acks, timeout, ctx.next_corr()),
                     on_all, timeout_ms=timeout + 5_000)
         return
@@ -141,13 +155,13 @@ def produce(ctx: RequestContext, req: Any) -> None:
                 results[tp] = (codec.REQUEST_TIMED_OUT if ctx.broker.running else codec.NOT_LEADER_OR_FOLLOWER, -1,
                                "no answer from the broker")
             elif resp.error is not None:
-                results[tp] = (codec.error_code_of(resp.error), -1, resp.message)
+                results[tp] = (code_of(resp.error), -1, resp.message)
             else:
                 results[tp] = (codec.NONE, resp.base_offset, "")
             waiting[0] -= 1
             finish()
 
-        ctx.request(ProduceRequest(topic, p, data, acks, timeout, ctx.next_corr()), cb, timeout_ms=timeout + 5_000)
+        ctx.request(make(topic, p, data, acks, ctx.next_corr()), cb, timeout_ms=timeout + 5_000)
     finish()
 
 
@@ -157,11 +171,11 @@ def _fail_init(ctx: RequestContext, req: Any, code: int) -> None:
 
 @register(api_key=22, min_version=0, max_version=4, fail=_fail_init)
 def init_producer_id(ctx: RequestContext, req: Any) -> None:
-    """Idempotent producers only: a new producer id (epoch 0) from this broker's block, as
-    :class:`pylog.client.producer.Producer` gets it. A transactional id is refused until
-    transactions exist (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error for the client)."""
+    """Without a transactional id (an idempotent producer): a new producer id (epoch 0) from this
+    broker's block, as :class:`pylog.client.producer.Producer` gets it. With one: the transaction
+    coordinator's answer (:func:`.txn.init_transactional_producer_id`)."""
     if req.transactional_id is not None:
-        _fail_init(ctx, req, codec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        txn.init_transactional_producer_id(ctx, req, lambda code: _fail_init(ctx, req, code))
         return
 
     def cb(resp: Any) -> None:
