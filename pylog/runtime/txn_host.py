@@ -18,6 +18,11 @@ One :class:`TxnHost` per running broker, hosted as the group coordinator is
   (the group's ``__consumer_offsets`` partition joins the transaction, as
   Kafka's) and EndTxn go to the coordinator. A partition that is not in the
   metadata gets :class:`UnknownTopicOrPartitionError` (Kafka's answer).
+  An AddPartitionsToTxn/AddOffsetsToTxn refused only because the id's previous
+  transaction is completing (markers going out) is *held* and handled when the
+  Complete record is appended (not Kafka's: it answers CONCURRENT_TRANSACTIONS
+  and the producer backs off 20 ms); answered ConcurrentTransactionsError after
+  ``completion_hold_ms`` (checked on the tick), NotCoordinatorError on unload.
 * **Appends.** Each ``__transaction_state`` record the coordinator asks for is
   a :class:`ProduceRequest` with ``acks=all`` to the broker itself (a local
   call, as the group coordinator's); the answer goes to
