@@ -256,6 +256,15 @@ class TransactionCoordinator:
     def transactional_ids(self) -> List[str]:
         return sorted(self._txns)
 
+    def completing(self, transactional_id: str) -> bool:
+        """Is ``transactional_id``'s previous transaction completing (PrepareCommit/PrepareAbort written,
+        its markers going out, the Complete record pending)? Then AddPartitionsToTxn/AddOffsetsToTxn
+        are refused with :class:`ConcurrentTransactionsError` only until the Complete record is
+        appended (the host may hold them until then). O(1)."""
+        m = self._txns.get(transactional_id)
+        return (m is not None and m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT) and m.pending is not None
+                and m.pending.kind == "complete")
+
     # ---- transitions -------------------------------------------------------------------------
     def _prepare(self, m: TxnMetadata, kind: str, state: TransactionState, *, producer_id: Optional[int] = None,
                  epoch: Optional[int] = None, last_epoch: Optional[int] = None, timeout_ms: Optional[int] = None,

@@ -60,6 +60,7 @@ from pylog.replication.messages import (
     TopicsDeleted,
 )
 from pylog.replication.offsets_topic import OFFSETS_TOPIC, partition_for_group, read_log_entries
+from pylog.replication.txn_log import TRANSACTION_STATE_TOPIC
 from pylog.replication.txn_messages import TxnOffsetCommitRequest
 from pylog.replication.partition import LEADER
 from pylog.replication.replica_manager import CONTROLLER, ReplicaManager, ReplicaManagerConfig
@@ -160,6 +161,8 @@ class Broker:
         self._wakeup_queued = False  # a _run_fetch_wakeups call is queued on the scheduler
         self._last_heartbeat = -(10**12)
         self._hb_applied: Optional[Tuple[Any, int, Tuple[Tuple[str, int, int], ...]]] = None
+        #: :meth:`_sync_key` at the last coordinator sync (None: none yet)
+        self._synced: Optional[Tuple[Any, ...]] = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -265,14 +268,14 @@ class Broker:
             return
         assert self.rm is not None and self.coordinator is not None and self.txn is not None
         if TxnHost.handles(msg):
-            self._sync_coordinator(now)
+            self._sync_coordinator_if_moved(now)
             self._send(self.txn.handle(src, msg, now))
             return
         if isinstance(msg, ProduceResponse) and self.txn.owns_correlation(msg.correlation_id):
             self._send(self.txn.on_produce_response(msg, now))
             return
         if isinstance(msg, (gm.GroupRequest, gm.ListGroupsRequest, TxnOffsetCommitRequest)):
-            self._sync_coordinator(now)
+            self._sync_coordinator_if_moved(now)
             if isinstance(msg, gm.FindCoordinatorRequest):
                 self.transport.send(self.broker_id, src, self._find_coordinator(msg))
             else:
@@ -285,7 +288,7 @@ class Broker:
             self.transport.send(self.broker_id, src, self._list_offsets(msg))
             return
         if isinstance(msg, TopicsDeleted):
-            self._sync_coordinator(now)
+            self._sync_coordinator_if_moved(now)
             self._send(self.coordinator.on_topics_deleted(msg.topics, now))
             return
         self._send(self.rm.handle(src, msg, now))
@@ -309,12 +312,33 @@ class Broker:
             self._send(self.rm.complete_fetch_wakeups(self.scheduler.clock.now_ms()))
 
     # ---------------------------------------------------------- coordinator
+    def _sync_key(self) -> Tuple[Any, ...]:
+        """What :meth:`_sync_coordinator`'s result depends on: the replica manager and its
+        ``epochs_version`` (bumped by every LeaderAndIsr, AlterPartition answer and StopReplica, and
+        when a replica is added: the only ways a replica's role or leader epoch changes), and the two
+        topics' metadata entries. O(1)."""
+        topics = self.store.topics
+        txn_cfg, offsets_cfg = topics.get(TRANSACTION_STATE_TOPIC), topics.get(OFFSETS_TOPIC)
+        return (self.rm, self.rm.epochs_version if self.rm is not None else -1,
+                txn_cfg, txn_cfg.partitions if txn_cfg is not None else -1,
+                offsets_cfg, offsets_cfg.partitions if offsets_cfg is not None else -1)
+
+    def _sync_coordinator_if_moved(self, now: int) -> None:
+        """:meth:`_sync_coordinator` when leadership may have changed since the last one (see
+        :meth:`_sync_key`), else nothing: a coordinator request costs O(1) here instead of a walk over
+        every ``__transaction_state`` and ``__consumer_offsets`` partition. The tick and every
+        LeaderAndIsr still sync unconditionally."""
+        key = self._sync_key()
+        if key != self._synced:
+            self._sync_coordinator(now)
+
     def _sync_coordinator(self, now: int) -> None:
         """Load the offsets (and ``__transaction_state``) partitions this broker newly leads into the
-        coordinators; unload the lost ones."""
+        coordinators; unload the lost ones. O(partitions of the two topics)."""
         co, rm = self.coordinator, self.rm
         if co is None or rm is None:
             return
+        self._synced = self._sync_key()
         if self.txn is not None:
             self._send(self.txn.sync(now))
         cfg = self.store.topics.get(OFFSETS_TOPIC)

@@ -18,6 +18,11 @@ One :class:`TxnHost` per running broker, hosted as the group coordinator is
   (the group's ``__consumer_offsets`` partition joins the transaction, as
   Kafka's) and EndTxn go to the coordinator. A partition that is not in the
   metadata gets :class:`UnknownTopicOrPartitionError` (Kafka's answer).
+  An AddPartitionsToTxn/AddOffsetsToTxn refused only because the id's previous
+  transaction is completing (markers going out) is *held* and handled when the
+  Complete record is appended (not Kafka's: it answers CONCURRENT_TRANSACTIONS
+  and the producer backs off 20 ms); answered ConcurrentTransactionsError after
+  ``completion_hold_ms`` (checked on the tick), NotCoordinatorError on unload.
 * **Appends.** Each ``__transaction_state`` record the coordinator asks for is
   a :class:`ProduceRequest` with ``acks=all`` to the broker itself (a local
   call, as the group coordinator's); the answer goes to
@@ -63,6 +68,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from pylog.errors import (
+    ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -102,8 +108,20 @@ log = logging.getLogger(__name__)
 DEFAULT_ABORT_TIMED_OUT_INTERVAL_MS = 10_000
 #: back-off before a marker or a Complete record is sent again
 DEFAULT_RETRY_BACKOFF_MS = 100
+#: how long an AddPartitionsToTxn/AddOffsetsToTxn may wait for the previous transaction's Complete
+#: record before it is answered CONCURRENT_TRANSACTIONS (checked on the tick: up to a tick more)
+DEFAULT_COMPLETION_HOLD_MS = 200
 
 _INIT, _ADD, _OFFSETS, _END = "init", "add", "offsets", "end"
+
+
+@dataclass
+class _Held:
+    """An AddPartitionsToTxn/AddOffsetsToTxn held until its id's previous transaction is complete."""
+
+    src: object
+    msg: object
+    deadline_ms: int
 
 
 @dataclass
@@ -138,13 +156,14 @@ class TxnHost:
                  request_timeout_ms: int = 30_000, incarnation: int = 0,
                  abort_timed_out_interval_ms: int = DEFAULT_ABORT_TIMED_OUT_INTERVAL_MS,
                  retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS, transaction_version: int = 2,
-                 max_timeout_ms: Optional[int] = None):
+                 max_timeout_ms: Optional[int] = None, completion_hold_ms: int = DEFAULT_COMPLETION_HOLD_MS):
         self.broker_id = broker_id
         self.store = store
         self._partition_log = partition_log
         self.request_timeout_ms = request_timeout_ms
         self.abort_timed_out_interval_ms = abort_timed_out_interval_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.completion_hold_ms = completion_hold_ms
         kwargs = {} if max_timeout_ms is None else {"max_timeout_ms": max_timeout_ms}
         self.coordinator = TransactionCoordinator(producer_ids, transaction_version=transaction_version,
                                                   **kwargs)  # type: ignore[arg-type]
@@ -152,6 +171,9 @@ class TxnHost:
         # unique across incarnations: an answer to a request of the previous incarnation matches nothing.
         self._corr = (1 << 61) | (incarnation << 32)
         self._waiters: Dict[str, _Waiter] = {}
+        #: transactional id -> its AddPartitionsToTxn/AddOffsetsToTxn requests held until the previous
+        #: transaction's Complete record is appended, in arrival order
+        self._held: Dict[str, List[_Held]] = {}
         #: correlation id of an append in flight -> (transactional id, partition, coordinator epoch)
         self._appends: Dict[int, Tuple[str, int, int]] = {}
         #: Complete records to append again: (due, append)
@@ -166,6 +188,9 @@ class TxnHost:
         #: counters (tests and metrics)
         self.markers_sent = 0
         self.markers_written = 0
+        #: requests held behind a completing transaction, and answers of ConcurrentTransactionsError
+        self.held = 0
+        self.concurrent_transactions_answers = 0
 
     # ------------------------------------------------------------------ lookups
     def _next_corr(self) -> int:
@@ -291,7 +316,7 @@ class TxnHost:
         return tm.AddPartitionsToTxnResponse(req.correlation_id, partition_errors=tuple(
             (t, p, None if e is None else type(e)) for (t, p), e in sorted(result.items())))
 
-    def _on_request(self, src: object, msg: object, now_ms: int, out: Outbox) -> None:
+    def _on_request(self, src: object, msg: object, now_ms: int, out: Outbox, may_hold: bool = True) -> None:
         co = self.coordinator
         try:
             if isinstance(msg, InitProducerIdRequest):
@@ -329,6 +354,12 @@ class TxnHost:
             self._answer(out, _Waiter(src, msg.correlation_id, kind), exc)  # type: ignore[attr-defined]
             return
         waiter = _Waiter(src, msg.correlation_id, kind)  # type: ignore[attr-defined]
+        if (o.reply and may_hold and kind in (_ADD, _OFFSETS) and isinstance(o.error, ConcurrentTransactionsError)
+                and co.completing(o.transactional_id)):
+            # Only the previous transaction's markers and Complete record stand in the way: answer when
+            # the Complete record is appended (instead of the client's 20 ms back-off), bounded.
+            self._hold(o.transactional_id, _Held(src, msg, now_ms + self.completion_hold_ms), out)
+            return
         if o.reply:
             self._answer(out, waiter, o.error, o.producer_id, o.producer_epoch)
         elif o.append is not None:
@@ -338,8 +369,25 @@ class TxnHost:
             self._waiters[o.transactional_id] = waiter
         self._act(o, now_ms, out, replied=o.reply)
 
+    def _hold(self, tid: str, h: _Held, out: Outbox) -> None:
+        self._held.setdefault(tid, []).append(h)
+        self.held += 1
+
+    def _answer_held(self, h: _Held, error: PylogError, out: Outbox) -> None:
+        kind = _ADD if isinstance(h.msg, tm.AddPartitionsToTxnRequest) else _OFFSETS
+        self._answer(out, _Waiter(h.src, h.msg.correlation_id, kind), error)  # type: ignore[attr-defined]
+
+    def _release(self, tid: str, now_ms: int, out: Outbox) -> None:
+        """The held request of ``tid``, if its previous transaction is no longer completing: handled now
+        (normally; not held again)."""
+        if tid in self._held and not self.coordinator.completing(tid):
+            for h in self._held.pop(tid):
+                self._on_request(h.src, h.msg, now_ms, out, may_hold=False)
+
     def _answer(self, out: Outbox, w: _Waiter, error: Optional[PylogError], producer_id: int = -1,
                 producer_epoch: int = -1) -> None:
+        if error.__class__ is ConcurrentTransactionsError:
+            self.concurrent_transactions_answers += 1
         e = None if error is None else type(error)
         msg = "" if error is None else str(error)
         if w.kind == _INIT:
@@ -399,6 +447,8 @@ class TxnHost:
             else:
                 error = CoordinatorNotAvailableError(f"unexpected error appending to {where}")
         self._act(self.coordinator.on_log_append(tid, error, now_ms), now_ms, out)
+        if self._held:
+            self._release(tid, now_ms, out)
         return out
 
     # ---------------------------------------------------------------- markers
@@ -528,6 +578,8 @@ class TxnHost:
             w = self._waiters.pop(t, None)
             if w is not None:
                 self._answer(out, w, why)
+            for h in self._held.pop(t, ()):
+                self._answer_held(h, why, out)
             self._stop_markers(t)
         self._retry_appends = [(d, a) for d, a in self._retry_appends if a.partition != p]
 
@@ -543,6 +595,18 @@ class TxnHost:
                 outcomes = []
             for o in outcomes:
                 self._act(o, now_ms, out)
+        if self._held:
+            for tid, held in list(self._held.items()):
+                if min(h.deadline_ms for h in held) <= now_ms:
+                    expired = [h for h in held if h.deadline_ms <= now_ms]
+                    held = [h for h in held if h.deadline_ms > now_ms]
+                    if held:
+                        self._held[tid] = held
+                    else:
+                        del self._held[tid]
+                    for h in expired:
+                        self._answer_held(h, ConcurrentTransactionsError(
+                            f"{tid!r} is still completing its transaction after {self.completion_hold_ms} ms"), out)
         if self._retry_appends:
             due = [a for d, a in self._retry_appends if d <= now_ms]
             self._retry_appends = [(d, a) for d, a in self._retry_appends if d > now_ms]
@@ -562,6 +626,8 @@ class TxnHost:
         for tid in self._waiters:
             m = self.coordinator.describe(tid)
             assert m is not None and m.pending is not None, tid
+        for tid, held in self._held.items():
+            assert held and self.coordinator.completing(tid), tid
 
 
 def _read_log(part: object) -> Iterator[Tuple[bytes, Optional[bytes]]]:
