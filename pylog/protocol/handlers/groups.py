@@ -44,6 +44,7 @@ from pylog.errors import (
 from pylog.protocol import codec
 from pylog.protocol.api import RequestContext, guarded_request, register
 from pylog.replication import group_messages as gm
+from pylog.replication.offsets_topic import OFFSETS_TOPIC
 
 #: (min, max) version served per API. The maxima are Apache Kafka 2.8's, as the rest of the listener
 #: (Produce 9, Fetch 12, Metadata 11: kafka-python infers a 2.8 broker from them, and a JoinGroup 8+ or
@@ -117,24 +118,32 @@ def _range(name: str) -> Tuple[int, int]:
 COORDINATOR_LOOKUPS: Dict[int, Callable[[RequestContext, Any, str, Callable[[int, Optional[str], int], None]], None]] = {}
 
 
-#: servers whose ``__consumer_offsets`` creation is under way (loop thread only)
-_CREATING: "weakref.WeakSet[Any]" = weakref.WeakSet()
+#: topic -> the servers whose creation of that internal topic is under way (loop thread only)
+_CREATING: Dict[str, "weakref.WeakSet[Any]"] = {}
+
+
+def ensure_internal_topic(ctx: RequestContext, topic: str, create: Callable[[], None]) -> None:
+    """Run ``create`` (the cluster's ``ensure_..._topic``) in the background, once at a time per server and
+    topic, as Kafka's brokers create ``__consumer_offsets`` / ``__transaction_state`` on the first
+    FindCoordinator that needs them; meanwhile clients get COORDINATOR_NOT_AVAILABLE and retry (a failed
+    creation is tried again by the next one)."""
+    server = ctx.server
+    creating = _CREATING.setdefault(topic, weakref.WeakSet())
+    if server in creating:
+        return
+    creating.add(server)
+
+    def then(_: Any, error: Optional[BaseException]) -> None:
+        creating.discard(server)
+        if error is not None:
+            _log.warning("creating %s failed: %s", topic, error)
+
+    ctx.run_blocking(create, then)
 
 
 def ensure_offsets_topic(ctx: RequestContext) -> None:
-    """Create ``__consumer_offsets`` in the background (Kafka's brokers create it on the first
-    FindCoordinator for a group); meanwhile clients get COORDINATOR_NOT_AVAILABLE and retry."""
-    server = ctx.server
-    if server in _CREATING:
-        return
-    _CREATING.add(server)
-
-    def then(_: Any, error: Optional[BaseException]) -> None:
-        _CREATING.discard(server)
-        if error is not None:  # the next FindCoordinator tries again
-            _log.warning("creating __consumer_offsets failed: %s", error)
-
-    ctx.run_blocking(ctx.cluster.ensure_offsets_topic, then)
+    """``__consumer_offsets`` created in the background (:func:`ensure_internal_topic`)."""
+    ensure_internal_topic(ctx, OFFSETS_TOPIC, ctx.cluster.ensure_offsets_topic)
 
 
 def _lookup_group(ctx: RequestContext, req: Any, key: str, done: Callable[[int, Optional[str], int], None]) -> None:
@@ -570,4 +579,4 @@ def list_groups(ctx: RequestContext, req: Any) -> None:
     _call(ctx, req, gm.ListGroupsRequest(ctx.next_corr()), 30_000, done)
 
 
-__all__ = ["VERSIONS", "COORDINATOR_LOOKUPS", "OFFSET_METADATA_MAX_BYTES", "error_code", "ensure_offsets_topic"]
+__all__ = ["VERSIONS", "COORDINATOR_LOOKUPS", "OFFSET_METADATA_MAX_BYTES", "error_code", "ensure_offsets_topic", "ensure_internal_topic"]

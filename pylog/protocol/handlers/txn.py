@@ -40,7 +40,6 @@ Thread-safety: handlers run on the cluster's loop thread.
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pylog.protocol import codec
@@ -113,26 +112,6 @@ def _known_partition(ctx: RequestContext, topic: str, partition: int) -> bool:
 
 
 # ============================================================ FindCoordinator (key type 1)
-#: servers whose ``__transaction_state`` creation is under way (loop thread only)
-_CREATING: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-
-def _ensure_transaction_state_topic(ctx: RequestContext) -> None:
-    """Create ``__transaction_state`` in the background (Kafka's brokers create it on the first
-    FindCoordinator for a transactional id); meanwhile clients get COORDINATOR_NOT_AVAILABLE and retry."""
-    server = ctx.server
-    if server in _CREATING:
-        return
-    _CREATING.add(server)
-
-    def then(_: Any, error: Optional[BaseException]) -> None:
-        _CREATING.discard(server)
-        if error is not None:  # the next FindCoordinator tries again
-            _log.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC, error)
-
-    ctx.run_blocking(ctx.cluster.ensure_transaction_state_topic, then)
-
-
 def _lookup_transaction(ctx: RequestContext, req: Any, key: str,
                         done: Callable[[int, Optional[str], int], None]) -> None:
     """The broker leading the transactional id's ``__transaction_state`` partition."""
@@ -143,7 +122,7 @@ def _lookup_transaction(ctx: RequestContext, req: Any, key: str,
         done(codec.INVALID_REQUEST, "the transactional id is empty", -1)
         return
     if TRANSACTION_STATE_TOPIC not in ctx.cluster.metadata.topics:
-        _ensure_transaction_state_topic(ctx)
+        groups.ensure_internal_topic(ctx, TRANSACTION_STATE_TOPIC, ctx.cluster.ensure_transaction_state_topic)
         done(codec.COORDINATOR_NOT_AVAILABLE, f"the {TRANSACTION_STATE_TOPIC} topic is being created", -1)
         return
 
